@@ -1,0 +1,32 @@
+# Thin wrapper over CMake. `make test` installs what it needs, builds and runs every test tier.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUFENCE_WERROR=ON
+
+.PHONY: all deps configure build test demo bench format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+demo: build
+	@bash scripts/demo.sh
+
+bench: build
+	@bash bench/run.sh
+
+format:
+	@find src tools tests bench -name '*.cpp' -o -name '*.hpp' | xargs clang-format -i
+
+clean:
+	@rm -rf $(BUILD_DIR)

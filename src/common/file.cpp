@@ -1,0 +1,70 @@
+#include "common/file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace gpufence {
+namespace {
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+Result<std::string> read_file(const std::filesystem::path& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) return fail_errno("open", path.native());
+  std::string out;
+  char buf[16384];
+  while (true) {
+    ssize_t n = ::read(f.fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno("read", path.native());
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+Status write_file_atomic(const std::filesystem::path& path, std::string_view content,
+                         Durability durability) {
+  mode_t mode = 0644;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) mode = st.st_mode & 07777;
+
+  std::string tmp = path.native() + ".gpufence-XXXXXX";
+  Fd f{::mkstemp(tmp.data())};
+  if (f.fd < 0) return fail_errno("create temp file for", path.native());
+  auto cleanup_fail = [&](std::string_view op) {
+    auto err = fail_errno(op, tmp);
+    ::unlink(tmp.c_str());
+    return err;
+  };
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(f.fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return cleanup_fail("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fchmod(f.fd, mode) != 0) return cleanup_fail("chmod");
+  if (durability == Durability::fsync && ::fsync(f.fd) != 0) return cleanup_fail("fsync");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return cleanup_fail("rename");
+  if (durability == Durability::fsync) {
+    Fd dir{::open(path.parent_path().empty() ? "." : path.parent_path().c_str(),
+                  O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (dir.fd >= 0) ::fsync(dir.fd);
+  }
+  return {};
+}
+
+}  // namespace gpufence

@@ -1,0 +1,45 @@
+// Every read of the host (/proc, /sys, /dev, /etc/...) goes through a HostFs rooted at
+// --host-root (default "/"). That is what lets tests run on a fake tree and the doctor run from a
+// pod with the host mounted at /host.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace gpufence {
+
+enum class FileType { regular, directory, char_device, block_device, symlink, other };
+
+struct FileInfo {
+  FileType type = FileType::other;
+  unsigned major = 0;  // of the device, for char/block devices
+  unsigned minor = 0;
+  unsigned mode = 0;   // permission bits
+};
+
+class HostFs {
+ public:
+  explicit HostFs(std::filesystem::path root = "/");
+
+  const std::filesystem::path& root() const { return m_root; }
+
+  // The real path of a host path: "/dev/nvidia0" under root "/host" is "/host/dev/nvidia0".
+  std::filesystem::path resolve(std::string_view host_path) const;
+
+  Result<std::string> read(std::string_view host_path) const;
+  bool exists(std::string_view host_path) const;
+  // lstat: a symlink is reported as one.
+  Result<FileInfo> stat(std::string_view host_path) const;
+  // Entry names, sorted, without "." and "..".
+  Result<std::vector<std::string>> list(std::string_view host_path) const;
+  Result<std::string> read_link(std::string_view host_path) const;
+
+ private:
+  std::filesystem::path m_root;
+};
+
+}  // namespace gpufence

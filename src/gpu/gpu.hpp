@@ -1,0 +1,71 @@
+// The GPU model every component shares, and the GpuInventory seam behind which NVML (or a test
+// fake) answers.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace gpufence {
+
+struct Gpu {
+  unsigned index = 0;            // NVML index: not stable across reboots, key on uuid instead
+  std::string uuid;              // "GPU-xxxxxxxx-xxxx-..."
+  std::string name;              // "NVIDIA GeForce RTX 3080"
+  unsigned minor = 0;            // /dev/nvidia<minor>
+  std::string pci_bus_id;        // "00000000:01:00.0"
+  std::uint64_t memory_total = 0;  // bytes
+  std::optional<int> numa_node;  // host NUMA node of the PCI device; nullopt when unknown
+  std::string driver_version;
+
+  std::string device_path() const { return "/dev/nvidia" + std::to_string(minor); }
+};
+
+struct GpuProcess {
+  unsigned pid = 0;
+  std::optional<std::uint64_t> used_memory;  // bytes; nullopt when NVML says "not available"
+};
+
+// How two GPUs are connected, best first. Values follow NVML's nvmlGpuTopologyLevel_t order.
+enum class Link {
+  nvlink,            // at least one active NVLink between them
+  internal,          // same board (multi-GPU card)
+  single_switch,     // one PCIe switch
+  multiple_switch,   // several PCIe switches, no host bridge
+  host_bridge,       // same host bridge
+  numa_node,         // same NUMA node, across host bridges
+  system,            // across NUMA nodes (SMP interconnect)
+  unknown,
+};
+
+struct Topology {
+  Link link = Link::unknown;
+  unsigned nvlinks = 0;  // number of active NVLinks between the pair
+};
+
+// A health event from the driver: a critical XID or a GPU that fell off the bus.
+struct GpuEvent {
+  std::string uuid;   // empty when the driver could not say which GPU
+  std::uint64_t xid = 0;
+  bool gpu_lost = false;
+};
+
+std::string_view link_name(Link link);
+
+class GpuInventory {
+ public:
+  virtual ~GpuInventory() = default;
+  virtual Result<std::vector<Gpu>> gpus() = 0;
+  virtual Result<std::vector<GpuProcess>> processes(const std::string& uuid) = 0;
+  virtual Result<Topology> topology(const std::string& uuid_a, const std::string& uuid_b) = 0;
+  // Whether the GPU answers the driver now (used to recover an Unhealthy GPU).
+  virtual Status check_alive(const std::string& uuid) = 0;
+  // Waits up to `timeout` for the next XID/lost event on any GPU; nullopt on timeout.
+  virtual Result<std::optional<GpuEvent>> wait_event(std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace gpufence

@@ -1,0 +1,54 @@
+// Device selectors: every form users write in NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES,
+// mount markers and CDI names, parsed from literal strings and resolved against an inventory.
+//
+// Forms (NVIDIA container toolkit README and internal/config/image/devices.go):
+//   unset, "" or "void"  -> no request at all ("same behaviour as runc")
+//   "none"               -> no GPU, driver capabilities still wanted
+//   "all"                -> every GPU
+//   "0,1"                -> NVML indices
+//   "GPU-<uuid>"         -> UUIDs, or unique prefixes of them as CUDA accepts
+//   "nvidia.com/gpu=X"   -> CDI names, X an index, UUID or "all"
+//   "/var/run/nvidia-container-devices" -> the volume-mounts strategy: read the mount markers
+//   "0:1", "MIG-..."     -> MIG devices: recognised and rejected, not supported yet
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.hpp"
+#include "gpu/gpu.hpp"
+
+namespace gpufence {
+
+inline constexpr std::string_view kCdiKind = "nvidia.com/gpu";
+inline constexpr std::string_view kMountMarkerRoot = "/var/run/nvidia-container-devices";
+// UUIDs fit NVML_DEVICE_UUID_V2_BUFFER_SIZE (96, NUL included); anything longer is garbage.
+inline constexpr size_t kMaxDeviceTokenLength = 95;
+
+struct DeviceToken {
+  enum class Kind { index, uuid, all };
+  Kind kind = Kind::index;
+  unsigned index = 0;
+  std::string uuid;  // full or prefix, "GPU-..."
+  std::string text;  // the token as written, for error messages
+};
+
+struct DeviceSelector {
+  enum class Kind { unset, none, all, list, volume_mounts };
+  Kind kind = Kind::unset;
+  std::vector<DeviceToken> tokens;  // for Kind::list
+};
+
+// One device: "1", "GPU-ab12", "nvidia.com/gpu=1", "nvidia.com/gpu=all".
+Result<DeviceToken> parse_device_token(std::string_view token);
+// A whole NVIDIA_VISIBLE_DEVICES-style value.
+Result<DeviceSelector> parse_device_selector(std::string_view value);
+
+// The GPUs a token names. Errors name the token: unknown index/UUID, ambiguous UUID prefix.
+Result<std::vector<Gpu>> resolve_token(const DeviceToken& token, const std::vector<Gpu>& inventory);
+// The GPUs a selector names, in the order written; a GPU named twice is an error.
+Result<std::vector<Gpu>> resolve_selector(const DeviceSelector& selector,
+                                          const std::vector<Gpu>& inventory);
+
+}  // namespace gpufence

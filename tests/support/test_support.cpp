@@ -1,0 +1,126 @@
+#include "support/test_support.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace gpufence::test {
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "gpufence-test-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  m_path = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(m_path, ec);
+}
+
+std::filesystem::path TempDir::write(const std::string& rel, const std::string& content) const {
+  auto p = m_path / rel;
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << content;
+  return p;
+}
+
+std::string mock_nvml_library(const std::string& variant) {
+  return std::string(GPUFENCE_MOCK_NVML_DIR) + "/" + variant + "/libnvidia-ml.so.1";
+}
+std::string source_path(const std::string& rel) { return std::string(GPUFENCE_SOURCE_DIR) + "/" + rel; }
+std::string bin_path(const std::string& name) { return std::string(GPUFENCE_BIN_DIR) + "/" + name; }
+
+std::string mock_uuid(unsigned i) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "GPU-%08x-0000-4000-8000-%012x", 0xa0 + i, i);
+  return buf;
+}
+
+nlohmann::json mock_gpus(unsigned count) {
+  nlohmann::json cfg;
+  cfg["driver_version"] = "550.54.15";
+  cfg["gpus"] = nlohmann::json::array();
+  for (unsigned i = 0; i < count; ++i) {
+    char bus[32];
+    std::snprintf(bus, sizeof bus, "00000000:%02X:00.0", 0x10 + i);
+    cfg["gpus"].push_back({{"uuid", mock_uuid(i)},
+                           {"name", "NVIDIA Test GPU"},
+                           {"minor", i},
+                           {"pci_bus_id", bus},
+                           {"memory_total", 16ULL << 30},
+                           {"numa_node", i < count / 2 || count == 1 ? 0 : 1}});
+  }
+  return cfg;
+}
+
+namespace {
+
+std::string slurp(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+}  // namespace
+
+CommandResult run_command(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                          const std::string& stdin_data) {
+  // Temp files rather than pipes: no deadlock whatever the child writes.
+  char out_tmpl[] = "/tmp/gpufence-out-XXXXXX";
+  char err_tmpl[] = "/tmp/gpufence-err-XXXXXX";
+  char in_tmpl[] = "/tmp/gpufence-in-XXXXXX";
+  int out_fd = ::mkstemp(out_tmpl), err_fd = ::mkstemp(err_tmpl), in_fd = ::mkstemp(in_tmpl);
+  ::unlink(out_tmpl);
+  ::unlink(err_tmpl);
+  ::unlink(in_tmpl);
+  if (!stdin_data.empty() && ::write(in_fd, stdin_data.data(), stdin_data.size()) < 0) {
+    throw std::runtime_error("write stdin");
+  }
+  ::lseek(in_fd, 0, SEEK_SET);
+
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) envs.emplace_back(*e);
+  for (const auto& e : env) envs.push_back(e);
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in_fd, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
+  pid_t pid = 0;
+  int rc = ::posix_spawnp(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&actions);
+  CommandResult result;
+  if (rc != 0) {
+    result.err = "spawn failed";
+  } else {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    ::lseek(out_fd, 0, SEEK_SET);
+    ::lseek(err_fd, 0, SEEK_SET);
+    result.out = slurp(out_fd);
+    result.err = slurp(err_fd);
+  }
+  ::close(out_fd);
+  ::close(err_fd);
+  ::close(in_fd);
+  return result;
+}
+
+}  // namespace gpufence::test

@@ -1,0 +1,46 @@
+// Helpers shared by the tests: temporary trees, mock NVML configs, running binaries.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gpufence::test {
+
+// A temporary directory removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return m_path; }
+  std::filesystem::path operator/(const std::string& rel) const { return m_path / rel; }
+  // Writes `content` at `rel`, creating parent directories.
+  std::filesystem::path write(const std::string& rel, const std::string& content) const;
+
+ private:
+  std::filesystem::path m_path;
+};
+
+std::string mock_nvml_library(const std::string& variant = "default");
+std::string source_path(const std::string& rel);
+std::string bin_path(const std::string& name);
+
+// A mock NVML description of `count` GPUs named GPU-00000000-0000-0000-0000-00000000000<i>.
+nlohmann::json mock_gpus(unsigned count);
+std::string mock_uuid(unsigned i);
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs argv with extra environment entries ("K=V"), capturing stdout and stderr.
+CommandResult run_command(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+                          const std::string& stdin_data = "");
+
+}  // namespace gpufence::test

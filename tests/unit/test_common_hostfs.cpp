@@ -1,0 +1,58 @@
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include "common/hostfs.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+
+TEST(HostFs, ResolvesEveryPathUnderItsRoot) {
+  HostFs fs("/host");
+  EXPECT_EQ(fs.resolve("/proc/1/status"), "/host/proc/1/status");
+  EXPECT_EQ(fs.resolve("proc/1/status"), "/host/proc/1/status");
+  EXPECT_EQ(fs.resolve("/"), "/host");
+  EXPECT_EQ(HostFs("/").resolve("/dev/nvidia0"), "/dev/nvidia0");
+}
+
+TEST(HostFs, ReadsListsAndStatsAFakeRoot) {
+  test::TempDir root;
+  root.write("proc/42/environ", std::string("A=1\0B=2\0", 8));
+  root.write("sys/bus/pci/devices/0000:01:00.0/numa_node", "1\n");
+  std::filesystem::create_directories(root / "dev");
+  ASSERT_EQ(::mknod((root / "dev/nvidia1").c_str(), S_IFCHR | 0666, makedev(195, 1)), 0)
+      << "mknod needs root";
+  std::filesystem::create_symlink("nvidia1", root / "dev/gpu-link");
+
+  HostFs fs(root.path());
+  auto environ = fs.read("/proc/42/environ");
+  ASSERT_TRUE(environ);
+  EXPECT_EQ(*environ, std::string("A=1\0B=2\0", 8));
+  EXPECT_EQ(fs.read("/sys/bus/pci/devices/0000:01:00.0/numa_node").value(), "1\n");
+
+  auto info = fs.stat("/dev/nvidia1");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->type, FileType::char_device);
+  EXPECT_EQ(info->major, 195u);
+  EXPECT_EQ(info->minor, 1u);
+  EXPECT_EQ(fs.stat("/dev/gpu-link")->type, FileType::symlink);
+  EXPECT_EQ(fs.read_link("/dev/gpu-link").value(), "nvidia1");
+
+  auto entries = fs.list("/dev");
+  ASSERT_TRUE(entries);
+  EXPECT_EQ(*entries, (std::vector<std::string>{"gpu-link", "nvidia1"}));
+  EXPECT_TRUE(fs.exists("/dev/nvidia1"));
+  EXPECT_FALSE(fs.exists("/dev/nvidia0"));
+}
+
+TEST(HostFs, ErrorsNameTheRealPathAndTheCause) {
+  test::TempDir root;
+  HostFs fs(root.path());
+  auto missing = fs.read("/proc/999999/status");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, Errc::not_found);
+  EXPECT_NE(missing.error().message.find((root / "proc/999999/status").string()), std::string::npos);
+  EXPECT_NE(missing.error().message.find("No such file"), std::string::npos);
+  EXPECT_FALSE(fs.list("/nope"));
+  EXPECT_FALSE(fs.stat("/nope"));
+}

@@ -1,0 +1,536 @@
+// A stand-in for the NVIDIA driver's libnvidia-ml.so.1: the same C ABI (src/gpu/nvml_abi.hpp,
+// from shared/reference/nvml-abi.md), answered from a JSON description named by
+// $MOCK_NVML_CONFIG. Events are injected at run time by appending JSON lines to an events file
+// ("events_file" in the config, or $MOCK_NVML_EVENTS):
+//   {"gpu": 0, "xid": 48}        a critical XID on GPU 0 (index or UUID)
+//   {"gpu": 1, "lost": true}     GPU 1 fell off the bus: its queries answer GPU_IS_LOST (15)
+//   {"gpu": 1, "lost": false}    GPU 1 answers again
+// Build variants drop symbols to exercise the loader's fallbacks (MOCK_NVML_LEGACY) and its
+// missing-symbol error (MOCK_NVML_NO_UUID).
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/nvml_abi.hpp"
+
+#define MOCK_EXPORT extern "C" __attribute__((visibility("default")))
+
+struct nvmlDevice_st {
+  unsigned index = 0;
+  std::string uuid, name, bus_id;
+  unsigned minor = 0;
+  unsigned long long memory_total = 0, memory_used = 0;
+  int numa_node = -1;  // -1: NOT_SUPPORTED, as on ordinary PCIe systems
+  unsigned pci_device_id = 0x220610DE;
+  std::vector<std::pair<unsigned, unsigned long long>> processes;
+  std::vector<std::string> nvlinks;  // remote bus id per link
+  bool lost = false;
+  unsigned long long registered_events = 0;
+};
+
+struct nvmlEventSet_st {
+  std::deque<nvmlEventData_t> pending;
+};
+
+namespace {
+
+using json = nlohmann::json;
+using namespace gpufence;
+
+struct State {
+  std::mutex mu;
+  int init_count = 0;
+  std::string driver_version = "550.54.15";
+  std::string nvml_version = "12.550.54.15";
+  int cuda_driver_version = 12040;
+  std::vector<std::unique_ptr<nvmlDevice_st>> devices;
+  std::vector<std::tuple<unsigned, unsigned, int>> topology;
+  int default_topology = nvml::TOPOLOGY_SYSTEM;
+  json fail = json::object();
+  std::string events_file;
+  std::streamoff events_offset = 0;
+  std::vector<nvmlEventSet_st*> sets;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+int topology_level(const std::string& name) {
+  if (name == "INTERNAL") return nvml::TOPOLOGY_INTERNAL;
+  if (name == "SINGLE") return nvml::TOPOLOGY_SINGLE;
+  if (name == "MULTIPLE") return nvml::TOPOLOGY_MULTIPLE;
+  if (name == "HOSTBRIDGE") return nvml::TOPOLOGY_HOSTBRIDGE;
+  if (name == "NODE") return nvml::TOPOLOGY_NODE;
+  return nvml::TOPOLOGY_SYSTEM;
+}
+
+// Loads the JSON description; any problem makes init fail with UNKNOWN and a line on stderr.
+int load_config(State& s) {
+  const char* path = std::getenv("MOCK_NVML_CONFIG");
+  s.devices.clear();
+  s.topology.clear();
+  if (!path || !*path) {
+    std::fprintf(stderr, "mock-nvml: MOCK_NVML_CONFIG is not set\n");
+    return nvml::ERROR_DRIVER_NOT_LOADED;
+  }
+  try {
+    std::ifstream in(path);
+    if (!in) {
+      std::fprintf(stderr, "mock-nvml: cannot open %s\n", path);
+      return nvml::ERROR_DRIVER_NOT_LOADED;
+    }
+    json cfg = json::parse(in);
+    if (int err = cfg.value("init_error", 0); err != 0) return err;
+    s.driver_version = cfg.value("driver_version", s.driver_version);
+    s.nvml_version = cfg.value("nvml_version", s.nvml_version);
+    s.cuda_driver_version = cfg.value("cuda_driver_version", s.cuda_driver_version);
+    s.fail = cfg.value("fail", json::object());
+    s.default_topology = topology_level(cfg.value("default_topology", std::string("SYSTEM")));
+    unsigned index = 0;
+    for (const auto& g : cfg.value("gpus", json::array())) {
+      auto d = std::make_unique<nvmlDevice_st>();
+      d->index = index++;
+      d->uuid = g.at("uuid").get<std::string>();
+      d->name = g.value("name", std::string("NVIDIA Mock GPU"));
+      d->minor = g.value("minor", d->index);
+      d->bus_id = g.value("pci_bus_id", std::string("00000000:01:00.0"));
+      d->memory_total = g.value("memory_total", 10737418240ULL);
+      d->memory_used = g.value("memory_used", 0ULL);
+      d->numa_node = g.contains("numa_node") && !g["numa_node"].is_null() ? g["numa_node"].get<int>() : -1;
+      d->lost = g.value("lost", false);
+      for (const auto& p : g.value("processes", json::array())) {
+        d->processes.emplace_back(p.at("pid").get<unsigned>(), p.value("used_memory", 0ULL));
+      }
+      for (const auto& link : g.value("nvlinks", json::array())) d->nvlinks.push_back(link.get<std::string>());
+      s.devices.push_back(std::move(d));
+    }
+    for (const auto& t : cfg.value("topology", json::array())) {
+      auto pair = t.at("gpus");
+      s.topology.emplace_back(pair.at(0).get<unsigned>(), pair.at(1).get<unsigned>(),
+                              topology_level(t.value("level", std::string("SYSTEM"))));
+    }
+    s.events_file = cfg.value("events_file", std::string());
+    if (s.events_file.empty()) {
+      if (const char* ev = std::getenv("MOCK_NVML_EVENTS")) s.events_file = ev;
+    }
+    s.events_offset = 0;
+    if (!s.events_file.empty()) {
+      // Events written before init are history: NVML only records from registration on.
+      std::ifstream ev(s.events_file, std::ios::ate);
+      if (ev) s.events_offset = ev.tellg();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mock-nvml: bad config %s: %s\n", path, e.what());
+    return nvml::ERROR_UNKNOWN;
+  }
+  return nvml::SUCCESS;
+}
+
+// An injected failure for `fn` from the config's "fail" map, or SUCCESS.
+int injected(State& s, const char* fn) { return s.fail.value(fn, nvml::SUCCESS); }
+
+nvmlDevice_st* find_device(State& s, const json& ref) {
+  for (auto& d : s.devices) {
+    if (ref.is_number_unsigned() && d->index == ref.get<unsigned>()) return d.get();
+    if (ref.is_string() && d->uuid == ref.get<std::string>()) return d.get();
+  }
+  return nullptr;
+}
+
+// Reads complete lines appended to the events file since the last call.
+void poll_events(State& s) {
+  if (s.events_file.empty()) return;
+  std::ifstream in(s.events_file);
+  if (!in) return;
+  in.seekg(s.events_offset);
+  std::string line;
+  while (true) {
+    std::streamoff start = in.tellg();
+    if (!std::getline(in, line)) break;
+    if (in.eof()) {  // a partial line: wait for the writer to finish it
+      s.events_offset = start;
+      return;
+    }
+    s.events_offset = in.tellg();
+    try {
+      json ev = json::parse(line);
+      nvmlDevice_st* d = find_device(s, ev.at("gpu"));
+      if (!d) continue;
+      if (ev.contains("lost")) {
+        d->lost = ev["lost"].get<bool>();
+        continue;
+      }
+      if (ev.contains("xid") && (d->registered_events & nvml::kEventXidCritical)) {
+        nvmlEventData_t data{};
+        data.device = d;
+        data.eventType = nvml::kEventXidCritical;
+        data.eventData = ev["xid"].get<unsigned long long>();
+        data.gpuInstanceId = 0xFFFFFFFFu;
+        data.computeInstanceId = 0xFFFFFFFFu;
+        for (auto* set : s.sets) set->pending.push_back(data);
+      }
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "mock-nvml: ignoring bad event line: %s\n", line.c_str());
+    }
+  }
+}
+
+bool valid(State& s, nvmlDevice_t d) {
+  for (auto& dev : s.devices) {
+    if (dev.get() == d) return true;
+  }
+  return false;
+}
+
+int copy_string(const std::string& value, char* buf, unsigned length) {
+  if (!buf) return nvml::ERROR_INVALID_ARGUMENT;
+  if (value.size() + 1 > length) return nvml::ERROR_INSUFFICIENT_SIZE;
+  std::memcpy(buf, value.c_str(), value.size() + 1);
+  return nvml::SUCCESS;
+}
+
+// Common prologue of every per-device query: initialised, a known handle, not lost.
+#define DEVICE_PROLOGUE(fn, dev)                                   \
+  State& s = state();                                              \
+  std::lock_guard lock(s.mu);                                      \
+  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;         \
+  if (!valid(s, dev)) return nvml::ERROR_INVALID_ARGUMENT;         \
+  if (int rc = injected(s, fn); rc != nvml::SUCCESS) return rc;    \
+  poll_events(s);                                                  \
+  if (dev->lost) return nvml::ERROR_GPU_IS_LOST;
+
+void fill_pci(const nvmlDevice_st& d, nvmlPciInfo_t* pci) {
+  std::memset(pci, 0, sizeof *pci);
+  unsigned domain = 0, bus = 0, device = 0, function = 0;
+  std::sscanf(d.bus_id.c_str(), "%x:%x:%x.%x", &domain, &bus, &device, &function);
+  pci->domain = domain;
+  pci->bus = bus;
+  pci->device = device;
+  pci->pciDeviceId = d.pci_device_id;
+  std::snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.0", domain, bus, device);
+  std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0", domain, bus, device);
+}
+
+template <class Record>
+int running_processes(nvmlDevice_t dev, unsigned* count, Record* infos, const char* fn) {
+  DEVICE_PROLOGUE(fn, dev);
+  if (!count) return nvml::ERROR_INVALID_ARGUMENT;
+  unsigned needed = static_cast<unsigned>(dev->processes.size());
+  if (*count < needed) {
+    *count = needed;
+    return nvml::ERROR_INSUFFICIENT_SIZE;
+  }
+  if (needed && !infos) return nvml::ERROR_INVALID_ARGUMENT;
+  for (unsigned i = 0; i < needed; ++i) {
+    Record r{};
+    r.pid = dev->processes[i].first;
+    r.usedGpuMemory = dev->processes[i].second;
+    if constexpr (sizeof(Record) == sizeof(nvmlProcessInfo_v2_t)) {
+      r.gpuInstanceId = 0xFFFFFFFFu;
+      r.computeInstanceId = 0xFFFFFFFFu;
+    }
+    infos[i] = r;
+  }
+  *count = needed;
+  return nvml::SUCCESS;
+}
+
+}  // namespace
+
+MOCK_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
+  switch (result) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 9: return "Driver Not Loaded";
+    case 10: return "Timeout";
+    case 12: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case 15: return "GPU is lost";
+    case 999: return "Unknown Error";
+    default: return "Unknown Error";
+  }
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlInit_v2() {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.init_count == 0) {
+    if (int rc = load_config(s); rc != nvml::SUCCESS) return rc;
+  }
+  ++s.init_count;
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlInit() { return nvmlInit_v2(); }
+MOCK_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned) { return nvmlInit_v2(); }
+
+MOCK_EXPORT nvmlReturn_t nvmlShutdown() {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.init_count > 0) --s.init_count;  // extra shutdowns are not an error (nvml-abi.md §5)
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned length) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
+  return copy_string(s.driver_version, version, length);
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned length) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  return copy_string(s.nvml_version, version, length);
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* v) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (!v) return nvml::ERROR_INVALID_ARGUMENT;
+  *v = s.cuda_driver_version;
+  return nvml::SUCCESS;
+}
+MOCK_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) { return nvmlSystemGetCudaDriverVersion(v); }
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
+  if (!count) return nvml::ERROR_INVALID_ARGUMENT;
+  if (int rc = injected(s, "nvmlDeviceGetCount_v2"); rc != nvml::SUCCESS) return rc;
+  *count = static_cast<unsigned>(s.devices.size());
+  return nvml::SUCCESS;
+}
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned* count) { return nvmlDeviceGetCount_v2(count); }
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t* device) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
+  if (!device || index >= s.devices.size()) return nvml::ERROR_INVALID_ARGUMENT;
+  if (int rc = injected(s, "nvmlDeviceGetHandleByIndex_v2"); rc != nvml::SUCCESS) return rc;
+  *device = s.devices[index].get();
+  return nvml::SUCCESS;
+}
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t* device) {
+  return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
+  if (!uuid || !device) return nvml::ERROR_INVALID_ARGUMENT;
+  poll_events(s);
+  for (auto& d : s.devices) {
+    if (d->uuid == uuid) {
+      if (d->lost) return nvml::ERROR_GPU_IS_LOST;
+      *device = d.get();
+      return nvml::SUCCESS;
+    }
+  }
+  return nvml::ERROR_NOT_FOUND;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* device) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
+  if (!bus_id || !device) return nvml::ERROR_INVALID_ARGUMENT;
+  for (auto& d : s.devices) {
+    if (strcasecmp(d->bus_id.c_str(), bus_id) == 0) {
+      *device = d.get();
+      return nvml::SUCCESS;
+    }
+  }
+  return nvml::ERROR_NOT_FOUND;
+}
+
+#ifndef MOCK_NVML_NO_UUID
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char* uuid, unsigned length) {
+  DEVICE_PROLOGUE("nvmlDeviceGetUUID", dev);
+  return copy_string(dev->uuid, uuid, length);
+}
+#endif
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char* name, unsigned length) {
+  DEVICE_PROLOGUE("nvmlDeviceGetName", dev);
+  return copy_string(dev->name, name, length);
+}
+
+#ifndef MOCK_NVML_LEGACY
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned* index) {
+  DEVICE_PROLOGUE("nvmlDeviceGetIndex", dev);
+  if (!index) return nvml::ERROR_INVALID_ARGUMENT;
+  *index = dev->index;
+  return nvml::SUCCESS;
+}
+#endif
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t dev, unsigned* minor) {
+  DEVICE_PROLOGUE("nvmlDeviceGetMinorNumber", dev);
+  if (!minor) return nvml::ERROR_INVALID_ARGUMENT;
+  *minor = dev->minor;
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t* pci) {
+  DEVICE_PROLOGUE("nvmlDeviceGetPciInfo_v3", dev);
+  if (!pci) return nvml::ERROR_INVALID_ARGUMENT;
+  fill_pci(*dev, pci);
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t* mem) {
+  DEVICE_PROLOGUE("nvmlDeviceGetMemoryInfo", dev);
+  if (!mem) return nvml::ERROR_INVALID_ARGUMENT;
+  mem->total = dev->memory_total;
+  mem->used = dev->memory_used;
+  mem->free = dev->memory_total - dev->memory_used;
+  return nvml::SUCCESS;
+}
+
+struct MockMemoryV2 {
+  unsigned version;
+  unsigned long long total, reserved, free, used;
+};
+static_assert(sizeof(MockMemoryV2) == 40);
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, MockMemoryV2* mem) {
+  DEVICE_PROLOGUE("nvmlDeviceGetMemoryInfo_v2", dev);
+  if (!mem) return nvml::ERROR_INVALID_ARGUMENT;
+  if (mem->version != 0x02000028u) return 25;  // NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+  mem->total = dev->memory_total;
+  mem->reserved = 0;
+  mem->used = dev->memory_used;
+  mem->free = dev->memory_total - dev->memory_used;
+  return nvml::SUCCESS;
+}
+
+#ifndef MOCK_NVML_LEGACY
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t dev, unsigned* node) {
+  DEVICE_PROLOGUE("nvmlDeviceGetNumaNodeId", dev);
+  if (!node) return nvml::ERROR_INVALID_ARGUMENT;
+  if (dev->numa_node < 0) return nvml::ERROR_NOT_SUPPORTED;
+  *node = static_cast<unsigned>(dev->numa_node);
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned* count,
+                                                                 nvmlProcessInfo_v2_t* infos) {
+  return running_processes(dev, count, infos, "nvmlDeviceGetComputeRunningProcesses_v3");
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t dev, unsigned* count,
+                                                                 nvmlProcessInfo_v2_t* infos) {
+  return running_processes(dev, count, infos, "nvmlDeviceGetComputeRunningProcesses_v2");
+}
+#endif
+
+// The plain name is the legacy v1 entry point with 16-byte records, as in the real library.
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev, unsigned* count,
+                                                              nvmlProcessInfo_v1_t* infos) {
+  return running_processes(dev, count, infos, "nvmlDeviceGetComputeRunningProcesses");
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b,
+                                                             nvmlGpuTopologyLevel_t* level) {
+  DEVICE_PROLOGUE("nvmlDeviceGetTopologyCommonAncestor", a);
+  if (!valid(s, b) || !level) return nvml::ERROR_INVALID_ARGUMENT;
+  *level = s.default_topology;
+  for (auto [x, y, l] : s.topology) {
+    if ((x == a->index && y == b->index) || (x == b->index && y == a->index)) *level = l;
+  }
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned link, nvmlEnableState_t* active) {
+  DEVICE_PROLOGUE("nvmlDeviceGetNvLinkState", dev);
+  if (!active) return nvml::ERROR_INVALID_ARGUMENT;
+  if (dev->nvlinks.empty()) return nvml::ERROR_NOT_SUPPORTED;
+  if (link >= dev->nvlinks.size()) return nvml::ERROR_INVALID_ARGUMENT;
+  *active = dev->nvlinks[link].empty() ? 0 : nvml::FEATURE_ENABLED;
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev, unsigned link, nvmlPciInfo_t* pci) {
+  DEVICE_PROLOGUE("nvmlDeviceGetNvLinkRemotePciInfo_v2", dev);
+  if (!pci || link >= dev->nvlinks.size()) return nvml::ERROR_INVALID_ARGUMENT;
+  nvmlDevice_st remote;
+  remote.bus_id = dev->nvlinks[link];
+  fill_pci(remote, pci);
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
+  if (!set) return nvml::ERROR_INVALID_ARGUMENT;
+  *set = new nvmlEventSet_st;
+  s.sets.push_back(*set);
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev, unsigned long long* types) {
+  DEVICE_PROLOGUE("nvmlDeviceGetSupportedEventTypes", dev);
+  if (!types) return nvml::ERROR_INVALID_ARGUMENT;
+  *types = nvml::kEventXidCritical | nvml::kEventSingleBitEcc | nvml::kEventDoubleBitEcc;
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types, nvmlEventSet_t) {
+  DEVICE_PROLOGUE("nvmlDeviceRegisterEvents", dev);
+  dev->registered_events |= types;
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    {
+      State& s = state();
+      std::lock_guard lock(s.mu);
+      if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
+      if (!set || !data) return nvml::ERROR_INVALID_ARGUMENT;
+      if (int rc = injected(s, "nvmlEventSetWait_v2"); rc != nvml::SUCCESS) return rc;
+      poll_events(s);
+      for (auto& d : s.devices) {
+        if (d->lost) return nvml::ERROR_GPU_IS_LOST;
+      }
+      if (!set->pending.empty()) {
+        *data = set->pending.front();
+        set->pending.pop_front();
+        return nvml::SUCCESS;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return nvml::ERROR_TIMEOUT;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  std::erase(s.sets, set);
+  delete set;
+  return nvml::SUCCESS;
+}
