@@ -1,0 +1,78 @@
+# Shared by `make demo` and the scenario tests: a simulated GPU node (fake /dev/nvidia* nodes,
+# the mock NVML library) and OCI bundles shaped the way containerd's CRI writes them.
+# Source it; it defines functions only.
+
+# Capability names by number (linux/capability.h), to build a privileged spec from the host's
+# own bounding set: a hard-coded "all capabilities" list fails where the host lacks one
+# (this VM has no CAP_SYS_RESOURCE in its bounding set).
+GF_CAP_NAMES=(CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP
+  LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE
+  SYS_RAWIO SYS_CHROOT SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME
+  SYS_TTY_CONFIG MKNOD LEASE AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG
+  WAKE_ALARM BLOCK_SUSPEND AUDIT_READ PERFMON BPF CHECKPOINT_RESTORE)
+
+# The host's bounding set as a JSON list of "CAP_..." strings.
+gf_host_caps_json() {
+  local hex mask i out=""
+  hex=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
+  mask=$((16#$hex))
+  for i in "${!GF_CAP_NAMES[@]}"; do
+    if (( (mask >> i) & 1 )); then out+="${out:+,}\"CAP_${GF_CAP_NAMES[$i]}\""; fi
+  done
+  printf '[%s]' "$out"
+}
+
+# Default capabilities of an unprivileged container (containerd's default set, no SYS_ADMIN).
+GF_DEFAULT_CAPS='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_FSETID","CAP_FOWNER","CAP_MKNOD","CAP_NET_RAW","CAP_SETGID","CAP_SETUID","CAP_SETFCAP","CAP_SETPCAP","CAP_NET_BIND_SERVICE","CAP_SYS_CHROOT","CAP_KILL","CAP_AUDIT_WRITE"]'
+
+# gf_make_node_root DIR: a fake host /dev with two GPUs and the control node.
+gf_make_node_root() {
+  local root=$1
+  mkdir -p "$root/dev"
+  mknod -m 666 "$root/dev/nvidia0" c 195 0
+  mknod -m 666 "$root/dev/nvidia1" c 195 1
+  mknod -m 666 "$root/dev/nvidiactl" c 195 255
+}
+
+# gf_make_rootfs DIR PROBE: a busybox-static root with the probe binary.
+gf_make_rootfs() {
+  local rootfs=$1 probe=$2 busybox
+  busybox=$(command -v busybox || echo /bin/busybox)
+  mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/proc" "$rootfs/dev" "$rootfs/sys"
+  cp "$busybox" "$rootfs/bin/busybox"
+  for app in sh cat echo sleep mknod ls env; do ln -sf busybox "$rootfs/bin/$app"; done
+  cp "$probe" "$rootfs/bin/gpufence-probe"
+}
+
+# gf_write_spec BUNDLE MODE ARGS_JSON ENV_ITEMS MOUNT_ITEMS ANNOTATION_ITEMS [NODE_ROOT]
+#   MODE privileged: host bounding set, allow-all devices cgroup, every host GPU node listed
+#        (what containerd's CRI does for a privileged container);
+#   MODE unprivileged: default caps, default-deny devices cgroup.
+#   *_ITEMS are JSON fragments placed inside the respective list/object (may be empty).
+gf_write_spec() {
+  local bundle=$1 mode=$2 args=$3 env=$4 mounts=$5 annotations=$6 node_root=${7:-}
+  local caps rules devices=""
+  if [ "$mode" = privileged ]; then
+    caps=$(gf_host_caps_json)
+    rules='{"allow":true,"access":"rwm"}'
+    local n
+    for n in "$node_root"/dev/nvidia*; do
+      [ -c "$n" ] || continue
+      local name=${n##*/} maj min
+      maj=$(stat -c '%t' "$n"); min=$(stat -c '%T' "$n")
+      devices+="${devices:+,}{\"path\":\"/dev/$name\",\"type\":\"c\",\"major\":$((16#$maj)),\"minor\":$((16#$min)),\"fileMode\":438,\"uid\":0,\"gid\":0}"
+    done
+  else
+    caps=$GF_DEFAULT_CAPS
+    rules='{"allow":false,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":3,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":5,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":8,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":9,"access":"rwm"},{"allow":true,"type":"c","major":5,"minor":0,"access":"rwm"},{"allow":true,"type":"c","major":5,"minor":2,"access":"rwm"},{"allow":true,"type":"c","major":136,"access":"rwm"}'
+  fi
+  local mount_list='{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev","type":"tmpfs","source":"tmpfs","options":["nosuid","strictatime","mode=755","size=65536k"]},{"destination":"/dev/pts","type":"devpts","source":"devpts","options":["nosuid","noexec","newinstance","ptmxmode=0666","mode=0620"]},{"destination":"/sys","type":"sysfs","source":"sysfs","options":["nosuid","noexec","nodev","ro"]}'
+  [ -n "$mounts" ] && mount_list+=",$mounts"
+  cat > "$bundle/config.json" <<JSON
+{"ociVersion":"1.0.2-dev","process":{"terminal":false,"user":{"uid":0,"gid":0},"args":$args,"env":["PATH=/bin"${env:+,$env}],"cwd":"/","capabilities":{"bounding":$caps,"effective":$caps,"permitted":$caps},"noNewPrivileges":false},"root":{"path":"rootfs"},"hostname":"gpufence-test","mounts":[$mount_list],"annotations":{${annotations}},"linux":{"devices":[${devices}],"resources":{"devices":[$rules]},"namespaces":[{"type":"pid"},{"type":"ipc"},{"type":"uts"},{"type":"mount"}]}}
+JSON
+}
+
+gf_marker_mount() {  # gf_marker_mount ID -> a kubelet volume-mounts marker
+  printf '{"destination":"/var/run/nvidia-container-devices/%s","type":"bind","source":"/dev/null","options":["rbind","ro"]}' "$1"
+}

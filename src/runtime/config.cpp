@@ -1,0 +1,150 @@
+#include "runtime/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <set>
+
+#include "common/file.hpp"
+
+namespace gpufence {
+namespace {
+
+Result<std::vector<std::string>> string_array(const toml::node& node, std::string_view key) {
+  const auto* arr = node.as_array();
+  if (!arr) return fail(Errc::parse, key, " must be an array of strings");
+  std::vector<std::string> out;
+  for (const auto& item : *arr) {
+    auto s = item.value<std::string>();
+    if (!s) return fail(Errc::parse, key, " must be an array of strings");
+    out.push_back(*s);
+  }
+  return out;
+}
+
+Result<std::string> string_value(const toml::node& node, std::string_view key) {
+  auto s = node.value<std::string>();
+  if (!s) return fail(Errc::parse, key, " must be a string");
+  return *s;
+}
+
+// Applies one table's keys through `apply`; unknown keys are errors.
+Status apply_table(const toml::table& table, std::string_view name,
+                   const std::set<std::string, std::less<>>& known,
+                   const std::function<Status(std::string_view, const toml::node&)>& apply) {
+  for (const auto& [key, node] : table) {
+    std::string full = cat(name, ".", key.str());
+    if (!known.contains(key.str())) return fail(Errc::parse, "unknown key '", full, "'");
+    if (auto st = apply(key.str(), node); !st) return std::unexpected(st.error().wrap(full));
+  }
+  return {};
+}
+
+}  // namespace
+
+bool RuntimeConfig::trusts(TrustedChannel c) const {
+  return std::find(trusted_channels.begin(), trusted_channels.end(), c) != trusted_channels.end();
+}
+
+Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_view origin) {
+  toml::table doc;
+  try {
+    doc = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    return fail(Errc::parse, origin, ":", where.line, ":", where.column, ": ", e.description());
+  }
+  RuntimeConfig cfg;
+  auto in_file = [&](Status st) -> Status {
+    if (!st) return std::unexpected(st.error().wrap(origin));
+    return {};
+  };
+  for (const auto& [section, node] : doc) {
+    const toml::table* table = node.as_table();
+    if (!table) return fail(Errc::parse, origin, ": top-level key '", section.str(), "' must be a table");
+    Status st;
+    if (section == "runtime") {
+      st = apply_table(*table, "runtime", {"low_level"}, [&](std::string_view, const toml::node& n) -> Status {
+        auto v = string_value(n, "value");
+        if (!v) return std::unexpected(v.error());
+        if (v->empty()) return fail(Errc::parse, "must not be empty");
+        cfg.low_level_runtime = *v;
+        return {};
+      });
+    } else if (section == "log") {
+      st = apply_table(*table, "log", {"file", "level"}, [&](std::string_view key, const toml::node& n) -> Status {
+        auto v = string_value(n, "value");
+        if (!v) return std::unexpected(v.error());
+        (key == "file" ? cfg.log_file : cfg.log_level) = *v;
+        return {};
+      });
+    } else if (section == "allocation") {
+      st = apply_table(*table, "allocation", {"trusted_channels", "privileged", "annotation_prefixes"},
+                       [&](std::string_view key, const toml::node& n) -> Status {
+        if (key == "privileged") {
+          auto v = string_value(n, "value");
+          if (!v) return std::unexpected(v.error());
+          if (*v == "isolate") cfg.privileged_policy = PrivilegedPolicy::isolate;
+          else if (*v == "passthrough") cfg.privileged_policy = PrivilegedPolicy::passthrough;
+          else return fail(Errc::parse, "'", *v, "' is not isolate or passthrough");
+          return {};
+        }
+        auto list = string_array(n, "value");
+        if (!list) return std::unexpected(list.error());
+        if (key == "annotation_prefixes") {
+          cfg.annotation_prefixes = *list;
+          return {};
+        }
+        cfg.trusted_channels.clear();
+        for (const auto& c : *list) {
+          if (c == "cdi-annotations") cfg.trusted_channels.push_back(TrustedChannel::cdi_annotations);
+          else if (c == "mount-markers") cfg.trusted_channels.push_back(TrustedChannel::mount_markers);
+          else if (c == "envvar") cfg.trusted_channels.push_back(TrustedChannel::envvar);
+          else return fail(Errc::parse, "unknown channel '", c, "' (cdi-annotations, mount-markers, envvar)");
+        }
+        return {};
+      });
+    } else if (section == "devices") {
+      st = apply_table(*table, "devices", {"root", "control_nodes", "nvml_library"},
+                       [&](std::string_view key, const toml::node& n) -> Status {
+        if (key == "control_nodes") {
+          auto list = string_array(n, "value");
+          if (!list) return std::unexpected(list.error());
+          cfg.control_nodes = *list;
+          return {};
+        }
+        auto v = string_value(n, "value");
+        if (!v) return std::unexpected(v.error());
+        (key == "root" ? cfg.device_root : cfg.nvml_library) = *v;
+        return {};
+      });
+    } else if (section == "cdi") {
+      st = apply_table(*table, "cdi", {"spec_dirs"}, [&](std::string_view, const toml::node& n) -> Status {
+        auto list = string_array(n, "value");
+        if (!list) return std::unexpected(list.error());
+        cfg.cdi_spec_dirs = *list;
+        return {};
+      });
+    } else {
+      return fail(Errc::parse, origin, ": unknown section [", section.str(), "]");
+    }
+    if (auto r = in_file(st); !r) return std::unexpected(r.error());
+  }
+  return cfg;
+}
+
+Result<RuntimeConfig> load_runtime_config() {
+  const char* env = std::getenv(kRuntimeConfigEnv);
+  bool explicit_path = env && *env;
+  std::string path = explicit_path ? env : kRuntimeConfigPath;
+  auto text = read_file(path);
+  if (!text) {
+    if (text.error().code == Errc::not_found && !explicit_path) return RuntimeConfig{};
+    return std::unexpected(text.error().wrap("read runtime config"));
+  }
+  return parse_runtime_config(*text, path);
+}
+
+}  // namespace gpufence

@@ -1,0 +1,43 @@
+// /etc/gpufence/runtime.toml (override: $GPUFENCE_RUNTIME_CONFIG). Every key, with its default,
+// is documented in deploy/runtime.toml. An unknown key is an error: a typo in an isolation policy
+// must not silently fall back to a default.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace gpufence {
+
+inline constexpr const char* kRuntimeConfigPath = "/etc/gpufence/runtime.toml";
+inline constexpr const char* kRuntimeConfigEnv = "GPUFENCE_RUNTIME_CONFIG";
+
+enum class TrustedChannel { cdi_annotations, mount_markers, envvar };
+enum class PrivilegedPolicy { isolate, passthrough };
+
+struct RuntimeConfig {
+  std::string low_level_runtime = "runc";  // a path, or a name looked up on PATH
+  std::string log_file = "/var/log/gpufence-runtime.log";  // "" logs to stderr
+  std::string log_level = "info";
+  std::vector<TrustedChannel> trusted_channels = {TrustedChannel::cdi_annotations,
+                                                  TrustedChannel::mount_markers};
+  PrivilegedPolicy privileged_policy = PrivilegedPolicy::isolate;
+  std::vector<std::string> annotation_prefixes = {"cdi.k8s.io/"};
+  std::string device_root = "/";  // host root under which /dev/nvidia* are found
+  std::vector<std::string> control_nodes = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                            "/dev/nvidia-modeset"};
+  std::string nvml_library;  // "" = $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1
+  std::vector<std::string> cdi_spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+
+  bool trusts(TrustedChannel c) const;
+};
+
+// Parses TOML text; `origin` names the file in errors.
+Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_view origin);
+// The file named by $GPUFENCE_RUNTIME_CONFIG, else /etc/gpufence/runtime.toml. A missing
+// default file means defaults; a missing file named explicitly, or any unreadable or broken
+// file, is an error.
+Result<RuntimeConfig> load_runtime_config();
+
+}  // namespace gpufence

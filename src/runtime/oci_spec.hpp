@@ -1,0 +1,26 @@
+// Small readers and writers over an OCI runtime spec (config.json) held as ordered JSON, so that
+// every field we do not touch keeps its place.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gpufence {
+
+using Json = nlohmann::ordered_json;
+
+// "Privileged" as NVIDIA's toolkit defines it: CAP_SYS_ADMIN in process.capabilities.bounding.
+bool is_privileged(const Json& spec);
+
+std::optional<std::string> get_env(const Json& spec, std::string_view key);
+// Sets KEY=value in process.env, replacing every existing KEY entry in place.
+void set_env(Json& spec, std::string_view key, std::string_view value);
+
+// The spec's node at a path of object keys, created (as objects/arrays) when absent.
+Json& ensure_object(Json& parent, const char* key);
+Json& ensure_array(Json& parent, const char* key);
+
+}  // namespace gpufence

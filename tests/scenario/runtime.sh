@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Scenario tests of gpufence-runtime with real runc: fake GPU nodes (char 195:N, no driver
+# behind them) and a probe that opens them from inside the container.
+#   ENXIO = the devices cgroup allowed the open, EPERM = denied, ENOENT = no such node.
+# Usage: runtime.sh CASE   (each case is its own CTest test)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+build=${GPUFENCE_BUILD_DIR:-$src/build}
+. "$src/scripts/lib/bundle.sh"
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root to run runc and mknod"
+command -v runc >/dev/null || skip "runc is not installed (apt-get install runc)"
+command -v busybox >/dev/null || [ -x /bin/busybox ] || skip "busybox-static is not installed"
+
+case_name=${1:?usage: runtime.sh CASE}
+work=$(mktemp -d /tmp/gpufence-scn-XXXXXX)
+state=$work/state
+ids=()
+cleanup() {
+  local id
+  for id in "${ids[@]}"; do runc --root "$state" delete --force "$id" >/dev/null 2>&1; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+failures=0
+check() {  # check DESCRIPTION COMMAND...
+  if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi
+}
+# A GPU the container made itself with mknod is denied by the cgroup: either mknod fails (a deny
+# rule with "m") or the open does (default-deny without an allow).
+mknod_denied() { has_line "$1" "/tmp/n0 EPERM" >/dev/null || has_line "$1" "/tmp/n0 MKNOD_EPERM"; }
+has_line() { grep -qxF -- "$2" <<<"$1" || { echo "  expected line '$2' in:"; sed 's/^/    | /' <<<"$1"; return 1; }; }
+
+node=$work/node
+gf_make_node_root "$node"
+nvml_cfg=$src/tools/mock-nvml/examples/two-rtx3080.json
+GPU0=GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01
+GPU1=GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2
+cat > "$work/runtime.toml" <<TOML
+[log]
+file = "$work/runtime.log"
+[devices]
+root = "$node"
+nvml_library = "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
+TOML
+export MOCK_NVML_CONFIG=$nvml_cfg
+export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
+shim=$build/bin/gpufence-runtime
+probe_args='["/bin/sh","-c","gpufence-probe /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; if mknod /tmp/n0 c 195 0 2>/tmp/mknod.err; then gpufence-probe /tmp/n0; else grep -q \"not permitted\" /tmp/mknod.err && echo \"/tmp/n0 MKNOD_EPERM\"; fi; echo NVD=$NVIDIA_VISIBLE_DEVICES; echo CVD=$CUDA_VISIBLE_DEVICES"]'
+
+# new_bundle NAME MODE ENV MOUNTS ANNOTATIONS [ARGS]
+new_bundle() {
+  local b=$work/$1
+  mkdir -p "$b"
+  gf_make_rootfs "$b/rootfs" "$build/bin/gpufence-probe"
+  gf_write_spec "$b" "$2" "${6:-$probe_args}" "$3" "$4" "$5" "$node"
+  echo "$b"
+}
+# run_with RUNTIME BUNDLE ID: runs the container to completion, prints its output.
+run_with() {
+  ids+=("$3")
+  "$1" --root "$state" run --bundle "$2" "$3" 2>"$work/$3.err"
+}
+
+case $case_name in
+  mount-marker)
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1)" "")
+    out=$(run_with "$shim" "$b" mm1)
+    check "allocated GPU 1 opens (ENXIO)" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "GPU 0 is absent" has_line "$out" "/dev/nvidia0 ENOENT"
+    check "control node is present" has_line "$out" "/dev/nvidiactl ENXIO"
+    check "mknod'ed GPU 0 is denied by the cgroup" mknod_denied "$out"
+    check "NVIDIA_VISIBLE_DEVICES names the UUID" has_line "$out" "NVD=$GPU1"
+    check "CUDA_VISIBLE_DEVICES names the UUID" has_line "$out" "CVD=$GPU1"
+    check "decision logged" grep -q "event=runtime.decision container=mm1 command=run channel=mount-markers privileged=false passthrough=false granted=$GPU1 denied=/dev/nvidia0" "$work/runtime.log"
+    ;;
+  cdi-annotation)
+    b=$(new_bundle c1 unprivileged "" "" "\"cdi.k8s.io/gpufence_x\":\"nvidia.com/gpu=0\"")
+    out=$(run_with "$shim" "$b" cdi1)
+    check "GPU 0 by CDI annotation opens" has_line "$out" "/dev/nvidia0 ENXIO"
+    check "GPU 1 absent" has_line "$out" "/dev/nvidia1 ENOENT"
+    check "env names GPU 0" has_line "$out" "NVD=$GPU0"
+    ;;
+  two-containers)
+    # Both running at once, each created through the shim; probed with exec; then state, kill,
+    # delete all pass through the shim to runc.
+    sleeper='["/bin/sleep","60"]'
+    b0=$(new_bundle a unprivileged "" "$(gf_marker_mount $GPU0)" "" "$sleeper")
+    b1=$(new_bundle b unprivileged "" "$(gf_marker_mount $GPU1)" "" "$sleeper")
+    ids+=(two-a two-b)
+    check "create A" "$shim" --root "$state" create --bundle "$b0" two-a </dev/null >/dev/null 2>"$work/a.err"
+    check "create B" "$shim" --root "$state" create --bundle "$b1" two-b </dev/null >/dev/null 2>"$work/b.err"
+    check "start A" "$shim" --root "$state" start two-a
+    check "start B" "$shim" --root "$state" start two-b
+    st=$("$shim" --root "$state" state two-a)
+    check "state passes through" grep -q '"status": "running"' <<<"$st"
+    pa=$("$shim" --root "$state" exec two-a /bin/gpufence-probe /dev/nvidia0 /dev/nvidia1)
+    pb=$("$shim" --root "$state" exec two-b /bin/gpufence-probe /dev/nvidia0 /dev/nvidia1)
+    check "A reaches GPU 0" has_line "$pa" "/dev/nvidia0 ENXIO"
+    check "A does not see GPU 1" has_line "$pa" "/dev/nvidia1 ENOENT"
+    check "B reaches GPU 1" has_line "$pb" "/dev/nvidia1 ENXIO"
+    check "B does not see GPU 0" has_line "$pb" "/dev/nvidia0 ENOENT"
+    check "kill passes through" "$shim" --root "$state" kill two-a KILL
+    check "kill B" "$shim" --root "$state" kill two-b KILL
+    sleep 0.3
+    check "delete passes through" "$shim" --root "$state" delete two-a
+    check "delete B" "$shim" --root "$state" delete two-b
+    check "deleted container is gone" bash -c "! runc --root '$state' state two-a >/dev/null 2>&1"
+    ;;
+  env-all-unprivileged)
+    b=$(new_bundle c1 unprivileged '"NVIDIA_VISIBLE_DEVICES=all"' "" "")
+    out=$(run_with "$shim" "$b" envall)
+    check "no GPU 0" has_line "$out" "/dev/nvidia0 ENOENT"
+    check "no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+    check "mknod'ed GPU denied" mknod_denied "$out"
+    check "all rewritten to void" has_line "$out" "NVD=void"
+    ;;
+  privileged-allocated)
+    b=$(new_bundle c1 privileged '"NVIDIA_VISIBLE_DEVICES=all"' "$(gf_marker_mount $GPU1)" "")
+    out=$(run_with "$shim" "$b" priv1)
+    check "GPU 1 opens" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "GPU 0 node removed" has_line "$out" "/dev/nvidia0 ENOENT"
+    check "mknod'ed GPU 0 denied by cgroup" mknod_denied "$out"
+    check "env names GPU 1 only" has_line "$out" "NVD=$GPU1"
+    ;;
+  privileged-none)
+    b=$(new_bundle c1 privileged "" "" "")
+    out=$(run_with "$shim" "$b" priv0)
+    check "no GPU 0" has_line "$out" "/dev/nvidia0 ENOENT"
+    check "no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+    check "mknod'ed GPU 0 denied by cgroup" mknod_denied "$out"
+    ;;
+  privileged-passthrough-policy)
+    printf '[allocation]\nprivileged = "passthrough"\n' >> "$work/runtime.toml"
+    b=$(new_bundle c1 privileged "" "" "")
+    cp "$b/config.json" "$work/before.json"
+    out=$(run_with "$shim" "$b" pass0)
+    check "spec untouched" cmp -s "$b/config.json" "$work/before.json"
+    check "GPU 0 reachable (policy passthrough)" has_line "$out" "/dev/nvidia0 ENXIO"
+    ;;
+  seed-before-after)
+    # The seed's node: privileged DeepStream containers, allocation only in the env.
+    b=$(new_bundle c1 privileged "\"NVIDIA_VISIBLE_DEVICES=$GPU1\"" "" "")
+    cp "$b/config.json" "$b/config.orig"
+    out=$(run_with runc "$b" seed-runc)
+    check "plain runc: GPU 0 reachable (the seed's bug)" has_line "$out" "/dev/nvidia0 ENXIO"
+    check "plain runc: GPU 1 reachable" has_line "$out" "/dev/nvidia1 ENXIO"
+    cp "$b/config.orig" "$b/config.json"; rm -f "$b/rootfs/tmp/n0"
+    out=$(run_with "$shim" "$b" seed-shim)
+    check "gpufence-runtime: GPU 0 gone" has_line "$out" "/dev/nvidia0 ENOENT"
+    check "gpufence-runtime: GPU 0 denied even via mknod" mknod_denied "$out"
+    check "gpufence-runtime: GPU 1 reachable" has_line "$out" "/dev/nvidia1 ENXIO"
+    ;;
+  unknown-uuid)
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount GPU-deadbeef-0000-0000-0000-000000000000)" "")
+    cp "$b/config.json" "$work/before.json"
+    ids+=(unk)
+    "$shim" --root "$state" create --bundle "$b" unk </dev/null >/dev/null 2>"$work/err"
+    rc=$?
+    check "create refused" test "$rc" -ne 0
+    check "config.json byte-for-byte unchanged" cmp -s "$b/config.json" "$work/before.json"
+    check "one clear line naming the UUID" grep -q "refusing to create container unk: .*GPU-deadbeef-0000-0000-0000-000000000000.*no GPU with this UUID" "$work/err"
+    check "exactly one line" test "$(wc -l <"$work/err")" -eq 1
+    check "runc never ran" bash -c "! runc --root '$state' state unk >/dev/null 2>&1"
+    check "refusal logged" grep -q "event=runtime.refused container=unk" "$work/runtime.log"
+    ;;
+  malformed-config)
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU0)" "")
+    head -c 200 "$b/config.json" > "$b/config.trunc" && mv "$b/config.trunc" "$b/config.json"
+    cp "$b/config.json" "$work/before.json"
+    "$shim" --root "$state" create --bundle "$b" bad </dev/null >/dev/null 2>"$work/err"
+    check "create refused" test $? -ne 0
+    check "unchanged" cmp -s "$b/config.json" "$work/before.json"
+    check "names the file" grep -q "malformed $b/config.json" "$work/err"
+    ;;
+  broken-runtime-config)
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU0)" "")
+    cp "$b/config.json" "$work/before.json"
+    echo '[allocation' > "$work/runtime.toml"
+    "$shim" --root "$state" create --bundle "$b" badcfg </dev/null >/dev/null 2>"$work/err"
+    check "create refused" test $? -ne 0
+    check "names the config file" grep -q "$work/runtime.toml:" "$work/err"
+    check "unchanged" cmp -s "$b/config.json" "$work/before.json"
+    out=$("$shim" --root "$state" list 2>&1)
+    check "non-create commands still reach runc" grep -q "^ID" <<<"$out"
+    ;;
+  nvml-failure)
+    sed -i "s|nvml_library = .*|nvml_library = \"$work/missing/libnvidia-ml.so.1\"|" "$work/runtime.toml"
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU0)" "")
+    cp "$b/config.json" "$work/before.json"
+    "$shim" --root "$state" create --bundle "$b" nonvml </dev/null >/dev/null 2>"$work/err"
+    check "create refused" test $? -ne 0
+    check "unchanged" cmp -s "$b/config.json" "$work/before.json"
+    check "says NVML cannot be loaded" grep -q "GPUs were requested but: cannot load NVML library" "$work/err"
+    # A container that asks for no GPU still starts without NVML.
+    b2=$(new_bundle c2 unprivileged "" "" "")
+    out=$(run_with "$shim" "$b2" nogpu)
+    check "non-GPU container unaffected" has_line "$out" "/dev/nvidia0 ENOENT"
+    ;;
+  passthrough-commands)
+    check "--version is runc's" test "$("$shim" --version)" = "$(runc --version)"
+    check "--help is runc's" bash -c "'$shim' --help | grep -q 'Open Container Initiative runtime'"
+    printf '[runtime]\nlow_level = "%s"\n' "$shim" > "$work/runtime.toml"
+    "$shim" state x >/dev/null 2>"$work/err"
+    check "refuses to exec itself" grep -q "is gpufence-runtime itself" "$work/err"
+    ;;
+  *) echo "unknown case $case_name"; exit 2 ;;
+esac
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed; runtime log:"; sed 's/^/    | /' "$work/runtime.log" 2>/dev/null
+  for f in "$work"/*.err; do [ -s "$f" ] && { echo "  $f:"; sed 's/^/    | /' "$f"; }; done
+  exit 1
+fi

@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "runtime/config.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+
+TEST(RuntimeConfig, DefaultsAreTheSecureOnes) {
+  auto cfg = parse_runtime_config("", "x.toml");
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->low_level_runtime, "runc");
+  EXPECT_TRUE(cfg->trusts(TrustedChannel::cdi_annotations));
+  EXPECT_TRUE(cfg->trusts(TrustedChannel::mount_markers));
+  EXPECT_FALSE(cfg->trusts(TrustedChannel::envvar));
+  EXPECT_EQ(cfg->privileged_policy, PrivilegedPolicy::isolate);
+  EXPECT_EQ(cfg->cdi_spec_dirs, (std::vector<std::string>{"/etc/cdi", "/var/run/cdi"}));
+}
+
+TEST(RuntimeConfig, TheShippedExampleParsesToTheDefaults) {
+  std::ifstream in(test::source_path("deploy/runtime.toml"));
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_FALSE(text.empty());
+  auto cfg = parse_runtime_config(text, "deploy/runtime.toml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  RuntimeConfig defaults;
+  EXPECT_EQ(cfg->low_level_runtime, defaults.low_level_runtime);
+  EXPECT_EQ(cfg->log_file, defaults.log_file);
+  EXPECT_EQ(cfg->trusted_channels, defaults.trusted_channels);
+  EXPECT_EQ(cfg->control_nodes, defaults.control_nodes);
+  EXPECT_EQ(cfg->cdi_spec_dirs, defaults.cdi_spec_dirs);
+  EXPECT_EQ(cfg->annotation_prefixes, defaults.annotation_prefixes);
+}
+
+TEST(RuntimeConfig, EveryKey) {
+  auto cfg = parse_runtime_config(R"(
+[runtime]
+low_level = "/usr/bin/crun"
+[log]
+file = ""
+level = "debug"
+[allocation]
+trusted_channels = ["mount-markers", "envvar"]
+privileged = "passthrough"
+annotation_prefixes = ["cdi.k8s.io/", "example.com/"]
+[devices]
+root = "/host"
+control_nodes = ["/dev/nvidiactl"]
+nvml_library = "/opt/libnvidia-ml.so.1"
+[cdi]
+spec_dirs = ["/etc/cdi"]
+)", "x.toml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  EXPECT_EQ(cfg->low_level_runtime, "/usr/bin/crun");
+  EXPECT_EQ(cfg->log_file, "");
+  EXPECT_EQ(cfg->log_level, "debug");
+  EXPECT_FALSE(cfg->trusts(TrustedChannel::cdi_annotations));
+  EXPECT_TRUE(cfg->trusts(TrustedChannel::envvar));
+  EXPECT_EQ(cfg->privileged_policy, PrivilegedPolicy::passthrough);
+  EXPECT_EQ(cfg->annotation_prefixes.size(), 2u);
+  EXPECT_EQ(cfg->device_root, "/host");
+  EXPECT_EQ(cfg->control_nodes.size(), 1u);
+  EXPECT_EQ(cfg->nvml_library, "/opt/libnvidia-ml.so.1");
+  EXPECT_EQ(cfg->cdi_spec_dirs.size(), 1u);
+}
+
+TEST(RuntimeConfig, BadInputNamesFileAndKey) {
+  auto broken = parse_runtime_config("[runtime\nlow_level = 1", "/etc/gpufence/runtime.toml");
+  ASSERT_FALSE(broken);
+  EXPECT_NE(broken.error().message.find("/etc/gpufence/runtime.toml:1:"), std::string::npos) << broken.error().message;
+
+  auto typo = parse_runtime_config("[allocation]\ntrusted_chanels = []\n", "r.toml");
+  ASSERT_FALSE(typo);
+  EXPECT_NE(typo.error().message.find("unknown key 'allocation.trusted_chanels'"), std::string::npos);
+
+  auto channel = parse_runtime_config("[allocation]\ntrusted_channels = [\"env\"]\n", "r.toml");
+  ASSERT_FALSE(channel);
+  EXPECT_NE(channel.error().message.find("unknown channel 'env'"), std::string::npos);
+
+  auto type = parse_runtime_config("[runtime]\nlow_level = 3\n", "r.toml");
+  ASSERT_FALSE(type);
+  EXPECT_NE(type.error().message.find("runtime.low_level"), std::string::npos);
+
+  EXPECT_FALSE(parse_runtime_config("[privileged]\nx = 1\n", "r.toml"));
+  EXPECT_FALSE(parse_runtime_config("[allocation]\nprivileged = \"maybe\"\n", "r.toml"));
+}
+
+TEST(RuntimeConfig, LoadFromEnvPath) {
+  test::TempDir dir;
+  auto path = dir.write("runtime.toml", "[runtime]\nlow_level = \"/bin/true\"\n");
+  ::setenv(kRuntimeConfigEnv, path.c_str(), 1);
+  auto cfg = load_runtime_config();
+  ASSERT_TRUE(cfg);
+  EXPECT_EQ(cfg->low_level_runtime, "/bin/true");
+  ::setenv(kRuntimeConfigEnv, (dir / "missing.toml").c_str(), 1);
+  auto missing = load_runtime_config();
+  ASSERT_FALSE(missing) << "an explicitly named config that is missing is an error";
+  EXPECT_NE(missing.error().message.find("missing.toml"), std::string::npos);
+  ::unsetenv(kRuntimeConfigEnv);
+}
