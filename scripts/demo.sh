@@ -1,8 +1,108 @@
 #!/usr/bin/env bash
-# make demo: the seed's node, simulated. Until the runtime shim lands this lists the two GPUs.
+# make demo: the seed's node, simulated, broken and then fixed.
+#
+# Two RTX 3080s (mock NVML + fake /dev/nvidia0, /dev/nvidia1), two "DeepStream" containers each
+# allocated one GPU. First as the seed's node ran them: plain runc, privileged, the allocation only
+# in NVIDIA_VISIBLE_DEVICES. Then through gpufence-runtime, the allocation carried by the mount
+# markers gpufence-device-plugin's Allocate answer puts in every container. Each container tries to
+# open both GPUs; a fake node with no driver behind it answers ENXIO when the cgroup lets the open
+# through, EPERM when it denies it, ENOENT when the node is not there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${GPUFENCE_BUILD_DIR:-$here/build}
+. "$here/scripts/lib/bundle.sh"
+
+if [ "$(id -u)" != 0 ]; then
+  echo "make demo runs real containers with runc and creates device nodes: run it as root (sudo make demo)." >&2
+  exit 1
+fi
+command -v runc >/dev/null || { echo "runc is missing: run 'make test' once (it installs the packages) or apt-get install runc" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/gpufence-demo-XXXXXX)
+state=$work/runc-state
+ids=()
+cleanup() {
+  local id
+  for id in "${ids[@]}"; do runc --root "$state" delete --force "$id" >/dev/null 2>&1 || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
 export MOCK_NVML_CONFIG=$here/tools/mock-nvml/examples/two-rtx3080.json
 export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
+GPU=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2)
+
+node=$work/node
+gf_make_node_root "$node"
+cat > "$work/runtime.toml" <<TOML
+[log]
+file = "$work/gpufence-runtime.log"
+[devices]
+root = "$node"
+TOML
+export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
+
+echo "== The simulated node (gpufence list) =="
 "$build/bin/gpufence" list
+echo
+
+probe='["/bin/sh","-c","gpufence-probe /dev/nvidia0 /dev/nvidia1; if mknod /tmp/n0 c 195 0 2>/dev/null; then gpufence-probe /tmp/n0; else echo /tmp/n0 MKNOD_EPERM; fi; if mknod /tmp/n1 c 195 1 2>/dev/null; then gpufence-probe /tmp/n1; else echo /tmp/n1 MKNOD_EPERM; fi; echo CVD=$CUDA_VISIBLE_DEVICES"]'
+
+# What a probe line means for a user.
+verdict() {
+  case $1 in
+    ENXIO|OK) echo "OPEN" ;;
+    EPERM|MKNOD_EPERM) echo "denied" ;;
+    ENOENT) echo "absent" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# run_case LABEL RUNTIME INDEX: one DeepStream-like container allocated GPU INDEX.
+rows=()
+run_case() {
+  local label=$1 runtime=$2 i=$3 b=$work/$1-ds$3 id="demo-$1-ds$3" out
+  mkdir -p "$b"
+  gf_make_rootfs "$b/rootfs" "$build/bin/gpufence-probe"
+  if [ "$label" = before ]; then
+    # The seed: NVIDIA's plugin put the UUID in the env; the pod is privileged.
+    gf_write_spec "$b" privileged "$probe" "\"NVIDIA_VISIBLE_DEVICES=${GPU[$i]}\"" "" "" "$node"
+  else
+    # gpufence: the kubelet adds the plugin's mount marker; the pod is still privileged and its
+    # image still says NVIDIA_VISIBLE_DEVICES=all.
+    gf_write_spec "$b" privileged "$probe" '"NVIDIA_VISIBLE_DEVICES=all"' "$(gf_marker_mount "${GPU[$i]}")" "" "$node"
+  fi
+  ids+=("$id")
+  out=$("$runtime" --root "$state" run --bundle "$b" "$id" 2>&1)
+  local g0 g1 c0 c1 cvd
+  g0=$(awk '$1=="/dev/nvidia0"{print $2}' <<<"$out"); g1=$(awk '$1=="/dev/nvidia1"{print $2}' <<<"$out")
+  c0=$(awk '$1=="/tmp/n0"{print $2}' <<<"$out"); c1=$(awk '$1=="/tmp/n1"{print $2}' <<<"$out")
+  cvd=$(sed -n 's/^CVD=//p' <<<"$out")
+  local other=$((1 - i)) reach_other
+  if [ "$other" = 0 ]; then reach_other="$g0/$c0"; else reach_other="$g1/$c1"; fi
+  local result="ISOLATED"
+  [[ $reach_other == *ENXIO* ]] && result="LEAK: reaches GPU $other"
+  rows+=("$(printf '%-30s %-6s %-7s %-16s %-16s %-15s %s' \
+    "$( [ "$label" = before ] && echo "before: runc (seed's node)" || echo "after: gpufence-runtime")" \
+    "ds-$i" "GPU $i" "$(verdict "$g0") / $(verdict "$c0")" "$(verdict "$g1") / $(verdict "$c1")" \
+    "${cvd:+${cvd:0:12}…}" "$result")")
+}
+
+echo "== Running two DeepStream containers, each allocated one GPU =="
+for i in 0 1; do run_case before runc "$i"; done
+for i in 0 1; do run_case after "$build/bin/gpufence-runtime" "$i"; done
+
+echo
+printf '%-30s %-6s %-7s %-16s %-16s %-15s %s\n' "" "pod" "alloc" "/dev/nvidia0" "/dev/nvidia1" "CUDA_VIS" "result"
+printf '%-30s %-6s %-7s %-16s %-16s %-15s %s\n' "" "" "" "(node / mknod)" "(node / mknod)" "" ""
+for r in "${rows[@]}"; do echo "$r"; done
+echo
+echo "Before: both containers can open both GPUs (privileged = every host device, and the env"
+echo "variable filters nothing), and CUDA_VISIBLE_DEVICES is unset, so CUDA picks GPU 0 in both:"
+echo "the seed's 'every process runs on GPU 0'."
+echo "After: each container holds only its own GPU node, the other is denied by the devices cgroup"
+echo "even if the container makes the node itself, and CUDA_VISIBLE_DEVICES names its UUID."
+echo
+echo "gpufence-runtime's decisions:"
+sed 's/^/  /' "$work/gpufence-runtime.log"

@@ -25,13 +25,21 @@ gf_host_caps_json() {
 # Default capabilities of an unprivileged container (containerd's default set, no SYS_ADMIN).
 GF_DEFAULT_CAPS='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_FSETID","CAP_FOWNER","CAP_MKNOD","CAP_NET_RAW","CAP_SETGID","CAP_SETUID","CAP_SETFCAP","CAP_SETPCAP","CAP_NET_BIND_SERVICE","CAP_SYS_CHROOT","CAP_KILL","CAP_AUDIT_WRITE"]'
 
-# gf_make_node_root DIR: a fake host /dev with two GPUs and the control node.
+# gf_make_node_root DIR: a fake host with two GPUs matching tools/mock-nvml/examples/two-rtx3080.json:
+# /dev/nvidia0, /dev/nvidia1, /dev/nvidiactl and the driver's /proc/driver/nvidia/gpus entries.
 gf_make_node_root() {
-  local root=$1
+  local root=$1 i bus uuid
+  local uuids=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2)
   mkdir -p "$root/dev"
   mknod -m 666 "$root/dev/nvidia0" c 195 0
   mknod -m 666 "$root/dev/nvidia1" c 195 1
   mknod -m 666 "$root/dev/nvidiactl" c 195 255
+  for i in 0 1; do
+    bus=0000:0$((i + 1)):00.0
+    mkdir -p "$root/proc/driver/nvidia/gpus/$bus"
+    printf 'Model: \t\t NVIDIA GeForce RTX 3080\nIRQ:   \t\t 13%s\nGPU UUID: \t %s\nVideo BIOS: \t 94.02.42.00.a9\nBus Type: \t PCIe\nDMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\nBus Location: \t %s\nDevice Minor: \t %s\nGPU Excluded:\t No\n' \
+      "$i" "${uuids[$i]}" "$bus" "$i" > "$root/proc/driver/nvidia/gpus/$bus/information"
+  done
 }
 
 # gf_make_rootfs DIR PROBE: a busybox-static root with the probe binary.
@@ -40,7 +48,7 @@ gf_make_rootfs() {
   busybox=$(command -v busybox || echo /bin/busybox)
   mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/proc" "$rootfs/dev" "$rootfs/sys"
   cp "$busybox" "$rootfs/bin/busybox"
-  for app in sh cat echo sleep mknod ls env; do ln -sf busybox "$rootfs/bin/$app"; done
+  for app in sh cat echo sleep mknod ls env true; do ln -sf busybox "$rootfs/bin/$app"; done
   cp "$probe" "$rootfs/bin/gpufence-probe"
 }
 

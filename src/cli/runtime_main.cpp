@@ -116,7 +116,8 @@ int run(int argc, char** argv) {
             {"passthrough", decision->passthrough ? "true" : "false"},
             {"granted", join(decision->granted, ",")},
             {"denied", join(denied, ",")},
-            {"spec_changed", decision->spec_changed ? "true" : "false"}});
+            {"spec_changed", decision->spec_changed ? "true" : "false"},
+            {"gpus_from", decision->inventory_source}});
   exec_runtime(*runtime_path, argc, argv);
 }
 

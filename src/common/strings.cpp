@@ -47,4 +47,15 @@ bool starts_with_ci(std::string_view s, std::string_view prefix) {
   return to_lower(s.substr(0, prefix.size())) == to_lower(prefix);
 }
 
+std::string to_upper_hex_bus(std::string_view bus) {
+  std::string out;
+  for (char c : bus) out += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  auto colon = out.find(':');
+  // Pad the domain to 8 hex digits when the bus id has domain:bus:device.function.
+  if (colon != std::string::npos && out.find(':', colon + 1) != std::string::npos && colon < 8) {
+    out.insert(0, 8 - colon, '0');
+  }
+  return out;
+}
+
 }  // namespace gpufence

@@ -14,6 +14,8 @@ std::vector<std::string_view> split(std::string_view s, char sep);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 std::string to_lower(std::string_view s);
 bool starts_with_ci(std::string_view s, std::string_view prefix);
+// "0000:3b:00.0" (sysfs, driver procfs) -> "00000000:3B:00.0" (NVML's busId form).
+std::string to_upper_hex_bus(std::string_view bus);
 
 // Parses a whole decimal number; nullopt on any stray character, sign or overflow.
 template <class T>

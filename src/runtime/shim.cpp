@@ -9,6 +9,7 @@
 #include "common/file.hpp"
 #include "common/hostfs.hpp"
 #include "common/strings.hpp"
+#include "gpu/driver_procfs.hpp"
 #include "runtime/isolation.hpp"
 
 namespace gpufence {
@@ -66,21 +67,39 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
     return decision;
   }
 
-  // Resolve against the host's GPUs. NVML is needed to map ids to minors, and for privileged
-  // containers to know every GPU that must be denied; an unprivileged container that asked for
+  // Resolve against the host's GPUs. UUIDs (what gpufence-device-plugin sends) resolve from the
+  // driver's procfs, which is cheap; indices need NVML's numbering. Privileged containers need
+  // the full list to deny what they were not given. An unprivileged container that asked for
   // nothing needs neither, which keeps the common non-GPU create fast.
   HostFs host(ctx.config.device_root);
   std::vector<Gpu> inventory;
   if (!request->tokens.empty() || decision.privileged) {
-    auto inv_or = ctx.open_inventory();
-    auto gpus = inv_or ? (*inv_or)->gpus() : Result<std::vector<Gpu>>(std::unexpected(inv_or.error()));
-    if (!gpus) {
-      if (!request->tokens.empty()) return std::unexpected(gpus.error().wrap("GPUs were requested but"));
-      ctx.log.warn("runtime.nvml_unavailable",
-                   {{"container", inv.container_id}, {"error", gpus.error().message},
-                    {"fallback", "deny every /dev/nvidiaN on the host"}});
-    } else {
-      inventory = std::move(*gpus);
+    bool uuids_only = std::all_of(request->tokens.begin(), request->tokens.end(), [](const DeviceToken& t) {
+      return t.kind != DeviceToken::Kind::index;
+    });
+    bool have_inventory = false;
+    if (uuids_only) {
+      if (auto gpus = read_driver_gpus(host)) {
+        inventory = std::move(*gpus);
+        have_inventory = true;
+        decision.inventory_source = "driver-procfs";
+      } else if (gpus.error().code != Errc::not_found) {
+        ctx.log.warn("runtime.driver_procfs_unreadable", {{"error", gpus.error().message}});
+      }
+    }
+    if (!have_inventory) {
+      auto inv_or = ctx.open_inventory();
+      auto gpus = inv_or ? (*inv_or)->gpus() : Result<std::vector<Gpu>>(std::unexpected(inv_or.error()));
+      if (gpus) {
+        inventory = std::move(*gpus);
+        decision.inventory_source = "nvml";
+      } else if (!request->tokens.empty()) {
+        return std::unexpected(gpus.error().wrap("GPUs were requested but"));
+      } else {
+        ctx.log.warn("runtime.nvml_unavailable",
+                     {{"container", inv.container_id}, {"error", gpus.error().message},
+                      {"fallback", "deny every /dev/nvidiaN on the host"}});
+      }
     }
   }
   std::vector<Gpu> granted;

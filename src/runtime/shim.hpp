@@ -32,6 +32,7 @@ struct ShimDecision {
   std::vector<std::string> granted;  // UUIDs
   std::vector<unsigned> denied_minors;
   bool spec_changed = false;
+  std::string inventory_source;  // "driver-procfs", "nvml", or "" when no GPU list was needed
 };
 
 // Reads, edits and atomically rewrites <bundle>/config.json. On any error config.json is left

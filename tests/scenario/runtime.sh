@@ -189,7 +189,13 @@ case $case_name in
     ;;
   nvml-failure)
     sed -i "s|nvml_library = .*|nvml_library = \"$work/missing/libnvidia-ml.so.1\"|" "$work/runtime.toml"
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU0)" "")
+    # With the driver's procfs a UUID resolves without NVML...
+    b0=$(new_bundle c0 unprivileged "" "$(gf_marker_mount $GPU1)" "")
+    out=$(run_with "$shim" "$b0" procfs)
+    check "UUID resolved from the driver's procfs without NVML" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "logged as driver-procfs" grep -q "container=procfs .*gpus_from=driver-procfs" "$work/runtime.log"
+    # ...an index needs NVML's numbering: refused when NVML cannot be loaded.
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount 0)" "")
     cp "$b/config.json" "$work/before.json"
     "$shim" --root "$state" create --bundle "$b" nonvml </dev/null >/dev/null 2>"$work/err"
     check "create refused" test $? -ne 0
@@ -199,6 +205,14 @@ case $case_name in
     b2=$(new_bundle c2 unprivileged "" "" "")
     out=$(run_with "$shim" "$b2" nogpu)
     check "non-GPU container unaffected" has_line "$out" "/dev/nvidia0 ENOENT"
+    ;;
+  index-via-nvml)
+    rm -rf "$node/proc"
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount 1)" "")
+    out=$(run_with "$shim" "$b" idx1)
+    check "index 1 resolved through NVML" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "env carries the UUID, not the index" has_line "$out" "NVD=$GPU1"
+    check "logged as nvml" grep -q "container=idx1 .*gpus_from=nvml" "$work/runtime.log"
     ;;
   passthrough-commands)
     check "--version is runc's" test "$("$shim" --version)" = "$(runc --version)"

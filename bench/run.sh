@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# make bench: every benchmark, side by side with its baseline. Results go in bench/RESULTS.md.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${GPUFENCE_BUILD_DIR:-$here/build}
+echo "== spec edit alone (in-process, Google Benchmark) =="
+"$build/bin/bench_spec_edit" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+echo
+if [ "$(id -u)" = 0 ] && command -v runc >/dev/null; then
+  echo "== container create-to-exit: plain runc vs gpufence-runtime =="
+  bash "$here/bench/shim_vs_runc.sh" 30 tmpfs
+  echo
+  bash "$here/bench/shim_vs_runc.sh" 30 disk
+else
+  echo "skipping the runc benchmark: needs root and runc"
+fi
