@@ -1,12 +1,126 @@
-// gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu (issue 3 lands its server).
-#include <iostream>
-#include <string_view>
+// gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu.
+#include <CLI/CLI.hpp>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 
-int main(int argc, char** argv) {
-  bool help = argc > 1 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h");
-  std::ostream& out = help ? std::cout : std::cerr;
-  out << "usage: gpufence-device-plugin [flags]\n"
-         "Serves the kubelet Device Plugin API v1beta1 for nvidia.com/gpu.\n"
-         "Not built yet in this version: this binary only prints its usage.\n";
-  return help ? 0 : 2;
+#include <cstdlib>
+#include <iostream>
+
+#include "common/hostfs.hpp"
+#include "common/log.hpp"
+#include "deviceplugin/plugin.hpp"
+#include "gpu/nvml_inventory.hpp"
+
+namespace {
+
+using namespace gpufence;
+
+int fail_startup(const std::string& message) {
+  std::cerr << "gpufence-device-plugin: " << message << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  // Block the stop signals before any thread exists (gRPC starts some) and read them from a
+  // signalfd in the main loop, so SIGTERM ends the plugin promptly and cleanly.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  PluginOptions opt;
+  std::string id_strategy = "uuid", list_strategy = "device-specs,volume-mounts,cdi-annotations";
+  std::string nvml_library, log_file, log_level = "info", metrics_address, ignore_xids, recovery = "off";
+  bool no_cuda_env = false, disable_health = false;
+
+  CLI::App app{"gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu (Device Plugin API v1beta1)"};
+  app.add_option("--plugin-dir", opt.plugin_dir, "Kubelet device plugin directory (microk8s: /var/snap/microk8s/common/var/lib/kubelet/device-plugins)")->capture_default_str();
+  app.add_option("--resource-name", opt.resource_name, "Extended resource to advertise")->capture_default_str();
+  app.add_option("--socket-name", opt.socket_name, "Socket file name in the plugin directory")->capture_default_str();
+  app.add_option("--device-id-strategy", id_strategy, "Device ids the kubelet sees: uuid or index")->capture_default_str();
+  app.add_option("--device-list-strategy", list_strategy,
+                 "How Allocate carries the allocation, comma list of device-specs, volume-mounts, cdi-annotations, cdi-cri, envvar")
+      ->capture_default_str();
+  app.add_flag("--no-cuda-visible-devices", no_cuda_env, "Do not set CUDA_VISIBLE_DEVICES to the allocated UUIDs");
+  app.add_option("--cdi-annotation-prefix", opt.cdi_annotation_prefix, "Prefix of the CDI annotation keys")->capture_default_str();
+  app.add_option("--host-root", opt.host_root, "Root under which /dev/nvidia* are found")->capture_default_str();
+  app.add_option("--nvml-library", nvml_library, "NVML library to dlopen (default: $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1)");
+  app.add_flag("--disable-health-checks", disable_health, "Never mark GPUs Unhealthy (also: DP_DISABLE_HEALTHCHECKS=all)");
+  app.add_option("--ignore-xids", ignore_xids,
+                 "XIDs that do not make a GPU Unhealthy, replacing the default application-level list 13,31,43,45,68,109");
+  app.add_option("--health-recovery", recovery,
+                 "Mark an XID-Unhealthy GPU Healthy again after this long without a new critical XID (e.g. 10m); off by default")
+      ->capture_default_str();
+  app.add_option("--metrics-address", metrics_address, "Serve Prometheus /metrics and /healthz on HOST:PORT (e.g. :9400)");
+  app.add_option("--log-file", log_file, "Append logs to this file instead of stderr");
+  app.add_option("--log-level", log_level, "debug, info, warn, error or off")->capture_default_str();
+  app.footer(
+      "Example:\n"
+      "  gpufence-device-plugin --metrics-address :9400\n"
+      "  (registers nvidia.com/gpu with /var/lib/kubelet/device-plugins/kubelet.sock and serves\n"
+      "   /var/lib/kubelet/device-plugins/gpufence-nvidia-gpu.sock)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto level = parse_log_level(log_level);
+  if (!level) return fail_startup(level.error().message);
+  Logger log(*level);
+  if (!log_file.empty()) {
+    if (auto st = log.open_file(log_file); !st) return fail_startup(st.error().message);
+  }
+  auto ids = parse_id_strategy(id_strategy);
+  if (!ids) return fail_startup(ids.error().message);
+  opt.id_strategy = *ids;
+  auto lists = parse_list_strategies(list_strategy);
+  if (!lists) return fail_startup(lists.error().message);
+  opt.list_strategies = *lists;
+  opt.set_cuda_visible_devices = !no_cuda_env;
+  auto rec = parse_duration(recovery);
+  if (!rec) return fail_startup(rec.error().message);
+  opt.health.recovery = *rec;
+  if (!ignore_xids.empty()) {
+    auto xids = parse_xid_list(ignore_xids);
+    if (!xids) return fail_startup(xids.error().message);
+    opt.health.ignored_xids = *xids;
+  }
+  // NVIDIA's plugin's switch, honoured for drop-in familiarity: "all"/"xids" disables, a list adds.
+  if (const char* dp = std::getenv("DP_DISABLE_HEALTHCHECKS"); dp && *dp) {
+    std::string v = dp;
+    if (v == "all" || v == "xids") disable_health = true;
+    else if (auto extra = parse_xid_list(v)) opt.health.ignored_xids.insert(extra->begin(), extra->end());
+    else return fail_startup("DP_DISABLE_HEALTHCHECKS: " + extra.error().message);
+  }
+  opt.health.enabled = !disable_health;
+
+  auto nvml = NvmlInventory::open(nvml_library_path(nvml_library), HostFs(opt.host_root));
+  if (!nvml) return fail_startup(nvml.error().message);
+
+  PluginMetrics metrics;
+  PluginContext ctx{opt, log, **nvml, metrics};
+  auto plugin = DevicePlugin::create(ctx);
+  if (!plugin) return fail_startup(plugin.error().message);
+
+  MetricsServer http;
+  if (!metrics_address.empty()) {
+    auto st = http.start(metrics_address, [&] { return metrics.render(opt.resource_name); },
+                         [&] { return (*plugin)->registered(); });
+    if (!st) return fail_startup(st.error().message);
+    log.info("plugin.metrics", {{"address", metrics_address}, {"port", std::to_string(http.port())}});
+  }
+
+  int sfd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);
+  if (sfd < 0) return fail_startup("signalfd failed");
+  auto st = (*plugin)->run(sfd);
+  http.stop();
+  if (!st) {
+    log.error("plugin.failed", {{"error", st.error().message}});
+    return 1;
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "gpufence-device-plugin: internal error: " << e.what() << "\n";
+  return 2;
 }

@@ -1,0 +1,62 @@
+// The plugin's Prometheus metrics and a small HTTP endpoint for /metrics and /healthz.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/error.hpp"
+
+namespace gpufence {
+
+class PluginMetrics {
+ public:
+  // Upper bounds of the Allocate latency histogram, seconds (like the kubelet's own
+  // kubelet_device_plugin_alloc_duration_seconds).
+  static constexpr std::array<double, 10> kBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                      0.005,  0.01,    0.025,  0.1,   1.0};
+
+  void observe_allocate(std::chrono::nanoseconds duration, bool ok, size_t containers);
+  void count_registration() { ++m_registrations; }
+  void count_kubelet_restart() { ++m_kubelet_restarts; }
+  void set_devices(size_t healthy, size_t unhealthy) {
+    m_healthy = healthy;
+    m_unhealthy = unhealthy;
+  }
+  std::string render(const std::string& resource) const;
+
+ private:
+  mutable std::mutex m_mutex;
+  std::array<std::uint64_t, kBuckets.size()> m_bucket_counts{};
+  std::uint64_t m_allocate_count = 0;
+  double m_allocate_sum = 0;
+  std::atomic<std::uint64_t> m_allocations{0}, m_allocate_errors{0}, m_registrations{0}, m_kubelet_restarts{0};
+  std::atomic<size_t> m_healthy{0}, m_unhealthy{0};
+};
+
+// Serves GET /metrics and GET /healthz on a TCP address ("127.0.0.1:9400", ":9400").
+class MetricsServer {
+ public:
+  using Render = std::function<std::string()>;
+  MetricsServer() = default;
+  ~MetricsServer();
+  Status start(const std::string& address, Render metrics, std::function<bool()> healthy);
+  void stop();
+  int port() const { return m_port; }
+
+ private:
+  void serve();
+  int m_listen_fd = -1;
+  int m_stop_pipe[2] = {-1, -1};
+  int m_port = 0;
+  Render m_render;
+  std::function<bool()> m_healthy;
+  std::thread m_thread;
+};
+
+}  // namespace gpufence

@@ -1,0 +1,53 @@
+// Settings of gpufence-device-plugin, filled from its command line.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "common/error.hpp"
+
+namespace gpufence {
+
+enum class DeviceIdStrategy { uuid, index };
+
+// How the Allocate answer carries the allocation (NVIDIA's device-list-strategy names).
+enum class ListStrategy { device_specs, volume_mounts, cdi_annotations, cdi_cri, envvar };
+
+// Application-level XIDs NVIDIA's plugin ignores (internal/rm/health.go): 13 graphics engine
+// exception, 31 GPU memory page fault, 43 GPU stopped processing, 45 preemptive cleanup,
+// 68 video processor exception, 109 context switch timeout.
+inline const std::set<std::uint64_t> kDefaultIgnoredXids = {13, 31, 43, 45, 68, 109};
+
+struct HealthOptions {
+  bool enabled = true;
+  std::set<std::uint64_t> ignored_xids = kDefaultIgnoredXids;
+  // A GPU marked Unhealthy by an XID becomes Healthy again after this long with no new critical
+  // XID; nullopt = never (NVIDIA's behaviour). A lost GPU recovers when it answers NVML again.
+  std::optional<std::chrono::milliseconds> recovery;
+};
+
+struct PluginOptions {
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  std::string resource_name = "nvidia.com/gpu";
+  std::string socket_name = "gpufence-nvidia-gpu.sock";
+  DeviceIdStrategy id_strategy = DeviceIdStrategy::uuid;
+  std::set<ListStrategy> list_strategies = {ListStrategy::device_specs, ListStrategy::volume_mounts,
+                                            ListStrategy::cdi_annotations};
+  bool set_cuda_visible_devices = true;
+  std::string host_root = "/";  // where /dev/nvidia* are looked up
+  std::string cdi_annotation_prefix = "cdi.k8s.io/";
+  HealthOptions health;
+};
+
+Result<std::set<ListStrategy>> parse_list_strategies(std::string_view text);
+Result<DeviceIdStrategy> parse_id_strategy(std::string_view text);
+// "48,79" -> {48, 79}; "" -> {}.
+Result<std::set<std::uint64_t>> parse_xid_list(std::string_view text);
+// "30s", "5m", "1500ms", "0"/"off" -> nullopt.
+Result<std::optional<std::chrono::milliseconds>> parse_duration(std::string_view text);
+
+}  // namespace gpufence

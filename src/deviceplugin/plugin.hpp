@@ -1,0 +1,43 @@
+// gpufence-device-plugin's server: discovery, the DevicePlugin gRPC service, registration with
+// the kubelet, re-registration when the kubelet restarts, and the health monitor.
+#pragma once
+
+#include <memory>
+
+#include "common/log.hpp"
+#include "deviceplugin/metrics.hpp"
+#include "deviceplugin/options.hpp"
+#include "gpu/gpu.hpp"
+
+namespace gpufence {
+
+// One per process: what the plugin needs from the outside world.
+struct PluginContext {
+  PluginOptions options;
+  Logger& log;
+  GpuInventory& inventory;  // used by the health thread after start-up
+  PluginMetrics& metrics;
+};
+
+class DevicePlugin {
+ public:
+  // Discovers the GPUs and their topology; fails when NVML cannot list them.
+  static Result<std::unique_ptr<DevicePlugin>> create(PluginContext ctx);
+  ~DevicePlugin();
+
+  // Serves and registers until `stop_fd` becomes readable (a signalfd or a pipe): waits for the
+  // kubelet's socket, re-serves and re-registers when the kubelet restarts, and on stop ends
+  // every stream, shuts the server down within a second and removes its socket.
+  Status run(int stop_fd);
+
+  bool registered() const;
+  size_t device_count() const;
+
+  struct State;
+
+ private:
+  explicit DevicePlugin(std::unique_ptr<State> state);
+  std::unique_ptr<State> m_state;
+};
+
+}  // namespace gpufence

@@ -1,0 +1,283 @@
+// gpufence-device-plugin, the real binary, against the test kubelet (tests/support/test_kubelet)
+// and the mock NVML library, over real Unix sockets. No kubelet can be installed on this machine;
+// the test kubelet behaves as the real one does (see its header).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+
+#include "support/test_kubelet.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+using namespace std::chrono_literals;
+
+namespace {
+
+class PluginScenario : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_plugin_dir = m_dir / "device-plugins";
+    std::filesystem::create_directories(m_plugin_dir);
+    m_events = m_dir.write("events", "");
+    write_config(test::mock_gpus(2));
+    m_kubelet = std::make_unique<test::TestKubelet>(m_plugin_dir);
+  }
+  void TearDown() override {
+    m_plugin.reset();
+    m_kubelet.reset();
+    if (HasFailure()) {
+      std::ifstream log(m_dir / "plugin.log");
+      std::cerr << "---- plugin log ----\n" << log.rdbuf() << "\n";
+    }
+  }
+  void write_config(nlohmann::json cfg) {
+    cfg["events_file"] = m_events.string();
+    m_config = m_dir.write("nvml.json", cfg.dump());
+  }
+  void start_plugin(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {test::bin_path("gpufence-device-plugin"), "--plugin-dir", m_plugin_dir.string(),
+                                     "--log-level", "debug", "--metrics-address", "127.0.0.1:0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    m_plugin = std::make_unique<test::Subprocess>(
+        argv, std::vector<std::string>{"MOCK_NVML_CONFIG=" + m_config.string(), "GPUFENCE_NVML_LIBRARY=" + test::mock_nvml_library()},
+        (m_dir / "plugin.log").string());
+  }
+  void inject(const std::string& line) { std::ofstream(m_events, std::ios::app) << line << "\n"; }
+  bool all_healthy(size_t n) {
+    return m_kubelet->wait_devices([&](const auto& d) {
+      if (d.size() != n) return false;
+      for (const auto& [id, h] : d) if (h != "Healthy") return false;
+      return true;
+    }, 5s);
+  }
+  std::string health_of(const std::string& id) {
+    auto d = m_kubelet->devices();
+    return d.contains(id) ? d[id] : "";
+  }
+  std::string log_text() {
+    std::ifstream in(m_dir / "plugin.log");
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  std::string http_get(const std::string& path) {
+    std::smatch m;
+    std::string log;
+    for (int i = 0; i < 100; ++i) {
+      log = log_text();
+      if (std::regex_search(log, m, std::regex("event=plugin.metrics .*port=(\\d+)"))) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    if (m.empty()) return "";
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(std::stoi(m[1])));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return "";
+    std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    [[maybe_unused]] auto w = ::write(fd, req.data(), req.size());
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    return out;
+  }
+
+  test::TempDir m_dir;
+  std::filesystem::path m_plugin_dir, m_events, m_config;
+  std::unique_ptr<test::TestKubelet> m_kubelet;
+  std::unique_ptr<test::Subprocess> m_plugin;
+};
+
+}  // namespace
+
+TEST_F(PluginScenario, RegistersAndAdvertisesEveryGpuWithItsNumaNode) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(m_kubelet->wait_registrations(1, 10s));
+  auto reg = m_kubelet->last_registration();
+  EXPECT_EQ(reg.version(), "v1beta1");
+  EXPECT_EQ(reg.resource_name(), "nvidia.com/gpu");
+  EXPECT_EQ(reg.endpoint(), "gpufence-nvidia-gpu.sock");
+  EXPECT_TRUE(reg.options().get_preferred_allocation_available());
+  ASSERT_TRUE(all_healthy(2));
+  auto numa = m_kubelet->numa_nodes();
+  EXPECT_EQ(numa[test::mock_uuid(0)], (std::vector<long>{0}));
+  EXPECT_EQ(numa[test::mock_uuid(1)], (std::vector<long>{1}));
+  EXPECT_NE(log_text().find("event=plugin.registered resource=nvidia.com/gpu"), std::string::npos);
+}
+
+TEST_F(PluginScenario, TwoContainersEachGetOneOfTwoGpusDisjointly) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(all_healthy(2));
+  v1beta1::ContainerAllocateResponse a, b;
+  std::vector<std::string> ida, idb;
+  ASSERT_TRUE(m_kubelet->admit(1, &a, &ida).ok());
+  ASSERT_TRUE(m_kubelet->admit(1, &b, &idb).ok());
+  ASSERT_EQ(ida.size(), 1u);
+  ASSERT_EQ(idb.size(), 1u);
+  EXPECT_NE(ida[0], idb[0]);
+  // Each answer names only its own GPU, through every default channel.
+  auto gpu_nodes = [](const v1beta1::ContainerAllocateResponse& r) {
+    std::vector<std::string> out;
+    for (const auto& d : r.devices()) if (d.container_path() != "/dev/nvidiactl") out.push_back(d.container_path());
+    return out;
+  };
+  EXPECT_EQ(gpu_nodes(a).size(), 1u);
+  EXPECT_EQ(gpu_nodes(b).size(), 1u);
+  EXPECT_NE(gpu_nodes(a), gpu_nodes(b));
+  ASSERT_EQ(a.mounts_size(), 1);
+  EXPECT_EQ(a.mounts(0).container_path(), "/var/run/nvidia-container-devices/" + ida[0]);
+  EXPECT_EQ(b.mounts(0).container_path(), "/var/run/nvidia-container-devices/" + idb[0]);
+  EXPECT_EQ(a.envs().at("CUDA_VISIBLE_DEVICES"), ida[0]);
+  EXPECT_EQ(a.annotations().begin()->second, "nvidia.com/gpu=" + ida[0]);
+  EXPECT_FALSE(m_kubelet->admit(1, nullptr).ok()) << "a third container finds no GPU left";
+}
+
+TEST_F(PluginScenario, CriticalXidMakesGpuUnhealthyWithinASecondAndAllocateRefusesIt) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(all_healthy(2));
+  inject("{\"gpu\": 0, \"xid\": 13}");  // application-level: ignored
+  inject("{\"gpu\": 1, \"xid\": 48}");  // double-bit ECC: critical
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(1)) == "Unhealthy"; }, 5s));
+  auto seen = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(seen, 1s) << "health changes must reach the kubelet within a second";
+  EXPECT_EQ(health_of(test::mock_uuid(0)), "Healthy");
+  v1beta1::AllocateResponse resp;
+  auto st = m_kubelet->allocate({{test::mock_uuid(1)}}, &resp);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error_message().find(test::mock_uuid(1)), std::string::npos);
+  EXPECT_NE(st.error_message().find("Unhealthy"), std::string::npos);
+  EXPECT_NE(log_text().find("event=plugin.health id=" + test::mock_uuid(1) + " uuid=" + test::mock_uuid(1) +
+                            " health=Unhealthy reason=\"xid 48\""), std::string::npos);
+}
+
+TEST_F(PluginScenario, UnhealthyGpuRecoversAfterQuietPeriodAndLostGpuWhenItAnswers) {
+  m_kubelet->start();
+  start_plugin({"--health-recovery", "1s"});
+  ASSERT_TRUE(all_healthy(2));
+  inject("{\"gpu\": 0, \"xid\": 79}");
+  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(0)) == "Unhealthy"; }, 5s));
+  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(0)) == "Healthy"; }, 5s));
+  inject("{\"gpu\": 1, \"lost\": true}");
+  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(1)) == "Unhealthy"; }, 5s));
+  EXPECT_EQ(health_of(test::mock_uuid(0)), "Healthy") << "only the lost GPU";
+  inject("{\"gpu\": 1, \"lost\": false}");
+  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(1)) == "Healthy"; }, 5s));
+  v1beta1::AllocateResponse resp;
+  EXPECT_TRUE(m_kubelet->allocate({{test::mock_uuid(1)}}, &resp).ok());
+}
+
+TEST_F(PluginScenario, DisabledHealthChecksIgnoreXids) {
+  m_kubelet->start();
+  start_plugin({"--disable-health-checks"});
+  ASSERT_TRUE(all_healthy(2));
+  inject("{\"gpu\": 0, \"xid\": 79}");
+  std::this_thread::sleep_for(600ms);
+  EXPECT_EQ(health_of(test::mock_uuid(0)), "Healthy");
+}
+
+TEST_F(PluginScenario, ReRegistersAfterTwentyKubeletRestartsInARow) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(m_kubelet->wait_registrations(1, 10s));
+  for (int i = 1; i <= 20; ++i) {
+    m_kubelet->stop();
+    m_kubelet->start();
+    ASSERT_TRUE(m_kubelet->wait_registrations(i + 1, 5s)) << "restart " << i;
+  }
+  ASSERT_TRUE(all_healthy(2));
+  v1beta1::ContainerAllocateResponse r;
+  EXPECT_TRUE(m_kubelet->admit(1, &r).ok());
+  EXPECT_TRUE(std::filesystem::exists(m_plugin_dir / "gpufence-nvidia-gpu.sock"));
+  auto metrics = http_get("/metrics");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(metrics, m, std::regex("gpufence_registrations_total\\{resource=\"nvidia.com/gpu\"\\} (\\d+)")));
+  EXPECT_GE(std::stoi(m[1]), 21);
+}
+
+TEST_F(PluginScenario, WaitsForAKubeletStartedAfterIt) {
+  start_plugin();
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(m_plugin->running()) << "no kubelet yet: the plugin waits";
+  EXPECT_EQ(m_kubelet->registrations(), 0);
+  m_kubelet->start();
+  ASSERT_TRUE(m_kubelet->wait_registrations(1, 5s));
+  EXPECT_TRUE(all_healthy(2));
+}
+
+TEST_F(PluginScenario, BadIdsAreRefusedByNameAndNothingIsPartial) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(all_healthy(2));
+  v1beta1::AllocateResponse resp;
+  auto st = m_kubelet->allocate({{test::mock_uuid(0)}, {"GPU-nope"}}, &resp);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("unknown device 'GPU-nope'"), std::string::npos);
+  EXPECT_EQ(resp.container_responses_size(), 0);
+  std::vector<std::string> out;
+  EXPECT_FALSE(m_kubelet->preferred({test::mock_uuid(0)}, {}, 2, &out).ok());
+}
+
+TEST_F(PluginScenario, IndexIdsStillCarryUuidsToTheRuntime) {
+  m_kubelet->start();
+  start_plugin({"--device-id-strategy", "index"});
+  ASSERT_TRUE(all_healthy(2));
+  EXPECT_TRUE(m_kubelet->devices().contains("1"));
+  v1beta1::AllocateResponse resp;
+  ASSERT_TRUE(m_kubelet->allocate({{"1"}}, &resp).ok());
+  EXPECT_EQ(resp.container_responses(0).mounts(0).container_path(),
+            "/var/run/nvidia-container-devices/" + test::mock_uuid(1));
+}
+
+TEST_F(PluginScenario, SigtermEndsPromptlyWhileTheKubeletHoldsTheStreamAndRemovesTheSocket) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(all_healthy(2));  // ListAndWatch stream open
+  ASSERT_TRUE(std::filesystem::exists(m_plugin_dir / "gpufence-nvidia-gpu.sock"));
+  auto t0 = std::chrono::steady_clock::now();
+  int code = m_plugin->signal_and_wait(SIGTERM, 5s);
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(code, 0);
+  EXPECT_LT(took, 2s);
+  EXPECT_FALSE(std::filesystem::exists(m_plugin_dir / "gpufence-nvidia-gpu.sock"));
+}
+
+TEST_F(PluginScenario, MetricsAndHealthz) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(all_healthy(2));
+  v1beta1::ContainerAllocateResponse r;
+  ASSERT_TRUE(m_kubelet->admit(1, &r).ok());
+  auto metrics = http_get("/metrics");
+  EXPECT_NE(metrics.find("HTTP/1.0 200 OK"), std::string::npos);
+  EXPECT_NE(metrics.find("gpufence_devices{resource=\"nvidia.com/gpu\",health=\"Healthy\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("gpufence_allocations_total{resource=\"nvidia.com/gpu\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("gpufence_allocate_duration_seconds_count{resource=\"nvidia.com/gpu\"} 1"), std::string::npos);
+  EXPECT_NE(http_get("/healthz").find("200 OK"), std::string::npos);
+  EXPECT_NE(http_get("/nope").find("404"), std::string::npos);
+}
+
+TEST_F(PluginScenario, WithoutNvmlItExitsWithAClearError) {
+  test::Subprocess p({test::bin_path("gpufence-device-plugin"), "--plugin-dir", m_plugin_dir.string(), "--nvml-library",
+                      "/nonexistent/libnvidia-ml.so.1"},
+                     {}, (m_dir / "plugin.log").string());
+  EXPECT_EQ(p.signal_and_wait(0, 5s), 2);
+  EXPECT_NE(log_text().find("cannot load NVML library /nonexistent/libnvidia-ml.so.1"), std::string::npos);
+}
+
+TEST_F(PluginScenario, BadFlagsAreRejected) {
+  auto r = test::run_command({test::bin_path("gpufence-device-plugin"), "--device-list-strategy", "volumes"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("unknown device list strategy 'volumes'"), std::string::npos) << r.err;
+}

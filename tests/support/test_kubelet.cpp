@@ -1,0 +1,264 @@
+#include "support/test_kubelet.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+extern char** environ;
+
+namespace gpufence::test {
+
+class TestKubelet::RegistrationService final : public v1beta1::Registration::Service {
+ public:
+  explicit RegistrationService(TestKubelet& k) : m_k(k) {}
+  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* req, v1beta1::Empty*) override {
+    // The real kubelet refuses versions it does not support and bad resource names.
+    if (req->version() != "v1beta1") {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unsupported version " + req->version());
+    }
+    if (req->resource_name().find('/') == std::string::npos) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "invalid resource name " + req->resource_name());
+    }
+    m_k.on_register(*req);
+    return grpc::Status::OK;
+  }
+
+ private:
+  TestKubelet& m_k;
+};
+
+TestKubelet::TestKubelet(std::filesystem::path plugin_dir) : m_dir(std::move(plugin_dir)) {
+  std::filesystem::create_directories(m_dir);
+}
+
+TestKubelet::~TestKubelet() { stop(); }
+
+void TestKubelet::start() {
+  // The kubelet's device manager removes every file in the plugin directory when it starts.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(m_dir, ec)) {
+    if (entry.is_socket(ec)) std::filesystem::remove(entry.path(), ec);
+  }
+  m_service = std::make_unique<RegistrationService>(*this);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix://" + (m_dir / "kubelet.sock").string(), grpc::InsecureServerCredentials());
+  builder.RegisterService(m_service.get());
+  m_server = builder.BuildAndStart();
+}
+
+void TestKubelet::stop() {
+  if (m_stream_ctx) m_stream_ctx->TryCancel();
+  if (m_stream_thread.joinable()) m_stream_thread.join();
+  m_stream_ctx.reset();
+  if (m_server) {
+    m_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    m_server.reset();
+  }
+  m_service.reset();
+  std::error_code ec;
+  std::filesystem::remove(m_dir / "kubelet.sock", ec);
+  std::lock_guard lock(m_mu);
+  m_devices.clear();
+  m_plugin_channel.reset();
+}
+
+void TestKubelet::on_register(const v1beta1::RegisterRequest& req) {
+  {
+    std::lock_guard lock(m_mu);
+    ++m_registrations;
+    m_last = req;
+  }
+  // Dial the plugin back and consume ListAndWatch, as the kubelet's endpoint does.
+  if (m_stream_ctx) m_stream_ctx->TryCancel();
+  if (m_stream_thread.joinable()) m_stream_thread.join();
+  auto channel = grpc::CreateChannel("unix://" + (m_dir / req.endpoint()).string(), grpc::InsecureChannelCredentials());
+  m_stream_ctx = std::make_unique<grpc::ClientContext>();
+  grpc::ClientContext* ctx = m_stream_ctx.get();
+  {
+    std::lock_guard lock(m_mu);
+    m_plugin_channel = channel;
+  }
+  m_stream_thread = std::thread([this, channel, ctx] {
+    auto stub = v1beta1::DevicePlugin::NewStub(channel);
+    {
+      grpc::ClientContext opt_ctx;
+      opt_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      v1beta1::DevicePluginOptions options;
+      stub->GetDevicePluginOptions(&opt_ctx, v1beta1::Empty(), &options);
+    }
+    auto reader = stub->ListAndWatch(ctx, v1beta1::Empty());
+    v1beta1::ListAndWatchResponse resp;
+    while (reader->Read(&resp)) {
+      std::lock_guard lock(m_mu);
+      m_devices.clear();
+      m_numa.clear();
+      for (const auto& d : resp.devices()) {
+        m_devices[d.id()] = d.health();
+        for (const auto& n : d.topology().nodes()) m_numa[d.id()].push_back(n.id());
+      }
+      m_cv.notify_all();
+    }
+    reader->Finish();
+  });
+}
+
+int TestKubelet::registrations() const {
+  std::lock_guard lock(m_mu);
+  return m_registrations;
+}
+
+v1beta1::RegisterRequest TestKubelet::last_registration() const {
+  std::lock_guard lock(m_mu);
+  return m_last;
+}
+
+bool TestKubelet::wait_registrations(int count, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(m_mu);
+  return m_cv.wait_for(lock, timeout, [&] { return m_registrations >= count; }) ||
+         m_registrations >= count;
+}
+
+TestKubelet::Devices TestKubelet::devices() const {
+  std::lock_guard lock(m_mu);
+  return m_devices;
+}
+
+std::map<std::string, std::vector<long>> TestKubelet::numa_nodes() const {
+  std::lock_guard lock(m_mu);
+  return m_numa;
+}
+
+bool TestKubelet::wait_devices(const std::function<bool(const Devices&)>& pred, std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(m_mu);
+  while (!pred(m_devices)) {
+    if (m_cv.wait_until(lock, deadline) == std::cv_status::timeout) return pred(m_devices);
+  }
+  return true;
+}
+
+std::unique_ptr<v1beta1::DevicePlugin::Stub> TestKubelet::plugin_stub() {
+  std::lock_guard lock(m_mu);
+  if (!m_plugin_channel) return nullptr;
+  return v1beta1::DevicePlugin::NewStub(m_plugin_channel);
+}
+
+grpc::Status TestKubelet::preferred(const std::vector<std::string>& available,
+                                   const std::vector<std::string>& must_include, int size,
+                                   std::vector<std::string>* out) {
+  auto stub = plugin_stub();
+  if (!stub) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no plugin registered");
+  v1beta1::PreferredAllocationRequest req;
+  auto* c = req.add_container_requests();
+  for (const auto& id : available) c->add_available_deviceids(id);
+  for (const auto& id : must_include) c->add_must_include_deviceids(id);
+  c->set_allocation_size(size);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1beta1::PreferredAllocationResponse resp;
+  auto st = stub->GetPreferredAllocation(&ctx, req, &resp);
+  if (st.ok() && out) {
+    out->assign(resp.container_responses(0).deviceids().begin(), resp.container_responses(0).deviceids().end());
+  }
+  return st;
+}
+
+grpc::Status TestKubelet::allocate(const std::vector<std::vector<std::string>>& containers,
+                                   v1beta1::AllocateResponse* out) {
+  auto stub = plugin_stub();
+  if (!stub) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no plugin registered");
+  v1beta1::AllocateRequest req;
+  for (const auto& ids : containers) {
+    auto* c = req.add_container_requests();
+    for (const auto& id : ids) c->add_devices_ids(id);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return stub->Allocate(&ctx, req, out);
+}
+
+grpc::Status TestKubelet::admit(int count, v1beta1::ContainerAllocateResponse* out, std::vector<std::string>* ids) {
+  std::vector<std::string> available;
+  for (const auto& [id, health] : devices()) {
+    if (health == "Healthy" && std::find(m_assigned.begin(), m_assigned.end(), id) == m_assigned.end()) {
+      available.push_back(id);
+    }
+  }
+  if (static_cast<int>(available.size()) < count) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "not enough healthy devices");
+  }
+  std::vector<std::string> chosen;
+  auto st = preferred(available, {}, count, &chosen);
+  if (!st.ok()) return st;
+  v1beta1::AllocateResponse resp;
+  st = allocate({chosen}, &resp);
+  if (!st.ok()) return st;
+  m_assigned.insert(m_assigned.end(), chosen.begin(), chosen.end());
+  if (out) *out = resp.container_responses(0);
+  if (ids) *ids = chosen;
+  return st;
+}
+
+Subprocess::Subprocess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                       const std::string& log_path) {
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) envs.emplace_back(*e);
+  envs.insert(envs.end(), env.begin(), env.end());
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  // Children start with the default signal mask, whatever the test's threads block.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t empty;
+  sigemptyset(&empty);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  if (::posix_spawn(&m_pid, cargv[0], &actions, &attr, cargv.data(), cenv.data()) != 0) m_pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+}
+
+Subprocess::~Subprocess() {
+  if (m_pid > 0 && !m_reaped) signal_and_wait(SIGKILL, std::chrono::milliseconds(2000));
+}
+
+bool Subprocess::running() {
+  if (m_pid <= 0 || m_reaped) return false;
+  int status = 0;
+  if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+    m_reaped = true;
+    m_status = status;
+    return false;
+  }
+  return true;
+}
+
+int Subprocess::signal_and_wait(int sig, std::chrono::milliseconds timeout) {
+  if (m_pid <= 0) return -1;
+  if (m_reaped) return WIFEXITED(m_status) ? WEXITSTATUS(m_status) : 128 + WTERMSIG(m_status);
+  ::kill(m_pid, sig);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+      m_reaped = true;
+      m_status = status;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+}  // namespace gpufence::test
