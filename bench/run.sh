@@ -6,6 +6,9 @@ build=${GPUFENCE_BUILD_DIR:-$here/build}
 echo "== spec edit alone (in-process, Google Benchmark) =="
 "$build/bin/bench_spec_edit" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 echo
+echo "== gpufence-device-plugin: Allocate latency, memory, XID -> Unhealthy =="
+"$build/bin/bench_plugin" 10000
+echo
 if [ "$(id -u)" = 0 ] && command -v runc >/dev/null; then
   echo "== container create-to-exit: plain runc vs gpufence-runtime =="
   bash "$here/bench/shim_vs_runc.sh" 30 tmpfs
