@@ -10,7 +10,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "support/test_kubelet.hpp"
+#include "test_kubelet.hpp"
 #include "support/test_support.hpp"
 
 using namespace gpufence;

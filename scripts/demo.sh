@@ -3,8 +3,10 @@
 #
 # Two RTX 3080s (mock NVML + fake /dev/nvidia0, /dev/nvidia1), two "DeepStream" containers each
 # allocated one GPU. First as the seed's node ran them: plain runc, privileged, the allocation only
-# in NVIDIA_VISIBLE_DEVICES. Then through gpufence-runtime, the allocation carried by the mount
-# markers gpufence-device-plugin's Allocate answer puts in every container. Each container tries to
+# in NVIDIA_VISIBLE_DEVICES. Then the gpufence way: gpufence-device-plugin registers with a test
+# kubelet (no real kubelet can run here), which admits the two containers through
+# GetPreferredAllocation and Allocate; the containers get what the Allocate answers carry (mount
+# markers, CDI annotation, env) and are started through gpufence-runtime. Each container tries to
 # open both GPUs; a fake node with no driver behind it answers ENXIO when the cgroup lets the open
 # through, EPERM when it denies it, ENOENT when the node is not there.
 set -euo pipefail
@@ -21,8 +23,10 @@ command -v runc >/dev/null || { echo "runc is missing: run 'make test' once (it 
 work=$(mktemp -d /tmp/gpufence-demo-XXXXXX)
 state=$work/runc-state
 ids=()
+plugin_pid=""
 cleanup() {
   local id
+  [ -n "$plugin_pid" ] && kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
   for id in "${ids[@]}"; do runc --root "$state" delete --force "$id" >/dev/null 2>&1 || true; done
   rm -rf "$work"
 }
@@ -47,6 +51,17 @@ echo "== The simulated node (gpufence list) =="
 "$build/bin/gpufence" list
 echo
 
+echo "== gpufence-device-plugin registers; the test kubelet admits two pods (nvidia.com/gpu: 1 each) =="
+"$build/bin/gpufence-device-plugin" --plugin-dir "$work/device-plugins" --host-root "$node" \
+  --log-file "$work/device-plugin.log" &
+plugin_pid=$!
+"$build/bin/gpufence-test-kubelet" --plugin-dir "$work/device-plugins" --admit 2 > "$work/allocations"
+for i in 0 1; do
+  echo "  ds-$i: allocated $(awk -v i=$i '$1==i && $2=="ids" {print $3}' "$work/allocations")" \
+       "(mount marker, CDI annotation, CUDA_VISIBLE_DEVICES)"
+done
+echo
+
 probe='["/bin/sh","-c","gpufence-probe /dev/nvidia0 /dev/nvidia1; if mknod /tmp/n0 c 195 0 2>/dev/null; then gpufence-probe /tmp/n0; else echo /tmp/n0 MKNOD_EPERM; fi; if mknod /tmp/n1 c 195 1 2>/dev/null; then gpufence-probe /tmp/n1; else echo /tmp/n1 MKNOD_EPERM; fi; echo CVD=$CUDA_VISIBLE_DEVICES"]'
 
 # What a probe line means for a user.
@@ -69,9 +84,18 @@ run_case() {
     # The seed: NVIDIA's plugin put the UUID in the env; the pod is privileged.
     gf_write_spec "$b" privileged "$probe" "\"NVIDIA_VISIBLE_DEVICES=${GPU[$i]}\"" "" "" "$node"
   else
-    # gpufence: the kubelet adds the plugin's mount marker; the pod is still privileged and its
-    # image still says NVIDIA_VISIBLE_DEVICES=all.
-    gf_write_spec "$b" privileged "$probe" '"NVIDIA_VISIBLE_DEVICES=all"' "$(gf_marker_mount "${GPU[$i]}")" "" "$node"
+    # gpufence: what the kubelet put in the container from the plugin's Allocate answer. The pod
+    # is still privileged and its image still says NVIDIA_VISIBLE_DEVICES=all (overridden by the
+    # plugin's env, as containerd merges it).
+    local mounts="" annotations="" env="" key f_kind f_a
+    while read -r _ f_kind f_a _; do
+      case $f_kind in
+        mount) mounts+="${mounts:+,}$(gf_marker_mount "${f_a##*/}")" ;;
+        annotation) key=${f_a%%=*}; annotations+="${annotations:+,}\"$key\":\"${f_a#*=}\"" ;;
+        env) env+="${env:+,}\"$f_a\"" ;;
+      esac
+    done < <(awk -v i="$i" '$1==i' "$work/allocations")
+    gf_write_spec "$b" privileged "$probe" "$env" "$mounts" "$annotations" "$node"
   fi
   ids+=("$id")
   out=$("$runtime" --root "$state" run --bundle "$b" "$id" 2>&1)
@@ -83,10 +107,18 @@ run_case() {
   if [ "$other" = 0 ]; then reach_other="$g0/$c0"; else reach_other="$g1/$c1"; fi
   local result="ISOLATED"
   [[ $reach_other == *ENXIO* ]] && result="LEAK: reaches GPU $other"
+  local alloc="GPU $i"
+  if [ "$label" = after ]; then
+    local uuid; uuid=$(awk -v i="$i" '$1==i && $2=="ids" {print $3}' "$work/allocations")
+    [ "$uuid" = "${GPU[0]}" ] && alloc="GPU 0" || alloc="GPU 1"
+    other=$([ "$alloc" = "GPU 0" ] && echo 1 || echo 0)
+    if [ "$other" = 0 ]; then reach_other="$g0/$c0"; else reach_other="$g1/$c1"; fi
+    result="ISOLATED"; [[ $reach_other == *ENXIO* ]] && result="LEAK: reaches GPU $other"
+  fi
   rows+=("$(printf '%-30s %-6s %-7s %-16s %-16s %-15s %s' \
     "$( [ "$label" = before ] && echo "before: runc (seed's node)" || echo "after: gpufence-runtime")" \
-    "ds-$i" "GPU $i" "$(verdict "$g0") / $(verdict "$c0")" "$(verdict "$g1") / $(verdict "$c1")" \
-    "${cvd:+${cvd:0:12}…}" "$result")")
+    "ds-$i" "$alloc" "$(verdict "$g0") / $(verdict "$c0")" "$(verdict "$g1") / $(verdict "$c1")" \
+    "${cvd:+${cvd:0:12}...}" "$result")")
 }
 
 echo "== Running two DeepStream containers, each allocated one GPU =="
@@ -104,5 +136,7 @@ echo "the seed's 'every process runs on GPU 0'."
 echo "After: each container holds only its own GPU node, the other is denied by the devices cgroup"
 echo "even if the container makes the node itself, and CUDA_VISIBLE_DEVICES names its UUID."
 echo
+echo "gpufence-device-plugin's allocations:"
+grep 'event=plugin.allocate ' "$work/device-plugin.log" | sed 's/^/  /'
 echo "gpufence-runtime's decisions:"
 sed 's/^/  /' "$work/gpufence-runtime.log"

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <regex>
 
-#include "support/test_kubelet.hpp"
+#include "test_kubelet.hpp"
 #include "support/test_support.hpp"
 
 using namespace gpufence;

@@ -1,4 +1,4 @@
-#include "support/test_kubelet.hpp"
+#include "test_kubelet.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
