@@ -1,0 +1,33 @@
+// The `gpufence` subcommands. Each file adds its subcommands to the app and returns a runner;
+// main.cpp only parses and dispatches.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+#include "common/log.hpp"
+
+namespace gpufence::cli {
+
+// What every subcommand shares; one per invocation, no globals.
+struct Context {
+  std::string host_root = "/";
+  std::string nvml_library;
+  std::string log_file;
+  std::string log_level = "warn";
+  Logger log{LogLevel::warn};
+};
+
+// A subcommand's body; returns the process exit code.
+using Runner = std::function<int()>;
+struct Command {
+  CLI::App* app;
+  Runner run;
+};
+
+std::vector<Command> add_list_command(CLI::App& app, Context& ctx);
+std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx);
+
+}  // namespace gpufence::cli

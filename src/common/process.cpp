@@ -1,0 +1,77 @@
+#include "common/process.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "common/file.hpp"
+
+extern char** environ;
+
+namespace gpufence {
+
+Result<ProcessResult> run_process(const std::vector<std::string>& argv) {
+  if (argv.empty()) return fail(Errc::invalid_argument, "run_process: empty command");
+  char tmpl[] = "/tmp/gpufence-proc-XXXXXX";
+  int out_fd = ::mkstemp(tmpl);
+  if (out_fd < 0) return fail_errno("mkstemp", tmpl);
+  ::unlink(tmpl);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, 2);
+  pid_t pid = 0;
+  int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ::close(out_fd);
+    return fail_errno("run", argv[0], rc);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  ProcessResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ::lseek(out_fd, 0, SEEK_SET);
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::read(out_fd, buf, sizeof buf)) > 0) result.out.append(buf, static_cast<size_t>(n));
+  ::close(out_fd);
+  return result;
+}
+
+Result<std::string> unified_diff(const std::string& old_text, const std::string& new_text,
+                                 const std::string& old_label, const std::string& new_label) {
+  if (old_text == new_text) return std::string();
+  char dir_tmpl[] = "/tmp/gpufence-diff-XXXXXX";
+  if (!::mkdtemp(dir_tmpl)) return fail_errno("mkdtemp", dir_tmpl);
+  std::filesystem::path dir = dir_tmpl;
+  auto cleanup = [&] {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  };
+  if (auto st = write_file_atomic(dir / "old", old_text, Durability::none); !st) {
+    cleanup();
+    return std::unexpected(st.error());
+  }
+  if (auto st = write_file_atomic(dir / "new", new_text, Durability::none); !st) {
+    cleanup();
+    return std::unexpected(st.error());
+  }
+  auto r = run_process({"diff", "-u", "--label", old_label, "--label", new_label, (dir / "old").string(),
+                        (dir / "new").string()});
+  cleanup();
+  if (!r) return std::unexpected(r.error());
+  if (r->exit_code > 1) return fail(Errc::io, "diff failed: ", r->out);
+  return r->out;
+}
+
+}  // namespace gpufence

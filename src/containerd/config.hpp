@@ -1,0 +1,65 @@
+// containerd's configuration as the CRI plugin reads it: versions 1, 2 and 3, their CRI tables,
+// imports, and the runtime handlers a RuntimeClass can name.
+//
+// Facts (containerd 1.6.20 measured here; nvidia-container-toolkit engine/containerd):
+// - CRI plugin table by version: 1 "cri", 2 "io.containerd.grpc.v1.cri", 3
+//   "io.containerd.cri.v1.runtime"; runtimes live under <cri>.containerd.runtimes.<name>.
+// - containerd 1.x merges an imported file by *replacing* each top-level plugin section it
+//   defines: a drop-in holding only runtimes.nvidia wipes the main file's CRI settings (runc
+//   runtime, sandbox image) — seen with `containerd config dump`. So version 1 and 2 configs are
+//   edited in place, and only version 3 (containerd 2.x) gets a drop-in.
+#pragma once
+
+#include <toml++/toml.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/finding.hpp"
+#include "common/hostfs.hpp"
+
+namespace gpufence {
+
+struct ContainerdConfig {
+  std::string path;
+  int version = 1;  // containerd 1.x reads a file without "version" as version 1
+  toml::table doc;
+};
+
+Result<ContainerdConfig> parse_containerd_config(std::string_view text, std::string_view origin);
+std::string cri_plugin_name(int version);
+// The TOML header path of a runtime: plugins."io.containerd.grpc.v1.cri".containerd.runtimes.<n>
+std::string runtime_table_name(int version, std::string_view runtime);
+
+struct RuntimeHandler {
+  std::string name;
+  std::string runtime_type;
+  std::string runtime_engine;
+  std::optional<std::string> binary_name;  // options.BinaryName
+  std::vector<std::string> option_keys;
+};
+
+std::vector<RuntimeHandler> cri_runtimes(const ContainerdConfig& cfg);
+// default_runtime_name, or "runc" when unset (containerd's default).
+std::string default_runtime_name(const ContainerdConfig& cfg);
+
+// Applies the file's imports (relative paths resolve against its directory; globs allowed) the
+// way containerd would: versions 1-2 replace each plugin section, version 3 merges deeply.
+// `read` reads a file (so tests and the doctor go through HostFs).
+Result<ContainerdConfig> merge_imports(const ContainerdConfig& main,
+                                       const std::function<Result<std::string>(const std::string&)>& read,
+                                       const std::function<std::vector<std::string>(const std::string&)>& glob);
+
+struct ContainerdCheckOptions {
+  std::vector<std::string> handlers = {"nvidia"};  // names RuntimeClasses use
+  const HostFs* host = nullptr;                    // to check BinaryName; skipped when null
+  bool expect_gpufence = false;                    // warn when a handler is not wired to a GPU runtime
+};
+
+// Everything wrong with the config for GPU pods, each with the exact fix.
+std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg, const ContainerdCheckOptions& options);
+
+}  // namespace gpufence
