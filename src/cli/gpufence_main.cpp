@@ -18,6 +18,7 @@ int main(int argc, char** argv) try {
   std::vector<cli::Command> commands;
   for (auto& c : cli::add_list_command(app, ctx)) commands.push_back(c);
   for (auto& c : cli::add_setup_commands(app, ctx)) commands.push_back(c);
+  for (auto& c : cli::add_cdi_commands(app, ctx)) commands.push_back(c);
 
   CLI11_PARSE(app, argc, argv);
 
