@@ -10,6 +10,7 @@
 #include "common/hostfs.hpp"
 #include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
+#include "runtime/hooks.hpp"
 #include "runtime/shim.hpp"
 
 namespace {
@@ -25,6 +26,9 @@ constexpr const char* kUsage =
     "NVIDIA_VISIBLE_DEVICES for privileged containers), even when privileged; then it execs\n"
     "the low-level runtime (runc) with the same arguments. Every other command, and --help or\n"
     "--version, goes to runc untouched.\n"
+    "\n"
+    "  gpufence-runtime hook driver-procfs --dir D --keep ENTRY...   (OCI createContainer hook)\n"
+    "  gpufence-runtime hook update-ldcache --folder DIR...          (OCI createContainer hook)\n"
     "\n"
     "Configuration: /etc/gpufence/runtime.toml, or the file named by $GPUFENCE_RUNTIME_CONFIG\n"
     "(every key documented in deploy/runtime.toml). NVML: $GPUFENCE_NVML_LIBRARY overrides\n"
@@ -52,6 +56,8 @@ int run(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
+  // Our own OCI hooks, added to specs by the create path below.
+  if (!args.empty() && args[0] == "hook") return run_hook(std::vector<std::string>(args.begin() + 1, args.end()));
   auto inv = parse_runc_args(args);
   if (!inv) {
     std::cerr << "gpufence-runtime: " << inv.error().message << "\n";
@@ -117,7 +123,8 @@ int run(int argc, char** argv) {
             {"granted", join(decision->granted, ",")},
             {"denied", join(denied, ",")},
             {"spec_changed", decision->spec_changed ? "true" : "false"},
-            {"gpus_from", decision->inventory_source}});
+            {"gpus_from", decision->inventory_source},
+            {"cdi", join(decision->cdi_devices, ",")}});
   exec_runtime(*runtime_path, argc, argv);
 }
 

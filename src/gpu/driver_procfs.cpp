@@ -33,6 +33,13 @@ Result<Gpu> parse_driver_gpu_information(std::string_view text) {
   return gpu;
 }
 
+std::string driver_gpu_entry_name(std::string_view pci_bus_id) {
+  std::string id = to_lower(pci_bus_id);
+  auto colon = id.find(':');
+  if (colon == 8 && id.starts_with("0000")) id = id.substr(4);
+  return id;
+}
+
 Result<std::vector<Gpu>> read_driver_gpus(const HostFs& host) {
   auto entries = host.list(kDriverGpusDir);
   if (!entries) return std::unexpected(entries.error());

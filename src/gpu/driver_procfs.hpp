@@ -19,6 +19,9 @@ inline constexpr std::string_view kDriverGpusDir = "/proc/driver/nvidia/gpus";
 // Parses one "information" file ("Model:", "GPU UUID:", "Bus Location:", "Device Minor:").
 Result<Gpu> parse_driver_gpu_information(std::string_view text);
 
+// The entry name of a GPU under /proc/driver/nvidia/gpus: "00000000:3B:00.0" -> "0000:3b:00.0".
+std::string driver_gpu_entry_name(std::string_view pci_bus_id);
+
 // Every GPU the driver lists, in PCI bus order (the order NVML numbers them by default; the
 // index is that position). not_found when the driver's procfs is absent.
 Result<std::vector<Gpu>> read_driver_gpus(const HostFs& host);

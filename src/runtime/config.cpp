@@ -127,6 +127,14 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
         cfg.cdi_spec_dirs = *list;
         return {};
       });
+    } else if (section == "driver") {
+      st = apply_table(*table, "driver", {"procfs_gpus_dir"}, [&](std::string_view, const toml::node& n) -> Status {
+        auto v = string_value(n, "value");
+        if (!v) return std::unexpected(v.error());
+        if (v->empty() || v->front() != '/') return fail(Errc::parse, "must be an absolute path");
+        cfg.procfs_gpus_dir = *v;
+        return {};
+      });
     } else {
       return fail(Errc::parse, origin, ": unknown section [", section.str(), "]");
     }

@@ -29,6 +29,8 @@ struct RuntimeConfig {
                                             "/dev/nvidia-modeset"};
   std::string nvml_library;  // "" = $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1
   std::vector<std::string> cdi_spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+  // The driver's per-GPU directory; inside a container it is narrowed to the granted GPUs.
+  std::string procfs_gpus_dir = "/proc/driver/nvidia/gpus";
 
   bool trusts(TrustedChannel c) const;
 };

@@ -10,6 +10,7 @@
 #include "common/hostfs.hpp"
 #include "common/strings.hpp"
 #include "gpu/driver_procfs.hpp"
+#include "runtime/cdi_edits.hpp"
 #include "runtime/isolation.hpp"
 
 namespace gpufence {
@@ -113,6 +114,37 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
     }
   }
 
+  // CDI: when the allocation names CDI devices and specs for nvidia.com/gpu exist, apply their
+  // edits (driver libraries, utilities, env, hooks). Isolation below still decides GPU nodes.
+  std::vector<DeviceNode> cdi_nodes;
+  std::vector<std::string> cdi_names;
+  const std::string cdi_prefix = std::string(kCdiKind) + "=";
+  for (const auto& token : request->tokens) {
+    if (token.text.starts_with(cdi_prefix)) cdi_names.push_back(token.text.substr(cdi_prefix.size()));
+  }
+  if (!cdi_names.empty()) {
+    auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kCdiKind);
+    if (!specs) return std::unexpected(specs.error());
+    if (specs->empty()) {
+      ctx.log.debug("runtime.no_cdi_spec", {{"container", inv.container_id}, {"dirs", join(ctx.config.cdi_spec_dirs, ",")}});
+    } else {
+      auto applied = apply_cdi_devices(spec, *specs, cdi_names, host);
+      if (!applied) return std::unexpected(applied.error());
+      for (const auto& node : applied->nodes) {
+        if (auto minor = gpu_node_minor(node.path)) {
+          bool granted_minor = std::any_of(granted.begin(), granted.end(), [&](const Gpu& g) { return g.minor == *minor; });
+          if (!granted_minor) {
+            return fail(Errc::denied, "CDI spec gives ", node.path, " for ", join(applied->from, ", "),
+                        ", which is not the GPU this host knows by that name");
+          }
+          continue;
+        }
+        cdi_nodes.push_back(node);
+      }
+      decision.cdi_devices = applied->from;
+    }
+  }
+
   // Plan: the granted nodes (as the host has them), the control nodes present, and every other
   // GPU minor to deny.
   IsolationPlan plan;
@@ -128,6 +160,11 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
       if (auto node = host_char_device(host, path)) plan.grant.push_back(*node);
     }
   }
+  for (const auto& node : cdi_nodes) {
+    if (std::none_of(plan.grant.begin(), plan.grant.end(), [&](const DeviceNode& d) { return d.path == node.path; })) {
+      plan.grant.push_back(node);
+    }
+  }
   plan.deny_minors = host_gpu_minors(host);
   for (const auto& gpu : inventory) plan.deny_minors.insert(gpu.minor);
   for (const auto& gpu : granted) plan.deny_minors.erase(gpu.minor);
@@ -136,6 +173,23 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   auto result = isolate_spec(spec, plan);
   if (!result) return std::unexpected(result.error().wrap(spec_path.native()));
   decision.denied_minors.assign(plan.deny_minors.begin(), plan.deny_minors.end());
+
+  // The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
+  if ((!granted.empty() || decision.privileged) && host.exists(ctx.config.procfs_gpus_dir)) {
+    std::vector<std::string> args = {"gpufence-runtime", "hook", "driver-procfs", "--dir", ctx.config.procfs_gpus_dir};
+    for (const auto& gpu : granted) {
+      args.push_back("--keep");
+      args.push_back(driver_gpu_entry_name(gpu.pci_bus_id));
+    }
+    char self[4096];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return fail_errno("readlink", "/proc/self/exe");
+    Json hook = Json::object();
+    hook["path"] = std::string(self, static_cast<size_t>(n));
+    hook["args"] = args;
+    ensure_array(ensure_object(spec, "hooks"), "createContainer").push_back(hook);
+    result->changed = true;
+  }
   decision.spec_changed = result->changed;
 
   // Write only when something changed: an untouched spec stays byte-for-byte identical.

@@ -32,6 +32,7 @@ struct ShimDecision {
   std::vector<std::string> granted;  // UUIDs
   std::vector<unsigned> denied_minors;
   bool spec_changed = false;
+  std::vector<std::string> cdi_devices;  // CDI devices applied, with their spec files
   std::string inventory_source;  // "driver-procfs", "nvml", or "" when no GPU list was needed
 };
 

@@ -214,6 +214,78 @@ case $case_name in
     check "env carries the UUID, not the index" has_line "$out" "NVD=$GPU1"
     check "logged as nvml" grep -q "container=idx1 .*gpus_from=nvml" "$work/runtime.log"
     ;;
+  procfs-narrowed)
+    # A directory tree standing in for /proc/driver/nvidia/gpus (no driver here), bind-mounted
+    # into the container where the hook is told to look.
+    for bus in 0000:01:00.0 0000:02:00.0; do
+      mkdir -p "$node/fakeproc/gpus/$bus"; echo "Bus Location: $bus" > "$node/fakeproc/gpus/$bus/information"
+    done
+    printf '[driver]\nprocfs_gpus_dir = "/fakeproc/gpus"\n' >> "$work/runtime.toml"
+    fake_mount='{"destination":"/fakeproc/gpus","type":"bind","source":"'$node/fakeproc/gpus'","options":["rbind","ro"]}'
+    list_args='["/bin/sh","-c","ls /fakeproc/gpus; echo END"]'
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1),$fake_mount" "" "$list_args")
+    out=$(run_with "$shim" "$b" proc1)
+    check "GPU 1's entry is listed" has_line "$out" "0000:02:00.0"
+    check "GPU 0's entry is hidden" bash -c "! grep -q 0000:01:00.0 <<<'$out'"
+    check "the host still sees both" test -d "$node/fakeproc/gpus/0000:01:00.0" -a -d "$node/fakeproc/gpus/0000:02:00.0"
+    check "the hook is in the spec" grep -q '"createContainer":\[{"path":"'"$shim"'","args":\["gpufence-runtime","hook","driver-procfs","--dir","/fakeproc/gpus","--keep","0000:02:00.0"\]' "$b/config.json"
+    b2=$(new_bundle c2 privileged "" "$fake_mount" "" "$list_args")
+    out=$(run_with "$shim" "$b2" proc0)
+    check "a privileged container with no GPU lists none" test "$out" = "END"
+    ;;
+  cdi-applied|cdi-malformed|cdi-unknown|cdi-conflict)
+    command -v cc >/dev/null || skip "needs a C compiler (cc) to build stand-in driver libraries"
+    drv=$work/driver
+    mkdir -p "$drv/usr/lib/x86_64-linux-gnu" "$drv/usr/bin" "$drv/etc" "$work/cdi"
+    for lib in libcuda:libcuda.so.1 libnvidia-ml:libnvidia-ml.so.1 libnvcuvid:libnvcuvid.so.1 libnvidia-encode:libnvidia-encode.so.1; do
+      echo 'int gpufence_stand_in;' | cc -shared -x c - -Wl,-soname,${lib#*:} -o "$drv/usr/lib/x86_64-linux-gnu/${lib%%:*}.so.550.54.15"
+    done
+    ldconfig -r "$drv" -C /etc/ld.so.cache
+    printf '#!/bin/sh\necho stand-in nvidia-smi\n' > "$drv/usr/bin/nvidia-smi"; chmod +x "$drv/usr/bin/nvidia-smi"
+    GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1 "$build/bin/gpufence" cdi generate \
+      --driver-root "$drv" --hook-path "$shim" --output "$work/cdi/nvidia.yaml" 2>"$work/gen.err"
+    printf '[cdi]\nspec_dirs = ["%s"]\n' "$work/cdi" >> "$work/runtime.toml"
+    cdi_args='["/bin/sh","-c","gpufence-probe /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; cat /usr/lib/x86_64-linux-gnu/libcuda.so.1 >/dev/null && echo LIBCUDA=yes; /usr/bin/nvidia-smi; echo NVD=$NVIDIA_VISIBLE_DEVICES"]'
+    b=$(new_bundle c1 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' "$cdi_args")
+    cp "$b/config.json" "$work/before.json"
+    case $case_name in
+      cdi-applied)
+        out=$(run_with "$shim" "$b" cdi1)
+        check "GPU 1 node" has_line "$out" "/dev/nvidia1 ENXIO"
+        check "GPU 0 absent" has_line "$out" "/dev/nvidia0 ENOENT"
+        check "control node from the spec" has_line "$out" "/dev/nvidiactl ENXIO"
+        check "driver library mounted" has_line "$out" "LIBCUDA=yes"
+        check "nvidia-smi mounted and runs" has_line "$out" "stand-in nvidia-smi"
+        check "env names the UUID" has_line "$out" "NVD=$GPU1"
+        check "ldcache hook wrote the container's linker config" grep -qx /usr/lib/x86_64-linux-gnu "$b/rootfs/etc/ld.so.conf.d/00-gpufence-cdi.conf"
+        check "and its cache knows libcuda" grep -q "libcuda.so.1" "$b/rootfs/etc/ld.so.cache"
+        check "CDI devices logged" grep -q "cdi=\"nvidia.com/gpu=1 ($work/cdi/nvidia.yaml)\"" "$work/runtime.log"
+        ;;
+      cdi-malformed)
+        echo 'cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices: [ {name: x' > "$work/cdi/zz-broken.yaml"
+        "$shim" --root "$state" create --bundle "$b" cdibad </dev/null >/dev/null 2>"$work/err"
+        check "create refused" test $? -ne 0
+        check "names the file" grep -q "malformed CDI spec: $work/cdi/zz-broken.yaml" "$work/err"
+        check "config.json unchanged" cmp -s "$b/config.json" "$work/before.json"
+        ;;
+      cdi-unknown)
+        sed -i 's/^  - name: "1"$/  - name: "one"/' "$work/cdi/nvidia.yaml"
+        "$shim" --root "$state" create --bundle "$b" cdiunk </dev/null >/dev/null 2>"$work/err"
+        check "create refused" test $? -ne 0
+        check "names the device and the spec" grep -q "unknown CDI device nvidia.com/gpu=1 (not in $work/cdi/nvidia.yaml)" "$work/err"
+        check "config.json unchanged" cmp -s "$b/config.json" "$work/before.json"
+        ;;
+      cdi-conflict)
+        cp "$work/cdi/nvidia.yaml" "$work/cdi/other.json"
+        "$shim" --root "$state" create --bundle "$b" cdidup </dev/null >/dev/null 2>"$work/err"
+        check "create refused" test $? -ne 0
+        check "names both specs" grep -q "defined by both $work/cdi/nvidia.yaml and $work/cdi/other.json" "$work/err"
+        check "config.json unchanged" cmp -s "$b/config.json" "$work/before.json"
+        ;;
+    esac
+    ;;
   passthrough-commands)
     check "--version is runc's" test "$("$shim" --version)" = "$(runc --version)"
     check "--help is runc's" bash -c "'$shim' --help | grep -q 'Open Container Initiative runtime'"

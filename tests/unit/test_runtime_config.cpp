@@ -32,6 +32,7 @@ TEST(RuntimeConfig, TheShippedExampleParsesToTheDefaults) {
   EXPECT_EQ(cfg->control_nodes, defaults.control_nodes);
   EXPECT_EQ(cfg->cdi_spec_dirs, defaults.cdi_spec_dirs);
   EXPECT_EQ(cfg->annotation_prefixes, defaults.annotation_prefixes);
+  EXPECT_EQ(cfg->procfs_gpus_dir, defaults.procfs_gpus_dir);
 }
 
 TEST(RuntimeConfig, EveryKey) {
@@ -51,6 +52,8 @@ control_nodes = ["/dev/nvidiactl"]
 nvml_library = "/opt/libnvidia-ml.so.1"
 [cdi]
 spec_dirs = ["/etc/cdi"]
+[driver]
+procfs_gpus_dir = "/fake/gpus"
 )", "x.toml");
   ASSERT_TRUE(cfg) << cfg.error().message;
   EXPECT_EQ(cfg->low_level_runtime, "/usr/bin/crun");
@@ -64,6 +67,8 @@ spec_dirs = ["/etc/cdi"]
   EXPECT_EQ(cfg->control_nodes.size(), 1u);
   EXPECT_EQ(cfg->nvml_library, "/opt/libnvidia-ml.so.1");
   EXPECT_EQ(cfg->cdi_spec_dirs.size(), 1u);
+  EXPECT_EQ(cfg->procfs_gpus_dir, "/fake/gpus");
+  EXPECT_FALSE(parse_runtime_config("[driver]\nprocfs_gpus_dir = \"relative\"\n", "r.toml"));
 }
 
 TEST(RuntimeConfig, BadInputNamesFileAndKey) {
