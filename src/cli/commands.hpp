@@ -30,5 +30,6 @@ struct Command {
 std::vector<Command> add_list_command(CLI::App& app, Context& ctx);
 std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx);
 std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx);
+std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx);
 
 }  // namespace gpufence::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) try {
   for (auto& c : cli::add_list_command(app, ctx)) commands.push_back(c);
   for (auto& c : cli::add_setup_commands(app, ctx)) commands.push_back(c);
   for (auto& c : cli::add_cdi_commands(app, ctx)) commands.push_back(c);
+  for (auto& c : cli::add_doctor_command(app, ctx)) commands.push_back(c);
 
   CLI11_PARSE(app, argc, argv);
 

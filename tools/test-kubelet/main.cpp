@@ -14,19 +14,65 @@
 
 #include <iostream>
 
+#include <csignal>
+
 #include "common/strings.hpp"
+#include "pod_resources_server.hpp"
 #include "test_kubelet.hpp"
 
 int main(int argc, char** argv) {
   std::string plugin_dir;
   int containers = 1, per_container = 1, timeout_s = 10;
   CLI::App app{"gpufence-test-kubelet: a stand-in kubelet that admits containers through a device plugin"};
-  app.add_option("--plugin-dir", plugin_dir, "Device plugin directory to serve kubelet.sock in")->required();
+  auto* plugin_dir_opt = app.add_option("--plugin-dir", plugin_dir, "Device plugin directory to serve kubelet.sock in");
   app.add_option("--admit", containers, "Containers to admit")->capture_default_str();
   app.add_option("--gpus", per_container, "Devices per container")->capture_default_str();
   app.add_option("--timeout", timeout_s, "Seconds to wait for the plugin")->capture_default_str();
   app.footer("Example:\n  gpufence-test-kubelet --plugin-dir /tmp/dp --admit 2\n  0 ids GPU-5a1c...\n  0 mount /var/run/nvidia-container-devices/GPU-5a1c... /dev/null ro");
+  std::string pod_resources;
+  std::vector<std::string> pods, allocatable;
+  app.add_option("--pod-resources", pod_resources,
+                 "Instead: serve the PodResources API on this socket until SIGTERM, with --pod and --allocatable");
+  app.add_option("--pod", pods, "NAMESPACE/POD/CONTAINER=ID[,ID...] allocation to report (repeatable)");
+  app.add_option("--allocatable", allocatable, "Allocatable device id (repeatable)");
+  plugin_dir_opt->required(false);
   CLI11_PARSE(app, argc, argv);
+
+  if (!pod_resources.empty()) {
+    std::vector<gpufence::test::PodAllocation> allocations;
+    for (const auto& p : pods) {
+      auto eq = p.find('=');
+      auto parts = gpufence::split(std::string_view(p).substr(0, eq), '/');
+      if (parts.size() != 3) {
+        std::cerr << "gpufence-test-kubelet: --pod wants NAMESPACE/POD/CONTAINER=IDS, got " << p << "\n";
+        return 2;
+      }
+      gpufence::test::PodAllocation a{std::string(parts[0]), std::string(parts[1]), std::string(parts[2]), {}};
+      if (eq != std::string::npos) {
+        for (auto id : gpufence::split(std::string_view(p).substr(eq + 1), ',')) {
+          if (!id.empty()) a.device_ids.emplace_back(id);
+        }
+      }
+      allocations.push_back(std::move(a));
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    gpufence::test::PodResourcesServer server(pod_resources, "nvidia.com/gpu", allocations, allocatable);
+    if (!server.start()) {
+      std::cerr << "gpufence-test-kubelet: cannot serve " << pod_resources << "\n";
+      return 1;
+    }
+    int sig = 0;
+    sigwait(&set, &sig);
+    return 0;
+  }
+  if (plugin_dir.empty()) {
+    std::cerr << "gpufence-test-kubelet: --plugin-dir is required\n";
+    return 2;
+  }
 
   gpufence::test::TestKubelet kubelet(plugin_dir);
   kubelet.start();

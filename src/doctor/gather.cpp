@@ -1,0 +1,236 @@
+#include "doctor/gather.hpp"
+
+#include <algorithm>
+#include <glob.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/strings.hpp"
+#include "containerd/config.hpp"
+#include "doctor/parse.hpp"
+#include "runtime/isolation.hpp"
+
+namespace gpufence {
+namespace {
+
+// The bundle directory of a container: containerd's task dir, else a runc state's label.
+std::string find_bundle(const HostFs& host, const std::string& id, const GatherOptions& opt) {
+  for (const auto& dir : opt.task_dirs) {
+    auto namespaces = host.list(dir);
+    if (!namespaces) continue;
+    for (const auto& ns : *namespaces) {
+      std::string bundle = cat(dir, "/", ns, "/", id);
+      if (host.exists(bundle + "/config.json")) return bundle;
+    }
+  }
+  auto bundle_label = [&](const std::string& state_path) -> std::string {
+    auto text = host.read(state_path);
+    if (!text) return "";
+    try {
+      auto state = nlohmann::json::parse(*text);
+      for (const auto& label : state.at("config").value("labels", nlohmann::json::array())) {
+        std::string l = label.get<std::string>();
+        if (l.starts_with("bundle=")) return l.substr(7);
+      }
+    } catch (const nlohmann::json::exception&) {
+    }
+    return "";
+  };
+  for (const auto& root : opt.runc_roots) {
+    if (auto b = bundle_label(cat(root, "/", id, "/state.json")); !b.empty()) return b;
+    auto namespaces = host.list(root);
+    if (!namespaces) continue;
+    for (const auto& ns : *namespaces) {
+      if (auto b = bundle_label(cat(root, "/", ns, "/", id, "/state.json")); !b.empty()) return b;
+    }
+  }
+  return "";
+}
+
+std::vector<unsigned> numeric_pids(const HostFs& host) {
+  std::vector<unsigned> pids;
+  auto entries = host.list("/proc");
+  if (!entries) return pids;
+  for (const auto& e : *entries) {
+    if (auto pid = parse_number<unsigned>(e)) pids.push_back(*pid);
+  }
+  std::sort(pids.begin(), pids.end());
+  return pids;
+}
+
+void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt) {
+  for (const auto& path : opt.containerd_configs) {
+    auto text = host.read(path);
+    if (!text) continue;
+    auto cfg = parse_containerd_config(*text, path);
+    if (!cfg) {
+      s.containerd_findings.push_back({"containerd.config-unreadable", Severity::error, "containerd's config does not parse",
+                                       cfg.error().message, "fix the syntax error; containerd itself will refuse this file"});
+      s.containerd_config = path;
+      return;
+    }
+    auto merged = merge_imports(
+        *cfg, [&](const std::string& p) { return host.read(p); },
+        [&](const std::string& pattern) {
+          std::vector<std::string> out;
+          glob_t g{};
+          if (::glob(host.resolve(pattern).c_str(), 0, nullptr, &g) == 0) {
+            std::string root = host.root().native() == "/" ? "" : host.root().native();
+            for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
+          }
+          globfree(&g);
+          return out;
+        });
+    ContainerdCheckOptions copt{opt.handlers, &host, true};
+    s.containerd_findings = check_containerd_config(merged ? *merged : *cfg, copt);
+    s.containerd_config = path;
+    return;
+  }
+  // No file: containerd runs on built-in defaults, which have no GPU handler.
+  ContainerdConfig defaults;
+  defaults.path = "(no containerd config file: built-in defaults)";
+  defaults.version = 2;
+  s.containerd_findings = check_containerd_config(defaults, {opt.handlers, nullptr, true});
+  s.skipped.push_back("containerd: no config file at " + join(opt.containerd_configs, ", ") + "; judged containerd's defaults");
+}
+
+}  // namespace
+
+Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory, const std::string& inventory_error,
+                         const GatherOptions& opt) {
+  Snapshot s;
+  s.resource_name = opt.resource_name;
+
+  // GPUs and their processes.
+  if (!inventory) {
+    s.skipped.push_back("NVML: " + inventory_error);
+  } else if (auto gpus = inventory->gpus()) {
+    for (auto& g : *gpus) {
+      NodeGpu ng{g, {}};
+      if (auto procs = inventory->processes(g.uuid)) ng.processes = std::move(*procs);
+      else s.skipped.push_back(cat("NVML processes of ", g.uuid, ": ", procs.error().message));
+      s.gpus.push_back(std::move(ng));
+    }
+  } else {
+    s.skipped.push_back("NVML: " + gpus.error().message);
+  }
+  std::set<unsigned> gpu_minors;
+  for (const auto& g : s.gpus) gpu_minors.insert(g.gpu.minor);
+  if (auto names = host.list("/dev")) {
+    for (const auto& n : *names) {
+      if (auto m = gpu_node_minor("/dev/" + n)) gpu_minors.insert(*m);
+    }
+  }
+
+  // Containers, from every process's cgroup.
+  std::map<std::string, NodeContainer> by_id;
+  std::map<std::string, std::string> cgroup_text;  // container id -> one member's /proc/<pid>/cgroup
+  for (unsigned pid : numeric_pids(host)) {
+    auto cg = host.read(cat("/proc/", pid, "/cgroup"));
+    if (!cg) continue;  // vanished, or not ours to read
+    auto id = container_id_from_cgroup(*cg);
+    if (!id) continue;
+    auto& c = by_id[*id];
+    if (c.id.empty()) {
+      c.id = *id;
+      cgroup_text[*id] = *cg;
+    }
+    c.pids.push_back(pid);
+  }
+  for (auto& [id, c] : by_id) {
+    unsigned pid = c.pids.front();
+    if (auto env = host.read(cat("/proc/", pid, "/environ"))) {
+      auto vars = parse_environ(*env);
+      if (vars.contains("NVIDIA_VISIBLE_DEVICES")) c.nvidia_visible_devices = vars["NVIDIA_VISIBLE_DEVICES"];
+      if (vars.contains("CUDA_VISIBLE_DEVICES")) c.cuda_visible_devices = vars["CUDA_VISIBLE_DEVICES"];
+    }
+    if (auto status = host.read(cat("/proc/", pid, "/status"))) {
+      if (auto caps = bounding_caps(*status)) c.privileged = (*caps >> kCapSysAdmin) & 1;
+    }
+    if (auto devs = host.list(cat("/proc/", pid, "/root/dev"))) {
+      for (const auto& n : *devs) {
+        if (auto m = gpu_node_minor("/dev/" + n)) c.gpu_nodes_present.insert(*m);
+      }
+    }
+    c.bundle = find_bundle(host, id, opt);
+    std::string oci_text;
+    if (!c.bundle.empty()) {
+      if (auto cfg = host.read(c.bundle + "/config.json")) {
+        oci_text = *cfg;
+        try {
+          auto spec = nlohmann::json::parse(*cfg);
+          auto ann = spec.value("annotations", nlohmann::json::object());
+          c.pod = ann.value("io.kubernetes.cri.sandbox-name", "");
+          c.pod_namespace = ann.value("io.kubernetes.cri.sandbox-namespace", "");
+          c.name = ann.value("io.kubernetes.cri.container-name", "");
+        } catch (const nlohmann::json::exception&) {
+        }
+      }
+    }
+    // Which GPUs its cgroup lets it open.
+    const std::string& cg = cgroup_text[id];
+    auto v1 = cgroup_path(cg, "devices");
+    if (opt.probe) {
+      std::string procs = v1 ? cat("/sys/fs/cgroup/devices", *v1, "/cgroup.procs")
+                             : cat("/sys/fs/cgroup", cgroup_path(cg, "").value_or("/"), "/cgroup.procs");
+      auto probed = probe_gpu_access(host, pid, host.resolve(procs).string(), gpu_minors);
+      if (probed) {
+        c.openable = *probed;
+        c.openable_source = "probe";
+      } else {
+        s.skipped.push_back(cat("probe of ", c.label(), ": ", probed.error().message));
+      }
+    }
+    if (!c.openable && v1) {
+      if (auto list = host.read(cat("/sys/fs/cgroup/devices", *v1, "/devices.list"))) {
+        if (auto minors = openable_gpu_minors_from_devices_list(*list, gpu_minors)) {
+          c.openable = *minors;
+          c.openable_source = "devices.list";
+        }
+      }
+    }
+    if (!c.openable && !oci_text.empty()) {
+      // v1 shows only "a *:* rwm" once a spec starts with allow-all, and v2 has no list at all:
+      // replay the rules the runtime was given instead.
+      c.openable = openable_gpu_minors_from_oci_rules(oci_text, gpu_minors);
+      c.openable_source = "oci-spec rules";
+    }
+    for (const auto& path : opt.app_configs) {
+      auto text = host.read(cat("/proc/", pid, "/root", path));
+      if (!text) continue;
+      std::vector<int> ids;
+      for (const auto& k : deepstream_gpu_ids(*text)) ids.push_back(k.gpu_id);
+      if (!ids.empty()) c.app_gpu_ids[path] = ids;
+    }
+    s.containers.push_back(std::move(c));
+  }
+
+  // The kubelet's view.
+  std::string why;
+  for (const auto& sock : opt.pod_resources_sockets) {
+    if (!host.exists(sock)) continue;
+    auto view = read_pod_resources(host.resolve(sock).string(), opt.resource_name);
+    if (view) {
+      s.allocations = view->allocations;
+      s.allocatable = view->allocatable;
+      break;
+    }
+    why = view.error().message;
+  }
+  if (!s.allocations) {
+    s.skipped.push_back("kubelet: " + (why.empty() ? "no PodResources socket at " + join(opt.pod_resources_sockets, ", ") : why) +
+                        "; allocation checks skipped");
+  }
+
+  for (const auto& dir : opt.plugin_dirs) {
+    auto names = host.list(dir);
+    if (!names) continue;
+    for (const auto& n : *names) {
+      if (n.ends_with(".sock") && n != "kubelet.sock") s.plugin_sockets.push_back(dir + "/" + n);
+    }
+  }
+  gather_containerd(s, host, opt);
+  return s;
+}
+
+}  // namespace gpufence

@@ -1,0 +1,89 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/strings.hpp"
+#include "doctor/gather.hpp"
+
+namespace gpufence {
+
+Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid, const std::string& cgroup_procs_file,
+                                            const std::set<unsigned>& minors) {
+  // Temporary nodes for GPUs the container has no node for, made here (host cgroup) and opened
+  // by the child (container cgroup): the open is what the container's cgroup would allow.
+  char tmpl[] = "/tmp/gpufence-probe-XXXXXX";
+  if (!::mkdtemp(tmpl)) return fail_errno("mkdtemp", tmpl);
+  std::filesystem::path tmp = tmpl;
+  auto cleanup = [&] {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+  };
+  std::vector<std::pair<unsigned, std::string>> targets;
+  for (unsigned m : minors) {
+    std::string own = host.resolve(cat("/proc/", pid, "/root/dev/nvidia", m)).string();
+    struct stat st {};
+    if (::stat(own.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
+      targets.emplace_back(m, own);
+      continue;
+    }
+    std::string made = (tmp / cat("nvidia", m)).string();
+    if (::mknod(made.c_str(), S_IFCHR | 0600, makedev(195, m)) != 0) {
+      cleanup();
+      return fail_errno("mknod", made);
+    }
+    targets.emplace_back(m, made);
+  }
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    cleanup();
+    return fail_errno("pipe for probe of", std::to_string(pid));
+  }
+  pid_t child = ::fork();
+  if (child < 0) {
+    cleanup();
+    return fail_errno("fork probe for", std::to_string(pid));
+  }
+  if (child == 0) {
+    // Child: join the container's devices cgroup, try each node, report, exit.
+    ::close(fds[0]);
+    int cg = ::open(cgroup_procs_file.c_str(), O_WRONLY | O_CLOEXEC);
+    std::string me = std::to_string(::getpid());
+    if (cg < 0 || ::write(cg, me.data(), me.size()) < 0) {
+      char fail_byte = 'F';
+      [[maybe_unused]] auto n = ::write(fds[1], &fail_byte, 1);
+      ::_exit(1);
+    }
+    ::close(cg);
+    for (const auto& [m, path] : targets) {
+      int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+      bool allowed = fd >= 0 || errno == ENXIO || errno == ENODEV;
+      if (fd >= 0) ::close(fd);
+      if (allowed) {
+        unsigned char b = static_cast<unsigned char>(m);
+        [[maybe_unused]] auto n = ::write(fds[1], &b, 1);
+      }
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string bytes;
+  char buf[256];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) bytes.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  cleanup();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return fail(Errc::io, "probe could not join ", cgroup_procs_file);
+  }
+  std::set<unsigned> allowed;
+  for (unsigned char b : bytes) allowed.insert(b);
+  return allowed;
+}
+
+}  // namespace gpufence

@@ -1,0 +1,52 @@
+// What the doctor knows about a node: evidence from every layer, gathered once (gather.cpp)
+// and judged by pure checks (checks.cpp). Where a layer could not be read, `skipped` says why.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/finding.hpp"
+#include "gpu/gpu.hpp"
+
+namespace gpufence {
+
+struct NodeGpu {
+  Gpu gpu;
+  std::vector<GpuProcess> processes;
+};
+
+struct NodeContainer {
+  std::string id;
+  std::string pod, pod_namespace, name;  // from the OCI bundle's CRI annotations; empty if unknown
+  std::string bundle;
+  std::vector<unsigned> pids;
+  std::optional<std::string> nvidia_visible_devices, cuda_visible_devices;
+  bool privileged = false;
+  std::set<unsigned> gpu_nodes_present;           // minors of /dev/nvidiaN in its /dev
+  std::optional<std::set<unsigned>> openable;     // minors its cgroup lets it open; nullopt = unknown
+  std::string openable_source;                    // "probe", "devices.list", "oci-spec"
+  std::map<std::string, std::vector<int>> app_gpu_ids;  // DeepStream config path -> gpu-id values
+  std::string label() const;  // "namespace/pod/container" or the short id
+};
+
+struct KubeletAllocation {
+  std::string pod_namespace, pod, container;
+  std::vector<std::string> device_ids;  // nvidia.com/gpu ids (UUIDs or indices)
+};
+
+struct Snapshot {
+  std::vector<NodeGpu> gpus;
+  std::vector<NodeContainer> containers;
+  std::optional<std::vector<KubeletAllocation>> allocations;  // nullopt: PodResources unreadable
+  std::optional<std::vector<std::string>> allocatable;        // nvidia.com/gpu ids the kubelet can give
+  std::string resource_name = "nvidia.com/gpu";
+  std::vector<Finding> containerd_findings;
+  std::string containerd_config;  // path read, "" if none
+  std::vector<std::string> plugin_sockets;  // device plugin sockets present
+  std::vector<std::string> skipped;         // "NVML: cannot load ...", "kubelet: ..."
+};
+
+}  // namespace gpufence

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# gpufence doctor on a live node: real runc containers (shaped like containerd's: 64-hex ids,
+# kubepods cgroup paths, CRI annotations in config.json), the test PodResources server standing in
+# for the kubelet, and the mock NVML reporting the containers' real PIDs on the GPUs.
+# Usage: doctor.sh seed|fixed
+set -uo pipefail
+src=${GPUFENCE_SOURCE_DIR:?}
+build=${GPUFENCE_BUILD_DIR:?}
+. "$src/scripts/lib/bundle.sh"
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root to run runc"
+command -v runc >/dev/null || skip "runc is not installed"
+[ -d /sys/fs/cgroup/devices ] || skip "needs the cgroup v1 devices controller (this test reads devices.list)"
+
+work=$(mktemp -d /tmp/gpufence-doc-XXXXXX)
+state=$work/state
+ids=(); pr_pid=""
+cleanup() {
+  [ -n "$pr_pid" ] && kill "$pr_pid" 2>/dev/null
+  for id in "${ids[@]}"; do runc --root "$state" delete --force "$id" >/dev/null 2>&1; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+failures=0
+check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
+has() { grep -qE -- "$1" <<<"$2" || { echo "  expected /$1/"; return 1; }; }
+hasnt() { ! grep -qE -- "$1" <<<"$2" || { echo "  unexpected /$1/"; return 1; }; }
+
+GPU0=GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01
+GPU1=GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2
+node=$work/node
+gf_make_node_root "$node"
+cat > "$work/runtime.toml" <<TOML
+[log]
+file = "$work/runtime.log"
+[devices]
+root = "$node"
+nvml_library = "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
+TOML
+export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
+export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
+export MOCK_NVML_CONFIG=$src/tools/mock-nvml/examples/two-rtx3080.json
+
+hexid() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+# start POD INDEX RUNTIME ENV MOUNTS: a running "DeepStream" container shaped like containerd's.
+start() {
+  local pod=$1 i=$2 runtime=$3 env=$4 mounts=$5 id b
+  id=$(hexid); b=$work/$pod
+  mkdir -p "$b"
+  gf_make_rootfs "$b/rootfs" "$build/bin/gpufence-probe"
+  gf_write_spec "$b" privileged '["/bin/sleep","120"]' "$env" "$mounts" \
+    "\"io.kubernetes.cri.sandbox-name\":\"$pod\",\"io.kubernetes.cri.sandbox-namespace\":\"video\",\"io.kubernetes.cri.container-name\":\"deepstream\"" "$node"
+  sed -i 's|"linux":{|"linux":{"cgroupsPath":"/kubepods/besteffort/pod-'"$pod"'/'"$id"'",|' "$b/config.json"
+  ids+=("$id")
+  "$runtime" --root "$state" create --bundle "$b" "$id" </dev/null >/dev/null 2>"$work/$pod.err" || { cat "$work/$pod.err"; return 1; }
+  "$runtime" --root "$state" start "$id"
+  eval "ID_$i=$id"
+  eval "PID_$i=$(runc --root "$state" state "$id" | sed -n 's/.*"pid": \([0-9]*\).*/\1/p')"
+}
+
+case ${1:?usage: doctor.sh seed|fixed} in
+  seed)
+    # The seed's way: plain runc, privileged, allocation only in the env.
+    start ds-a 0 runc "\"NVIDIA_VISIBLE_DEVICES=$GPU0\"" ""
+    start ds-b 1 runc "\"NVIDIA_VISIBLE_DEVICES=$GPU1\"" ""
+    { printf 'version = 2\n'; grep -v '^version' "$src/tests/fixtures/containerd/seed-snippet.toml"; } > "$work/containerd.toml"
+    # Every DeepStream process runs on GPU 0.
+    gpu0_pids="{\"pid\": $PID_0, \"used_memory\": 536870912}, {\"pid\": $PID_1, \"used_memory\": 536870912}"
+    gpu1_pids=""
+    ;;
+  fixed)
+    # gpufence: the plugin's mount marker, started through gpufence-runtime; still privileged.
+    start ds-a 0 "$build/bin/gpufence-runtime" '"NVIDIA_VISIBLE_DEVICES=all"' "$(gf_marker_mount $GPU0)"
+    start ds-b 1 "$build/bin/gpufence-runtime" '"NVIDIA_VISIBLE_DEVICES=all"' "$(gf_marker_mount $GPU1)"
+    : > "$work/containerd.toml"
+    "$build/bin/gpufence" setup containerd --config "$work/containerd.toml" --binary "$build/bin/gpufence-runtime" >/dev/null
+    gpu0_pids="{\"pid\": $PID_0, \"used_memory\": 536870912}"
+    gpu1_pids="{\"pid\": $PID_1, \"used_memory\": 536870912}"
+    ;;
+esac
+
+cat > "$work/nvml.json" <<JSON
+{"driver_version": "550.54.15", "gpus": [
+ {"uuid": "$GPU0", "name": "NVIDIA GeForce RTX 3080", "minor": 0, "pci_bus_id": "00000000:01:00.0", "memory_total": 10737418240, "processes": [$gpu0_pids]},
+ {"uuid": "$GPU1", "name": "NVIDIA GeForce RTX 3080", "minor": 1, "pci_bus_id": "00000000:02:00.0", "memory_total": 10737418240, "processes": [$gpu1_pids]}]}
+JSON
+export MOCK_NVML_CONFIG=$work/nvml.json
+"$build/bin/gpufence-test-kubelet" --pod-resources "$work/pod-resources.sock" \
+  --pod "video/ds-a/deepstream=$GPU0" --pod "video/ds-b/deepstream=$GPU1" --allocatable "$GPU0" --allocatable "$GPU1" &
+pr_pid=$!
+for _ in $(seq 50); do [ -S "$work/pod-resources.sock" ] && break; sleep 0.1; done
+
+doctor() {
+  "$build/bin/gpufence" doctor --pod-resources-socket "$work/pod-resources.sock" --runc-root "$state" \
+    --containerd-config "$work/containerd.toml" "$@"
+}
+procs_before=$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a/$ID_0/cgroup.procs)
+for mode in plain probe; do
+  flag=(); [ $mode = probe ] && flag=(--probe)
+  out=$(doctor "${flag[@]}"); rc=$?
+  echo "---- doctor ${flag[*]} (exit $rc) ----"; echo "$out"
+  if [ "$1" = seed ]; then
+    check "[$mode] exit 1" test $rc = 1
+    check "[$mode] ds-a holds GPU 1 it was not allocated" has "gpu.privileged-open-unallocated\] privileged container video/ds-a/deepstream holds GPU 1" "$out"
+    check "[$mode] ds-b holds GPU 0 it was not allocated" has "gpu.privileged-open-unallocated\] privileged container video/ds-b/deepstream holds GPU 0" "$out"
+    check "[$mode] ds-b's process runs on GPU 0 (the seed's symptom)" has "gpu.process-on-unallocated\] container video/ds-b/deepstream was allocated GPU 1 .* but its processes run on GPU 0" "$out"
+    check "[$mode] two containers share GPU 0" has "gpu.shared\] 2 containers" "$out"
+    check "[$mode] the handler is missing in containerd" has "containerd.handler-missing" "$out"
+    check "[$mode] the v1.linux table is named" has "containerd.runtime-under-v1-linux" "$out"
+    [ $mode = probe ] && check "[probe] reach measured by the probe" has "can open GPU0,GPU1 \(probe\)" "$out"
+  else
+    check "[$mode] exit 0" test $rc = 0
+    check "[$mode] clean" has "No problems found" "$out"
+    check "[$mode] ds-a reaches only GPU 0" has "video/ds-a/deepstream \[privileged\]: allocated GPU0 \| can open GPU0 " "$out"
+    check "[$mode] ds-b reaches only GPU 1" has "video/ds-b/deepstream \[privileged\]: allocated GPU1 \| can open GPU1 " "$out"
+  fi
+done
+check "the probe left no process in the container's cgroup" test "$procs_before" = "$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a/$ID_0/cgroup.procs)"
+check "the probe left no temporary nodes" bash -c "! ls -d /tmp/gpufence-probe-* 2>/dev/null | grep -q ."
+json=$(doctor --json)
+check "JSON report has the schema" has '"schema": "gpufence.doctor/v1"' "$json"
+[ "$failures" = 0 ]
