@@ -6,6 +6,9 @@ build=${GPUFENCE_BUILD_DIR:-$here/build}
 echo "== spec edit alone (in-process, Google Benchmark) =="
 "$build/bin/bench_spec_edit" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 echo
+echo "== gpufence doctor: snapshot + judge, 8 GPUs, 10..220 containers =="
+"$build/bin/bench_doctor"
+echo
 echo "== gpufence-device-plugin: Allocate latency, memory, XID -> Unhealthy =="
 "$build/bin/bench_plugin" 10000
 echo

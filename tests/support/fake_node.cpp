@@ -1,0 +1,69 @@
+#include "support/fake_node.hpp"
+
+#include <cstdio>
+#include <fstream>
+
+namespace gpufence::test {
+
+FakeNode::FakeNode(std::filesystem::path root) : m_root(std::move(root)) {
+  std::filesystem::create_directories(m_root / "proc");
+  std::filesystem::create_directories(m_root / "dev");
+}
+
+void FakeNode::write(const std::string& rel, const std::string& content) const {
+  auto p = m_root / rel;
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << content;
+}
+
+std::string FakeNode::add(const FakeContainer& c) {
+  char id[65];
+  std::snprintf(id, sizeof id, "%064x", m_next++);
+  std::string cid = id;
+  std::string cg_path = "/kubepods/besteffort/pod" + c.pod + "/" + cid;
+  std::string cgroup;
+  switch (c.form) {
+    case FakeContainer::CgroupForm::cgroupfs:
+      cgroup = "12:pids:" + cg_path + "\n5:devices:" + cg_path + "\n1:name=systemd:" + cg_path + "\n";
+      break;
+    case FakeContainer::CgroupForm::systemd:
+      cg_path = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + c.pod + ".slice/cri-containerd-" + cid + ".scope";
+      cgroup = "5:devices:" + cg_path + "\n";
+      break;
+    case FakeContainer::CgroupForm::v2:
+      cg_path = "/kubepods.slice/kubepods-besteffort.slice/cri-containerd-" + cid + ".scope";
+      cgroup = "0::" + cg_path + "\n";
+      break;
+  }
+  for (unsigned pid : c.pids) {
+    std::string p = "proc/" + std::to_string(pid);
+    write(p + "/cgroup", cgroup);
+    write(p + "/environ", c.env);
+    write(p + "/status", std::string("Name:\tapp\nCapBnd:\t") + (c.privileged ? "000001ffffffffff" : "00000000a80425fb") + "\n");
+    for (unsigned m : c.dev_minors) write(p + "/root/dev/nvidia" + std::to_string(m), "");
+    for (const auto& [path, content] : c.files) write(p + "/root" + path, content);
+  }
+  if (c.form != FakeContainer::CgroupForm::v2) write("sys/fs/cgroup/devices" + cg_path + "/devices.list", c.devices_list);
+  std::string config = "{\"ociVersion\":\"1.0.2\",\"annotations\":{\"io.kubernetes.cri.sandbox-name\":\"" + c.pod +
+                       "\",\"io.kubernetes.cri.sandbox-namespace\":\"" + c.ns + "\",\"io.kubernetes.cri.container-name\":\"" +
+                       c.name + "\"},\"linux\":{\"resources\":{\"devices\":" + c.oci_rules + "}}}";
+  write("run/containerd/io.containerd.runtime.v2.task/k8s.io/" + cid + "/config.json", config);
+  return cid;
+}
+
+std::vector<Gpu> fake_gpus(unsigned n) {
+  std::vector<Gpu> out;
+  for (unsigned i = 0; i < n; ++i) {
+    Gpu g;
+    g.index = i;
+    g.minor = i;
+    char uuid[64];
+    std::snprintf(uuid, sizeof uuid, "GPU-%08x-0000-4000-8000-000000000000", i);
+    g.uuid = uuid;
+    g.name = "NVIDIA Test GPU";
+    out.push_back(g);
+  }
+  return out;
+}
+
+}  // namespace gpufence::test

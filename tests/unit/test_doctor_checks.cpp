@@ -1,0 +1,238 @@
+// Every doctor check on a fake node tree, with a test PodResources server standing in for the
+// kubelet: one case that fires it, one that does not.
+#include <gtest/gtest.h>
+
+#include "doctor/checks.hpp"
+#include "doctor/gather.hpp"
+#include "doctor/report.hpp"
+#include "pod_resources_server.hpp"
+#include "support/fake_node.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+
+namespace {
+
+std::string env(std::initializer_list<std::string> vars) {
+  std::string out;
+  for (const auto& v : vars) out += v + std::string(1, '\0');
+  return out;
+}
+
+class DoctorChecks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_node = std::make_unique<test::FakeNode>(m_dir.path());
+    m_inv.list = test::fake_gpus(2);
+    // A containerd config with a correct handler, so containerd findings stay out of the way.
+    m_dir.write("usr/local/bin/gpufence-runtime", "#!/bin/sh\n");
+    std::filesystem::permissions(m_dir / "usr/local/bin/gpufence-runtime", std::filesystem::perms::owner_all);
+    m_node->write("etc/containerd/config.toml",
+                  "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\nruntime_type = \"io.containerd.runc.v2\"\n"
+                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = \"io.containerd.runc.v2\"\n"
+                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/local/bin/gpufence-runtime\"\n");
+  }
+  std::string uuid(unsigned i) { return m_inv.list[i].uuid; }
+  void kubelet(std::vector<test::PodAllocation> allocations, std::vector<std::string> allocatable = {}) {
+    if (allocatable.empty()) allocatable = {uuid(0), uuid(1)};
+    m_server = std::make_unique<test::PodResourcesServer>((m_dir / "var/lib/kubelet/pod-resources/kubelet.sock").string(),
+                                                          "nvidia.com/gpu", allocations, allocatable);
+    ASSERT_TRUE(m_server->start());
+  }
+  Snapshot snapshot(GatherOptions opt = {}) { return gather_snapshot(HostFs(m_dir.path()), &m_inv, "", opt); }
+  std::vector<std::string> ids(const std::vector<Finding>& f) {
+    std::vector<std::string> out;
+    for (const auto& x : f) out.push_back(x.id);
+    return out;
+  }
+  std::vector<std::string> run(GatherOptions opt = {}) { return ids(judge(snapshot(opt))); }
+  bool fired(const std::string& id, GatherOptions opt = {}) {
+    auto all = run(opt);
+    return std::find(all.begin(), all.end(), id) != all.end();
+  }
+
+  test::TempDir m_dir;
+  std::unique_ptr<test::FakeNode> m_node;
+  test::FakeInventory m_inv;
+  std::unique_ptr<test::PodResourcesServer> m_server;
+};
+
+// A container allocated GPU 0 that holds exactly GPU 0.
+test::FakeContainer good(const std::string& pod, unsigned pid, unsigned minor, const std::string& uuid) {
+  test::FakeContainer c;
+  c.pod = pod;
+  c.pids = {pid};
+  c.env = env({"NVIDIA_VISIBLE_DEVICES=" + uuid, "CUDA_VISIBLE_DEVICES=" + uuid});
+  c.dev_minors = {minor};
+  c.devices_list = "c 195:" + std::to_string(minor) + " rw\nc 195:255 rw\n";
+  return c;
+}
+
+}  // namespace
+
+TEST_F(DoctorChecks, CleanNodeIsClean) {
+  m_node->add(good("a", 100, 0, uuid(0)));
+  m_node->add(good("b", 200, 1, uuid(1)));
+  m_inv.procs[uuid(0)] = {{100, 1}};
+  m_inv.procs[uuid(1)] = {{200, 1}};
+  kubelet({{"default", "a", "main", {uuid(0)}}, {"default", "b", "main", {uuid(1)}}});
+  auto snap = snapshot();
+  auto findings = judge(snap);
+  EXPECT_TRUE(findings.empty()) << render_doctor_text(snap, findings);
+  EXPECT_EQ(snap.containers.size(), 2u);
+  EXPECT_EQ(doctor_exit_code(findings), 0);
+}
+
+TEST_F(DoctorChecks, OpenUnallocated) {
+  auto c = good("a", 100, 0, uuid(0));
+  c.devices_list = "c 195:* rw\n";
+  m_node->add(c);
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  EXPECT_EQ(run(), (std::vector<std::string>{"gpu.open-unallocated"}));
+}
+
+TEST_F(DoctorChecks, PrivilegedAllowAllReadFromTheOciRules) {
+  auto c = good("a", 100, 0, uuid(0));
+  c.privileged = true;
+  c.devices_list = "a *:* rwm\n";  // v1 shows only this once allow-all came first
+  c.oci_rules = R"([{"allow":true,"access":"rwm"}])";
+  m_node->add(c);
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  EXPECT_EQ(run(), (std::vector<std::string>{"gpu.privileged-open-unallocated"}));
+  // With gpufence-runtime's deny rule after the allow-all, it is clean.
+  auto c2 = c;
+  c2.pod = "b";
+  c2.pids = {300};
+  c2.oci_rules = R"([{"allow":true,"access":"rwm"},{"allow":false,"type":"c","major":195,"minor":1,"access":"rwm"}])";
+  m_node->add(c2);
+  m_server.reset();
+  kubelet({{"default", "a", "main", {uuid(0)}}, {"default", "b", "main", {uuid(0)}}});
+  auto snap = snapshot();
+  auto b = std::find_if(snap.containers.begin(), snap.containers.end(), [](const NodeContainer& x) { return x.pod == "b"; });
+  ASSERT_NE(b, snap.containers.end());
+  EXPECT_EQ(b->openable, (std::set<unsigned>{0}));
+  EXPECT_EQ(b->openable_source, "oci-spec rules");
+}
+
+TEST_F(DoctorChecks, NoRequestCanOpen) {
+  test::FakeContainer c;
+  c.pod = "cuda-image";
+  c.pids = {100};
+  c.env = env({"NVIDIA_VISIBLE_DEVICES=all"});
+  c.devices_list = "c 195:0 rw\nc 195:1 rw\n";
+  m_node->add(c);
+  kubelet({{"default", "cuda-image", "main", {}}});
+  EXPECT_EQ(run(), (std::vector<std::string>{"gpu.no-request-can-open"}));
+  m_server.reset();
+  EXPECT_FALSE(fired("gpu.no-request-can-open", {})) << "without the kubelet's view, no allocation claims are made";
+}
+
+TEST_F(DoctorChecks, ProcessOnUnallocatedAndShared) {
+  m_node->add(good("a", 100, 0, uuid(0)));
+  auto b = good("b", 200, 1, uuid(1));
+  b.env = env({"NVIDIA_VISIBLE_DEVICES=" + uuid(1)});  // no CUDA_VISIBLE_DEVICES: CUDA picks GPU 0
+  b.devices_list = "c 195:1 rw\n";
+  m_node->add(b);
+  kubelet({{"default", "a", "main", {uuid(0)}}, {"default", "b", "main", {uuid(1)}}});
+  m_inv.procs[uuid(0)] = {{100, 1}, {200, 1}};  // the seed: everything on GPU 0
+  auto found = run();
+  EXPECT_EQ(found, (std::vector<std::string>{"gpu.process-on-unallocated", "gpu.shared"}));
+  m_inv.procs[uuid(0)] = {{100, 1}};
+  m_inv.procs[uuid(1)] = {{200, 1}};
+  EXPECT_TRUE(run().empty());
+}
+
+TEST_F(DoctorChecks, VisibleDevicesMismatch) {
+  auto c = good("a", 100, 0, uuid(0));
+  c.env = env({"NVIDIA_VISIBLE_DEVICES=" + uuid(1)});
+  m_node->add(c);
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  EXPECT_EQ(run(), (std::vector<std::string>{"env.visible-devices-mismatch"}));
+  // The volume-mounts form defers to the markers: not a mismatch.
+  test::TempDir d2;
+  test::FakeNode n2(d2.path());
+  auto c2 = good("a", 100, 0, uuid(0));
+  c2.env = env({"NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"});
+  n2.add(c2);
+  auto snap = gather_snapshot(HostFs(d2.path()), &m_inv, "", {});
+  snap.allocations = std::vector<KubeletAllocation>{{"default", "a", "main", {uuid(0)}}};
+  for (const auto& f : judge(snap)) EXPECT_NE(f.id, "env.visible-devices-mismatch");
+}
+
+TEST_F(DoctorChecks, NodeCapacityAndUnhealthyGpus) {
+  m_node->add(good("a", 100, 0, uuid(0)));
+  kubelet({{"default", "a", "main", {uuid(0)}}}, {uuid(0)});
+  EXPECT_EQ(run(), (std::vector<std::string>{"node.gpu-not-allocatable"}));
+  m_server.reset();
+  m_server = std::make_unique<test::PodResourcesServer>((m_dir / "var/lib/kubelet/pod-resources/kubelet.sock").string(),
+                                                        "nvidia.com/gpu", std::vector<test::PodAllocation>{},
+                                                        std::vector<std::string>{});
+  ASSERT_TRUE(m_server->start());
+  auto findings = judge(snapshot());
+  auto cap = std::find_if(findings.begin(), findings.end(), [](const Finding& f) { return f.id == "node.gpu-capacity"; });
+  ASSERT_NE(cap, findings.end());
+  EXPECT_NE(cap->fix.find("Init:3/4"), std::string::npos);
+}
+
+TEST_F(DoctorChecks, DeepStreamGpuIdTheContainerCannotSee) {
+  auto c = good("a", 100, 1, uuid(1));
+  c.files["/opt/app/ds.txt"] = "[primary-gie]\ngpu-id=1\n";
+  m_node->add(c);
+  kubelet({{"default", "a", "main", {uuid(1)}}});
+  GatherOptions opt;
+  opt.app_configs = {"/opt/app/ds.txt"};
+  EXPECT_EQ(run(opt), (std::vector<std::string>{"deepstream.gpu-id-invisible"}));
+  m_node->write("proc/100/root/opt/app/ds.txt", "[primary-gie]\ngpu-id=0\n");
+  EXPECT_TRUE(run(opt).empty());
+}
+
+TEST_F(DoctorChecks, ContainerdFindingsAreIncluded) {
+  m_node->write("etc/containerd/config.toml", "version = 2\n");
+  kubelet({});
+  EXPECT_EQ(run(), (std::vector<std::string>{"containerd.handler-missing"}));
+  GatherOptions opt;
+  opt.handlers = {"gpu"};
+  m_node->write("etc/containerd/config.toml",
+                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n");
+  auto found = run(opt);
+  EXPECT_NE(std::find(found.begin(), found.end(), "containerd.default-runtime-undefined"), found.end());
+}
+
+TEST_F(DoctorChecks, EveryCgroupFormIsRecognised) {
+  for (auto form : {test::FakeContainer::CgroupForm::systemd, test::FakeContainer::CgroupForm::v2}) {
+    auto c = good(form == test::FakeContainer::CgroupForm::v2 ? "v2" : "sd", form == test::FakeContainer::CgroupForm::v2 ? 400u : 300u, 0, uuid(0));
+    c.form = form;
+    m_node->add(c);
+  }
+  auto snap = snapshot();
+  ASSERT_EQ(snap.containers.size(), 2u);
+  for (const auto& c : snap.containers) {
+    EXPECT_FALSE(c.pod.empty());
+    EXPECT_TRUE(c.openable.has_value());
+  }
+}
+
+TEST_F(DoctorChecks, BrokenInputsNeverCrashAndSkippedLayersAreNamed) {
+  m_node->write("proc/777/cgroup", "garbage\n:::\n0::\n");
+  m_node->write("proc/778/cgroup", "5:devices:/kubepods/besteffort/podx/" + std::string(64, 'a') + "\n");  // vanished: no status, environ
+  m_node->write("proc/779/environ", std::string("A=1\0B", 5));
+  m_node->write("run/containerd/io.containerd.runtime.v2.task/k8s.io/" + std::string(64, 'a') + "/config.json", "{truncated");
+  m_node->write("sys/fs/cgroup/devices/kubepods/besteffort/podx/" + std::string(64, 'a') + "/devices.list", "c 195");
+  auto snap = gather_snapshot(HostFs(m_dir.path()), nullptr, "cannot load NVML library x", {});
+  EXPECT_EQ(snap.containers.size(), 1u);
+  auto text = render_doctor_text(snap, judge(snap));
+  EXPECT_NE(text.find("NVML: cannot load NVML library x"), std::string::npos);
+  EXPECT_NE(text.find("kubelet: no PodResources socket"), std::string::npos);
+  auto json = render_doctor_json(snap, judge(snap));
+  EXPECT_EQ(json["schema"], "gpufence.doctor/v1");
+  EXPECT_EQ(json["skipped"].size(), 2u);
+}
+
+TEST_F(DoctorChecks, DeadKubeletSocketIsSkippedNotFatal) {
+  m_node->write("var/lib/kubelet/pod-resources/kubelet.sock", "");  // a file, nobody listening
+  auto snap = snapshot();
+  EXPECT_FALSE(snap.allocations.has_value());
+  bool named = false;
+  for (const auto& s : snap.skipped) named |= s.find("PodResources List") != std::string::npos;
+  EXPECT_TRUE(named);
+}

@@ -1,0 +1,79 @@
+// The doctor's parsers on literal /proc, /sys and config text, malformed included.
+#include <gtest/gtest.h>
+
+#include "doctor/parse.hpp"
+
+using namespace gpufence;
+
+namespace {
+const std::string kId = "4b2f6f3c8d1e2a7b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b";
+}
+
+TEST(DoctorParse, ContainerIdInEveryCgroupForm) {
+  EXPECT_EQ(container_id_from_cgroup("12:pids:/kubepods/besteffort/pod1234/" + kId + "\n5:devices:/kubepods/besteffort/pod1234/" + kId + "\n"), kId);
+  EXPECT_EQ(container_id_from_cgroup("5:devices:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podab_cd.slice/cri-containerd-" + kId + ".scope\n"), kId);
+  EXPECT_EQ(container_id_from_cgroup("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-" + kId + ".scope\n"), kId);
+  EXPECT_EQ(container_id_from_cgroup("0::/default/" + kId + "\n"), kId);
+  EXPECT_EQ(container_id_from_cgroup("0::/system.slice/containerd.service\n"), std::nullopt);
+  EXPECT_EQ(container_id_from_cgroup("0::/\n"), std::nullopt);
+  EXPECT_EQ(container_id_from_cgroup("garbage\n\n::\n:x\n"), std::nullopt);
+  EXPECT_EQ(container_id_from_cgroup(""), std::nullopt);
+  EXPECT_EQ(container_id_from_cgroup("0::/kubepods/" + kId.substr(0, 63) + "\n"), std::nullopt) << "63 hex is not an id";
+}
+
+TEST(DoctorParse, CgroupPathPerController) {
+  std::string v1 = "12:pids:/a\n5:devices:/kubepods/x\n3:cpu,cpuacct:/c\n";
+  EXPECT_EQ(cgroup_path(v1, "devices"), "/kubepods/x");
+  EXPECT_EQ(cgroup_path(v1, "cpuacct"), "/c");
+  EXPECT_EQ(cgroup_path(v1, "memory"), std::nullopt);
+  EXPECT_EQ(cgroup_path("0::/kubepods.slice/x.scope\n", ""), "/kubepods.slice/x.scope");
+  EXPECT_EQ(cgroup_path("nonsense", "devices"), std::nullopt);
+}
+
+TEST(DoctorParse, EnvironIncludingTruncated) {
+  auto env = parse_environ(std::string("PATH=/bin\0NVIDIA_VISIBLE_DEVICES=GPU-1\0=bad\0NOEQ\0CUDA_VISIBLE_DEVICES=GPU-", 74));
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-1");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-") << "a truncated last entry keeps what it has";
+  EXPECT_FALSE(env.contains("NOEQ"));
+  EXPECT_TRUE(parse_environ("").empty());
+}
+
+TEST(DoctorParse, BoundingCaps) {
+  auto caps = bounding_caps("Name:\tsleep\nCapBnd:\t000001ffffffffff\nCapAmb:\t0\n");
+  ASSERT_TRUE(caps);
+  EXPECT_TRUE((*caps >> kCapSysAdmin) & 1);
+  EXPECT_FALSE((bounding_caps("CapBnd:\t00000000a80425fb\n").value() >> kCapSysAdmin) & 1);
+  EXPECT_FALSE(bounding_caps("CapBnd:\tzz\n"));
+  EXPECT_FALSE(bounding_caps("Name: x\n"));
+}
+
+TEST(DoctorParse, DevicesList) {
+  std::set<unsigned> gpus = {0, 1};
+  EXPECT_EQ(openable_gpu_minors_from_devices_list("a *:* rwm\n", gpus), std::nullopt) << "allow-all: only a probe can tell";
+  EXPECT_EQ(openable_gpu_minors_from_devices_list("c 1:3 rwm\nc 195:1 rw\nc 195:255 rw\n", gpus), (std::set<unsigned>{1}));
+  EXPECT_EQ(openable_gpu_minors_from_devices_list("c 195:* rw\n", gpus), gpus);
+  EXPECT_EQ(openable_gpu_minors_from_devices_list("c *:* m\nc 195:0 m\n", gpus), (std::set<unsigned>{})) << "mknod only";
+  EXPECT_EQ(openable_gpu_minors_from_devices_list("junk\nc 195\nc x:y rw\n", gpus), (std::set<unsigned>{}));
+}
+
+TEST(DoctorParse, OciRulesReplayedAsRuncDoes) {
+  std::set<unsigned> gpus = {0, 1, 2};
+  EXPECT_EQ(openable_gpu_minors_from_oci_rules(R"({"linux":{"resources":{"devices":[{"allow":true,"access":"rwm"},{"allow":false,"type":"c","major":195,"minor":0,"access":"rwm"}]}}})", gpus),
+            (std::set<unsigned>{1, 2}));
+  EXPECT_EQ(openable_gpu_minors_from_oci_rules(R"({"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"},{"allow":true,"type":"c","major":195,"minor":2,"access":"rw"}]}}})", gpus),
+            (std::set<unsigned>{2}));
+  EXPECT_TRUE(openable_gpu_minors_from_oci_rules("{not json", gpus).empty());
+  EXPECT_TRUE(openable_gpu_minors_from_oci_rules(R"({"linux":{}})", gpus).empty());
+}
+
+TEST(DoctorParse, DeepStreamGpuIds) {
+  auto keys = deepstream_gpu_ids(
+      "[application]\nenable-perf-measurement=1\n\n[source0]\ngpu-id=0\n[primary-gie]\n  gpu-id = 1 # second\n#gpu-id=7\n[sink0]\ngpu-id=x\n");
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0].section, "source0");
+  EXPECT_EQ(keys[0].gpu_id, 0);
+  EXPECT_EQ(keys[1].section, "primary-gie");
+  EXPECT_EQ(keys[1].gpu_id, 1);
+  EXPECT_EQ(keys[1].line, 7);
+  EXPECT_TRUE(deepstream_gpu_ids("[").empty());
+}
