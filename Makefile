@@ -26,7 +26,7 @@ bench: build
 	@bash bench/run.sh
 
 format:
-	@find src tools tests bench -name '*.cpp' -o -name '*.hpp' | xargs clang-format -i
+	@find src tools tests bench \( -name "*.cpp" -o -name "*.hpp" -o -name "*.c" \) | xargs clang-format -i
 
 clean:
 	@rm -rf $(BUILD_DIR)

@@ -26,7 +26,8 @@ void BM_DoctorSnapshotAndJudge(benchmark::State& state) {
     c.pids = {1000 + 2 * i, 1001 + 2 * i};
     unsigned gpu = i % 8;
     std::string uuid = inv.list[gpu].uuid;
-    c.env = "NVIDIA_VISIBLE_DEVICES=" + uuid + std::string(1, '\0') + "CUDA_VISIBLE_DEVICES=" + uuid + std::string(1, '\0');
+    c.env = "NVIDIA_VISIBLE_DEVICES=" + uuid + std::string(1, '\0') +
+            "CUDA_VISIBLE_DEVICES=" + uuid + std::string(1, '\0');
     c.dev_minors = {gpu};
     c.devices_list = "c 195:" + std::to_string(gpu) + " rw\n";
     node.add(c);
@@ -35,8 +36,8 @@ void BM_DoctorSnapshotAndJudge(benchmark::State& state) {
   }
   std::vector<std::string> allocatable;
   for (const auto& g : inv.list) allocatable.push_back(g.uuid);
-  test::PodResourcesServer kubelet((dir / "var/lib/kubelet/pod-resources/kubelet.sock").string(), "nvidia.com/gpu",
-                                   allocations, allocatable);
+  test::PodResourcesServer kubelet((dir / "var/lib/kubelet/pod-resources/kubelet.sock").string(),
+                                   "nvidia.com/gpu", allocations, allocatable);
   kubelet.start();
   HostFs host(dir.path());
   size_t findings = 0;
@@ -49,7 +50,14 @@ void BM_DoctorSnapshotAndJudge(benchmark::State& state) {
   state.SetComplexityN(containers);
   state.counters["findings"] = static_cast<double>(findings);
 }
-BENCHMARK(BM_DoctorSnapshotAndJudge)->Arg(10)->Arg(30)->Arg(55)->Arg(110)->Arg(220)->Unit(benchmark::kMillisecond)->Complexity(benchmark::oN);
+BENCHMARK(BM_DoctorSnapshotAndJudge)
+    ->Arg(10)
+    ->Arg(30)
+    ->Arg(55)
+    ->Arg(110)
+    ->Arg(220)
+    ->Unit(benchmark::kMillisecond)
+    ->Complexity(benchmark::oN);
 
 }  // namespace
 

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <iostream>
 
-#include "test_kubelet.hpp"
 #include "support/test_support.hpp"
+#include "test_kubelet.hpp"
 
 using namespace gpufence;
 using namespace std::chrono_literals;
@@ -57,14 +57,15 @@ int main(int argc, char** argv) {
   auto config = dir.write("nvml.json", cfg.dump());
 
   // Baseline process first, measured idle.
-  test::Subprocess bare({test::bin_path("bench_bare_grpc_server"), (dir / "bare.sock").string()}, {},
-                        (dir / "bare.log").string());
+  test::Subprocess bare({test::bin_path("bench_bare_grpc_server"), (dir / "bare.sock").string()},
+                        {}, (dir / "bare.log").string());
   test::TestKubelet kubelet(plugin_dir);
   kubelet.start();
-  test::Subprocess plugin({test::bin_path("gpufence-device-plugin"), "--plugin-dir", plugin_dir.string(),
-                           "--log-level", "warn", "--health-recovery", "300ms"},
-                          {"MOCK_NVML_CONFIG=" + config.string(), "GPUFENCE_NVML_LIBRARY=" + test::mock_nvml_library()},
-                          (dir / "plugin.log").string());
+  test::Subprocess plugin(
+      {test::bin_path("gpufence-device-plugin"), "--plugin-dir", plugin_dir.string(), "--log-level",
+       "warn", "--health-recovery", "300ms"},
+      {"MOCK_NVML_CONFIG=" + config.string(), "GPUFENCE_NVML_LIBRARY=" + test::mock_nvml_library()},
+      (dir / "plugin.log").string());
   if (!kubelet.wait_registrations(1, 10s) ||
       !kubelet.wait_devices([](const auto& d) { return d.size() == 8; }, 10s)) {
     std::cerr << "plugin did not register\n";
@@ -103,21 +104,27 @@ int main(int argc, char** argv) {
       std::cerr << "XID never reached the kubelet\n";
       return 1;
     }
-    xid_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    xid_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   plugin.signal_and_wait(SIGTERM, 5s);
   bare.signal_and_wait(SIGTERM, 5s);
 
-  std::printf("Allocate round trip, %d calls, 8 GPUs: p50 %.1f us, p99 %.1f us, max %.1f us\n", calls,
-              percentile(us, 0.50), percentile(us, 0.99), percentile(us, 1.0));
+  std::printf("Allocate round trip, %d calls, 8 GPUs: p50 %.1f us, p99 %.1f us, max %.1f us\n",
+              calls, percentile(us, 0.50), percentile(us, 0.99), percentile(us, 1.0));
   std::printf("memory (smaps_rollup)        RSS         Anonymous\n");
-  std::printf("  bare gRPC server, idle     %-11s %s\n", mib(bare_mem.rss_kb).c_str(), mib(bare_mem.anon_kb).c_str());
-  std::printf("  plugin after start         %-11s %s\n", mib(start.rss_kb).c_str(), mib(start.anon_kb).c_str());
-  std::printf("  plugin after 1,000 calls   %-11s %s\n", mib(after_1k.rss_kb).c_str(), mib(after_1k.anon_kb).c_str());
+  std::printf("  bare gRPC server, idle     %-11s %s\n", mib(bare_mem.rss_kb).c_str(),
+              mib(bare_mem.anon_kb).c_str());
+  std::printf("  plugin after start         %-11s %s\n", mib(start.rss_kb).c_str(),
+              mib(start.anon_kb).c_str());
+  std::printf("  plugin after 1,000 calls   %-11s %s\n", mib(after_1k.rss_kb).c_str(),
+              mib(after_1k.anon_kb).c_str());
   if (calls > 10000) {
-    std::printf("  plugin after 10,000 calls  %-11s %s\n", mib(after_10k.rss_kb).c_str(), mib(after_10k.anon_kb).c_str());
+    std::printf("  plugin after 10,000 calls  %-11s %s\n", mib(after_10k.rss_kb).c_str(),
+                mib(after_10k.anon_kb).c_str());
   }
-  std::printf("  plugin after %d calls  %-11s %s\n", calls, mib(after_all.rss_kb).c_str(), mib(after_all.anon_kb).c_str());
+  std::printf("  plugin after %d calls  %-11s %s\n", calls, mib(after_all.rss_kb).c_str(),
+              mib(after_all.anon_kb).c_str());
   std::printf("XID injected -> kubelet sees Unhealthy, 10 samples: median %.0f ms, max %.0f ms\n",
               percentile(xid_ms, 0.5), percentile(xid_ms, 1.0));
   return 0;

@@ -19,13 +19,17 @@ std::string make_spec() {
   spec["process"]["capabilities"]["bounding"] = Json::array({"CAP_CHOWN", "CAP_SYS_ADMIN"});
   spec["mounts"] = Json::array();
   spec["mounts"].push_back({{"destination", "/var/run/nvidia-container-devices/GPU-1"},
-                            {"type", "bind"}, {"source", "/dev/null"}, {"options", {"rbind", "ro"}}});
+                            {"type", "bind"},
+                            {"source", "/dev/null"},
+                            {"options", {"rbind", "ro"}}});
   Json devices = Json::array();
   for (unsigned i = 0; i < 8; ++i) {
-    devices.push_back({{"path", "/dev/nvidia" + std::to_string(i)}, {"type", "c"}, {"major", 195}, {"minor", i}});
+    devices.push_back(
+        {{"path", "/dev/nvidia" + std::to_string(i)}, {"type", "c"}, {"major", 195}, {"minor", i}});
   }
   for (unsigned i = 0; devices.size() < 200; ++i) {
-    devices.push_back({{"path", "/dev/tty" + std::to_string(i)}, {"type", "c"}, {"major", 4}, {"minor", i}});
+    devices.push_back(
+        {{"path", "/dev/tty" + std::to_string(i)}, {"type", "c"}, {"major", 4}, {"minor", i}});
   }
   spec["linux"]["devices"] = devices;
   spec["linux"]["resources"]["devices"] = Json::array({{{"allow", true}, {"access", "rwm"}}});
@@ -35,7 +39,8 @@ std::string make_spec() {
 IsolationPlan plan() {
   IsolationPlan p;
   p.grant = {{"/dev/nvidia1", 195, 1}, {"/dev/nvidiactl", 195, 255}};
-  for (unsigned i = 0; i < 8; ++i) if (i != 1) p.deny_minors.insert(i);
+  for (unsigned i = 0; i < 8; ++i)
+    if (i != 1) p.deny_minors.insert(i);
   p.uuids = {"GPU-1"};
   return p;
 }

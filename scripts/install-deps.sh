@@ -14,6 +14,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real parts for scenario tests: runc, containerd, a static busybox for container roots
   runc containerd busybox-static
+  # tools the scenario tests and setup use (present on most systems; listed so a minimal one works)
+  procps diffutils
 )
 
 missing=()

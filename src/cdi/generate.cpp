@@ -13,19 +13,21 @@ namespace {
 // Libraries of the NVIDIA driver (not of the container toolkit).
 bool is_driver_library(std::string_view name) {
   if (name.starts_with("libnvidia-container")) return false;
-  return name.starts_with("libcuda.so") || name.starts_with("libcudadebugger.so") || name.starts_with("libnvcuvid.so") ||
-         name.starts_with("libnvidia-") || name.starts_with("libnvoptix.so");
+  return name.starts_with("libcuda.so") || name.starts_with("libcudadebugger.so") ||
+         name.starts_with("libnvcuvid.so") || name.starts_with("libnvidia-") ||
+         name.starts_with("libnvoptix.so");
 }
 
 // Libraries a DeepStream container cannot run without: CUDA, NVML, the JIT compilers, and the
 // video decode/encode libraries.
-const std::vector<std::string> kExpectedLibraries = {"libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so",
-                                                     "libnvidia-nvvm.so", "libnvcuvid.so", "libnvidia-encode.so"};
-const std::vector<std::string> kLibraryDirs = {"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64",
-                                               "/lib64", "/usr/lib"};
+const std::vector<std::string> kExpectedLibraries = {
+    "libcuda.so",        "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so",
+    "libnvidia-nvvm.so", "libnvcuvid.so",   "libnvidia-encode.so"};
+const std::vector<std::string> kLibraryDirs = {"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu",
+                                               "/usr/lib64", "/lib64", "/usr/lib"};
 const std::vector<std::string> kUtilities = {"/usr/bin/nvidia-smi", "/usr/bin/nvidia-debugdump"};
-const std::vector<std::string> kControlNodes = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-                                                "/dev/nvidia-modeset"};
+const std::vector<std::string> kControlNodes = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                                "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
 
 std::string join_root(const std::string& root, const std::string& path) {
   if (root.empty() || root == "/") return path;
@@ -42,8 +44,11 @@ std::string resolve_in_root(const HostFs& fs, const std::string& path) {
     if (!info || info->type != FileType::symlink) return current;
     auto target = fs.read_link(current);
     if (!target) return current;
-    if (target->starts_with("/")) current = *target;
-    else current = (std::filesystem::path(current).parent_path() / *target).lexically_normal().string();
+    if (target->starts_with("/"))
+      current = *target;
+    else
+      current =
+          (std::filesystem::path(current).parent_path() / *target).lexically_normal().string();
   }
   return current;
 }
@@ -55,7 +60,8 @@ CdiMount ro_bind(const std::string& host_path, const std::string& container_path
 }  // namespace
 
 Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vector<Gpu>& gpus,
-                                            const std::string& driver_version, const CdiGenerateOptions& options) {
+                                            const std::string& driver_version,
+                                            const CdiGenerateOptions& options) {
   CdiGenerateResult result;
   CdiSpec& spec = result.spec;
   spec.kind = options.kind;
@@ -67,9 +73,11 @@ Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vecto
   for (const auto& gpu : gpus) {
     auto node = host.stat(gpu.device_path());
     if (!node || node->type != FileType::char_device) {
-      result.warnings.push_back(cat(gpu.device_path(), " (", gpu.uuid, ") is not present on the host"));
+      result.warnings.push_back(
+          cat(gpu.device_path(), " (", gpu.uuid, ") is not present on the host"));
     }
-    CdiDeviceNode dn{gpu.device_path(), "", "", std::nullopt, std::nullopt, std::nullopt, "", std::nullopt, std::nullopt};
+    CdiDeviceNode dn{gpu.device_path(), "", "",           std::nullopt, std::nullopt,
+                     std::nullopt,      "", std::nullopt, std::nullopt};
     CdiContainerEdits edits;
     edits.device_nodes.push_back(dn);
     spec.devices.push_back({std::to_string(gpu.index), {}, edits});
@@ -85,7 +93,8 @@ Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vecto
   for (const auto& path : kControlNodes) {
     auto info = host.stat(path);
     if (info && info->type == FileType::char_device) {
-      e.device_nodes.push_back({path, "", "", std::nullopt, std::nullopt, std::nullopt, "", std::nullopt, std::nullopt});
+      e.device_nodes.push_back(
+          {path, "", "", std::nullopt, std::nullopt, std::nullopt, "", std::nullopt, std::nullopt});
     }
   }
 
@@ -93,23 +102,28 @@ Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vecto
   std::vector<std::string> libs;
   if (auto cache = driver.read("/etc/ld.so.cache")) {
     auto entries = parse_ld_so_cache(*cache);
-    if (!entries) return std::unexpected(entries.error().wrap(driver.resolve("/etc/ld.so.cache").string()));
+    if (!entries)
+      return std::unexpected(entries.error().wrap(driver.resolve("/etc/ld.so.cache").string()));
     for (const auto& entry : *entries) {
       if (is_driver_library(entry.name) && driver.exists(entry.path)) libs.push_back(entry.path);
     }
   } else {
-    result.warnings.push_back(cat("no ", join_root(droot, "/etc/ld.so.cache"), "; searched the standard library directories"));
+    result.warnings.push_back(cat("no ", join_root(droot, "/etc/ld.so.cache"),
+                                  "; searched the standard library directories"));
     for (const auto& dir : kLibraryDirs) {
       auto names = driver.list(dir);
       if (!names) continue;
       for (const auto& name : *names) {
-        if (is_driver_library(name) && name.find(".so") != std::string::npos) libs.push_back(dir + "/" + name);
+        if (is_driver_library(name) && name.find(".so") != std::string::npos)
+          libs.push_back(dir + "/" + name);
       }
     }
   }
   std::sort(libs.begin(), libs.end());
   libs.erase(std::unique(libs.begin(), libs.end()), libs.end());
-  if (libs.empty()) return fail(Errc::not_found, "no NVIDIA driver libraries found under ", host.resolve(droot).string());
+  if (libs.empty())
+    return fail(Errc::not_found, "no NVIDIA driver libraries found under ",
+                host.resolve(droot).string());
   for (const auto& want : kExpectedLibraries) {
     bool found = std::any_of(libs.begin(), libs.end(), [&](const std::string& l) {
       return std::filesystem::path(l).filename().string().starts_with(want);
@@ -127,21 +141,30 @@ Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vecto
     }
   }
   for (const auto& tool : kUtilities) {
-    if (driver.exists(tool)) e.mounts.push_back(ro_bind(join_root(droot, resolve_in_root(driver, tool)), tool));
-    else result.warnings.push_back(cat("utility ", tool, " not found"));
+    if (driver.exists(tool))
+      e.mounts.push_back(ro_bind(join_root(droot, resolve_in_root(driver, tool)), tool));
+    else
+      result.warnings.push_back(cat("utility ", tool, " not found"));
   }
   // GSP firmware of this driver version (GSP-capable GPUs need it in the container).
   std::string fw_dir = "/lib/firmware/nvidia/" + driver_version;
   if (auto names = driver.list(fw_dir)) {
     for (const auto& name : *names) {
-      if (name.starts_with("gsp")) e.mounts.push_back(ro_bind(join_root(droot, fw_dir + "/" + name), fw_dir + "/" + name));
+      if (name.starts_with("gsp"))
+        e.mounts.push_back(ro_bind(join_root(droot, fw_dir + "/" + name), fw_dir + "/" + name));
     }
   }
   for (const std::string socket : {"/run/nvidia-persistenced/socket"}) {
-    if (driver.exists(socket)) e.mounts.push_back({join_root(droot, socket), socket, {"ro", "nosuid", "nodev", "bind", "noexec"}, ""});
+    if (driver.exists(socket))
+      e.mounts.push_back(
+          {join_root(droot, socket), socket, {"ro", "nosuid", "nodev", "bind", "noexec"}, ""});
   }
   // Refresh the container's linker cache so the mounted libraries are found by name.
-  CdiHook hook{"createContainer", options.hook_path, {"gpufence-runtime", "hook", "update-ldcache"}, {}, std::nullopt};
+  CdiHook hook{"createContainer",
+               options.hook_path,
+               {"gpufence-runtime", "hook", "update-ldcache"},
+               {},
+               std::nullopt};
   for (const auto& f : folders) {
     hook.args.push_back("--folder");
     hook.args.push_back(f);
@@ -149,7 +172,8 @@ Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vecto
   e.hooks.push_back(hook);
 
   spec.cdi_version = minimum_cdi_version(spec);
-  if (auto st = validate_cdi_spec(spec); !st) return std::unexpected(st.error().wrap("generated spec is invalid"));
+  if (auto st = validate_cdi_spec(spec); !st)
+    return std::unexpected(st.error().wrap("generated spec is invalid"));
   return result;
 }
 

@@ -28,6 +28,7 @@ struct CdiGenerateResult {
 // `host` reads the host (root = --host-root); paths written into the spec are host paths.
 // `driver_version` picks the GSP firmware directory.
 Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vector<Gpu>& gpus,
-                                            const std::string& driver_version, const CdiGenerateOptions& options);
+                                            const std::string& driver_version,
+                                            const CdiGenerateOptions& options);
 
 }  // namespace gpufence

@@ -27,7 +27,8 @@ T read_at(std::string_view bytes, size_t offset) {
 Result<std::vector<LdCacheEntry>> parse_ld_so_cache(std::string_view bytes, bool x86_64_only) {
   size_t start = 0;
   if (bytes.starts_with(kOldMagic)) {
-    if (bytes.size() < kOldHeaderSize) return fail(Errc::parse, "ld.so.cache: truncated old header");
+    if (bytes.size() < kOldHeaderSize)
+      return fail(Errc::parse, "ld.so.cache: truncated old header");
     uint32_t old_n = read_at<uint32_t>(bytes, 12);
     start = kOldHeaderSize + static_cast<size_t>(old_n) * kOldEntrySize;
     start = (start + 7) & ~static_cast<size_t>(7);
@@ -35,17 +36,21 @@ Result<std::vector<LdCacheEntry>> parse_ld_so_cache(std::string_view bytes, bool
   }
   std::string_view cache = bytes.substr(start);
   if (!cache.starts_with(kNewMagic)) {
-    return fail(Errc::parse, "ld.so.cache: no \"glibc-ld.so.cache1.1\" table (not a glibc 2.x cache?)");
+    return fail(Errc::parse,
+                "ld.so.cache: no \"glibc-ld.so.cache1.1\" table (not a glibc 2.x cache?)");
   }
   if (cache.size() < kNewHeaderSize) return fail(Errc::parse, "ld.so.cache: truncated header");
   uint32_t nlibs = read_at<uint32_t>(cache, 20);
   if (nlibs > (cache.size() - kNewHeaderSize) / kNewEntrySize) {
-    return fail(Errc::parse, "ld.so.cache: ", nlibs, " entries do not fit in ", cache.size(), " bytes");
+    return fail(Errc::parse, "ld.so.cache: ", nlibs, " entries do not fit in ", cache.size(),
+                " bytes");
   }
   auto string_at = [&](uint32_t offset) -> Result<std::string> {
-    if (offset >= cache.size()) return fail(Errc::parse, "ld.so.cache: string offset ", offset, " out of range");
+    if (offset >= cache.size())
+      return fail(Errc::parse, "ld.so.cache: string offset ", offset, " out of range");
     size_t end = cache.find('\0', offset);
-    if (end == std::string_view::npos) return fail(Errc::parse, "ld.so.cache: unterminated string at ", offset);
+    if (end == std::string_view::npos)
+      return fail(Errc::parse, "ld.so.cache: unterminated string at ", offset);
     return std::string(cache.substr(offset, end - offset));
   };
   std::vector<LdCacheEntry> out;

@@ -21,6 +21,7 @@ struct LdCacheEntry {
 };
 
 // All entries; `x86_64_only` keeps the 64-bit x86 libraries (FLAG_X8664_LIB64).
-Result<std::vector<LdCacheEntry>> parse_ld_so_cache(std::string_view bytes, bool x86_64_only = true);
+Result<std::vector<LdCacheEntry>> parse_ld_so_cache(std::string_view bytes,
+                                                    bool x86_64_only = true);
 
 }  // namespace gpufence

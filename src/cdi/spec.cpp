@@ -17,7 +17,8 @@ using Json = nlohmann::ordered_json;
 // or booleans, which is how YAML 1.2's core schema reads them).
 Json yaml_to_json(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Null: return nullptr;
+    case YAML::NodeType::Null:
+      return nullptr;
     case YAML::NodeType::Scalar: {
       const std::string& s = node.Scalar();
       if (node.Tag() == "!") return s;  // quoted
@@ -36,7 +37,8 @@ Json yaml_to_json(const YAML::Node& node) {
       for (const auto& kv : node) obj[kv.first.as<std::string>()] = yaml_to_json(kv.second);
       return obj;
     }
-    default: return nullptr;
+    default:
+      return nullptr;
   }
 }
 
@@ -96,8 +98,10 @@ struct Reader {
       return out;
     }
     for (const auto& [k, v] : it->items()) {
-      if (!v.is_string()) fail_with(cat("annotation '", k, "' must be a string"));
-      else out[k] = v.get<std::string>();
+      if (!v.is_string())
+        fail_with(cat("annotation '", k, "' must be a string"));
+      else
+        out[k] = v.get<std::string>();
     }
     return out;
   }
@@ -120,7 +124,10 @@ CdiContainerEdits read_edits(Reader& r, const Json& obj) {
   e.env = r.strings(obj, "env");
   if (auto it = obj.find("deviceNodes"); it != obj.end() && it->is_array()) {
     for (const auto& n : *it) {
-      r.only(n, {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"}, "deviceNodes entry");
+      r.only(
+          n,
+          {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"},
+          "deviceNodes entry");
       CdiDeviceNode d;
       d.path = r.str(n, "path", true);
       d.host_path = r.str(n, "hostPath");
@@ -137,14 +144,15 @@ CdiContainerEdits read_edits(Reader& r, const Json& obj) {
   if (auto it = obj.find("mounts"); it != obj.end() && it->is_array()) {
     for (const auto& m : *it) {
       r.only(m, {"hostPath", "containerPath", "options", "type"}, "mounts entry");
-      e.mounts.push_back({r.str(m, "hostPath", true), r.str(m, "containerPath", true), r.strings(m, "options"), r.str(m, "type")});
+      e.mounts.push_back({r.str(m, "hostPath", true), r.str(m, "containerPath", true),
+                          r.strings(m, "options"), r.str(m, "type")});
     }
   }
   if (auto it = obj.find("hooks"); it != obj.end() && it->is_array()) {
     for (const auto& h : *it) {
       r.only(h, {"hookName", "path", "args", "env", "timeout"}, "hooks entry");
-      e.hooks.push_back({r.str(h, "hookName", true), r.str(h, "path", true), r.strings(h, "args"), r.strings(h, "env"),
-                         r.number<int>(h, "timeout")});
+      e.hooks.push_back({r.str(h, "hookName", true), r.str(h, "path", true), r.strings(h, "args"),
+                         r.strings(h, "env"), r.number<int>(h, "timeout")});
     }
   }
   return e;
@@ -210,10 +218,12 @@ void emit_yaml(YAML::Emitter& out, const Json& j) {
   } else if (j.is_string()) {
     // Quote strings that YAML would read as something else ("0", "true", "1.0").
     const auto& s = j.get_ref<const std::string&>();
-    bool ambiguous = parse_number<long long>(s).has_value() || s == "true" || s == "false" || s.empty() ||
-                     s.find_first_of(":#{}[],&*!|>'\"%@`") != std::string::npos;
-    if (ambiguous) out << YAML::DoubleQuoted << s;
-    else out << s;
+    bool ambiguous = parse_number<long long>(s).has_value() || s == "true" || s == "false" ||
+                     s.empty() || s.find_first_of(":#{}[],&*!|>'\"%@`") != std::string::npos;
+    if (ambiguous)
+      out << YAML::DoubleQuoted << s;
+    else
+      out << s;
   } else if (j.is_boolean()) {
     out << j.get<bool>();
   } else if (j.is_number_integer()) {
@@ -228,7 +238,9 @@ bool valid_vendor(std::string_view v) {
       !std::isalnum(static_cast<unsigned char>(v.back()))) {
     return false;
   }
-  return std::all_of(v.begin(), v.end(), [](unsigned char c) { return std::isalnum(c) || c == '-' || c == '_' || c == '.'; });
+  return std::all_of(v.begin(), v.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '-' || c == '_' || c == '.';
+  });
 }
 
 bool valid_class(std::string_view c) {
@@ -236,7 +248,8 @@ bool valid_class(std::string_view c) {
       !std::isalnum(static_cast<unsigned char>(c.back()))) {
     return false;
   }
-  return std::all_of(c.begin(), c.end(), [](unsigned char x) { return std::isalnum(x) || x == '-' || x == '_'; });
+  return std::all_of(c.begin(), c.end(),
+                     [](unsigned char x) { return std::isalnum(x) || x == '-' || x == '_'; });
 }
 
 bool valid_device_name(std::string_view n) {
@@ -244,8 +257,9 @@ bool valid_device_name(std::string_view n) {
       !std::isalnum(static_cast<unsigned char>(n.back()))) {
     return false;
   }
-  return std::all_of(n.begin(), n.end(),
-                     [](unsigned char c) { return std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':'; });
+  return std::all_of(n.begin(), n.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':';
+  });
 }
 
 int version_rank(std::string_view v) {
@@ -260,28 +274,35 @@ Status validate_edits(const CdiContainerEdits& e, const std::string& where) {
     }
   }
   for (const auto& d : e.device_nodes) {
-    if (d.path.empty() || d.path.front() != '/') return fail(Errc::parse, where, ": deviceNodes path '", d.path, "' must be absolute");
+    if (d.path.empty() || d.path.front() != '/')
+      return fail(Errc::parse, where, ": deviceNodes path '", d.path, "' must be absolute");
     if (!d.host_path.empty() && d.host_path.front() != '/') {
-      return fail(Errc::parse, where, ": deviceNodes hostPath '", d.host_path, "' must be absolute");
+      return fail(Errc::parse, where, ": deviceNodes hostPath '", d.host_path,
+                  "' must be absolute");
     }
     if (!d.type.empty() && d.type != "c" && d.type != "b" && d.type != "u" && d.type != "p") {
       return fail(Errc::parse, where, ": deviceNodes type '", d.type, "' is not b, c, u or p");
     }
     if (d.permissions.find_first_not_of("rwm") != std::string::npos) {
-      return fail(Errc::parse, where, ": deviceNodes permissions '", d.permissions, "' may hold only r, w, m");
+      return fail(Errc::parse, where, ": deviceNodes permissions '", d.permissions,
+                  "' may hold only r, w, m");
     }
   }
   for (const auto& m : e.mounts) {
     if (m.container_path.empty() || m.container_path.front() != '/') {
-      return fail(Errc::parse, where, ": mount containerPath '", m.container_path, "' must be absolute");
+      return fail(Errc::parse, where, ": mount containerPath '", m.container_path,
+                  "' must be absolute");
     }
-    if (m.host_path.empty()) return fail(Errc::parse, where, ": mount of ", m.container_path, " has no hostPath");
+    if (m.host_path.empty())
+      return fail(Errc::parse, where, ": mount of ", m.container_path, " has no hostPath");
   }
-  static const std::set<std::string, std::less<>> hook_names = {"prestart", "createRuntime", "createContainer",
-                                                                "startContainer", "poststart", "poststop"};
+  static const std::set<std::string, std::less<>> hook_names = {
+      "prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"};
   for (const auto& h : e.hooks) {
-    if (!hook_names.contains(h.hook_name)) return fail(Errc::parse, where, ": unknown hookName '", h.hook_name, "'");
-    if (h.path.empty() || h.path.front() != '/') return fail(Errc::parse, where, ": hook path '", h.path, "' must be absolute");
+    if (!hook_names.contains(h.hook_name))
+      return fail(Errc::parse, where, ": unknown hookName '", h.hook_name, "'");
+    if (h.path.empty() || h.path.front() != '/')
+      return fail(Errc::parse, where, ": hook path '", h.path, "' must be absolute");
   }
   return {};
 }
@@ -316,7 +337,8 @@ Result<CdiSpec> parse_cdi_spec(std::string_view text, std::string_view origin) {
   }
   if (auto e = doc.find("containerEdits"); e != doc.end()) spec.edits = read_edits(r, *e);
   if (!r.error) return std::unexpected(r.error.error());
-  if (auto st = validate_cdi_spec(spec); !st) return std::unexpected(st.error().wrap(std::string(origin)));
+  if (auto st = validate_cdi_spec(spec); !st)
+    return std::unexpected(st.error().wrap(std::string(origin)));
   return spec;
 }
 
@@ -356,8 +378,10 @@ std::string minimum_cdi_version(const CdiSpec& spec) {
   edits(spec.edits);
   for (const auto& d : spec.devices) {
     edits(d.edits);
-    // Names starting with a digit ("0") need 0.5.0: measured, 0.4.0 left nvidia.com/gpu=0 unresolvable.
-    if (!d.name.empty() && std::isdigit(static_cast<unsigned char>(d.name.front()))) need = std::max(need, version_rank("0.5.0"));
+    // Names starting with a digit ("0") need 0.5.0: measured, 0.4.0 left nvidia.com/gpu=0
+    // unresolvable.
+    if (!d.name.empty() && std::isdigit(static_cast<unsigned char>(d.name.front())))
+      need = std::max(need, version_rank("0.5.0"));
     if (!d.annotations.empty()) need = std::max(need, version_rank("0.6.0"));
   }
   if (!spec.annotations.empty()) need = std::max(need, version_rank("0.6.0"));
@@ -366,10 +390,13 @@ std::string minimum_cdi_version(const CdiSpec& spec) {
 
 Status validate_cdi_spec(const CdiSpec& spec) {
   int rank = version_rank(spec.cdi_version);
-  if (rank < 0) return fail(Errc::parse, "cdiVersion '", spec.cdi_version, "' is not a CDI version (0.3.0 to 1.1.0)");
+  if (rank < 0)
+    return fail(Errc::parse, "cdiVersion '", spec.cdi_version,
+                "' is not a CDI version (0.3.0 to 1.1.0)");
   std::string need = minimum_cdi_version(spec);
   if (rank < version_rank(need)) {
-    return fail(Errc::parse, "cdiVersion ", spec.cdi_version, " is too old for what the spec uses (needs ", need, ")");
+    return fail(Errc::parse, "cdiVersion ", spec.cdi_version,
+                " is too old for what the spec uses (needs ", need, ")");
   }
   auto slash = spec.kind.find('/');
   if (slash == std::string::npos || !valid_vendor(std::string_view(spec.kind).substr(0, slash)) ||
@@ -379,8 +406,10 @@ Status validate_cdi_spec(const CdiSpec& spec) {
   if (spec.devices.empty()) return fail(Errc::parse, "spec has no devices");
   std::set<std::string> names;
   for (const auto& d : spec.devices) {
-    if (!valid_device_name(d.name)) return fail(Errc::parse, "device name '", d.name, "' is invalid");
-    if (!names.insert(d.name).second) return fail(Errc::parse, "device '", d.name, "' is defined twice");
+    if (!valid_device_name(d.name))
+      return fail(Errc::parse, "device name '", d.name, "' is invalid");
+    if (!names.insert(d.name).second)
+      return fail(Errc::parse, "device '", d.name, "' is defined twice");
     if (d.edits.empty()) return fail(Errc::parse, "device '", d.name, "' has no containerEdits");
     if (auto st = validate_edits(d.edits, "device " + d.name); !st) return st;
   }

@@ -31,7 +31,8 @@ struct CdiMount {
 };
 
 struct CdiHook {
-  std::string hook_name;  // prestart, createRuntime, createContainer, startContainer, poststart, poststop
+  std::string
+      hook_name;  // prestart, createRuntime, createContainer, startContainer, poststart, poststop
   std::string path;
   std::vector<std::string> args;
   std::vector<std::string> env;
@@ -43,7 +44,9 @@ struct CdiContainerEdits {
   std::vector<CdiDeviceNode> device_nodes;
   std::vector<CdiMount> mounts;
   std::vector<CdiHook> hooks;
-  bool empty() const { return env.empty() && device_nodes.empty() && mounts.empty() && hooks.empty(); }
+  bool empty() const {
+    return env.empty() && device_nodes.empty() && mounts.empty() && hooks.empty();
+  }
 };
 
 struct CdiDevice {
@@ -54,14 +57,14 @@ struct CdiDevice {
 
 struct CdiSpec {
   std::string cdi_version;
-  std::string kind;  // "vendor/class"
+  std::string kind;                                // "vendor/class"
   std::map<std::string, std::string> annotations;  // 0.6.0
   std::vector<CdiDevice> devices;
   CdiContainerEdits edits;  // spec-wide, applied with any of its devices
 };
 
-inline const std::vector<std::string> kCdiVersions = {"0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0",
-                                                      "0.8.0", "1.0.0", "1.1.0"};
+inline const std::vector<std::string> kCdiVersions = {"0.3.0", "0.4.0", "0.5.0", "0.6.0",
+                                                      "0.7.0", "0.8.0", "1.0.0", "1.1.0"};
 
 // JSON or YAML text (YAML is a superset); `origin` names the file in errors. Unknown fields the
 // CDI schema has (intelRdt, additionalGids, netDevices) are errors here: gpufence does not apply

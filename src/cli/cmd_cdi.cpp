@@ -14,20 +14,30 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
   cdi->require_subcommand(1);
 
   struct GenerateArgs {
-    std::string driver_root = "/", output, format = "yaml", hook_path = "/usr/local/bin/gpufence-runtime";
+    std::string driver_root = "/", output, format = "yaml",
+                hook_path = "/usr/local/bin/gpufence-runtime";
   };
   auto gen = std::make_shared<GenerateArgs>();
-  auto* g = cdi->add_subcommand("generate", "Write a CDI spec (kind nvidia.com/gpu) for the host's GPUs and driver files");
-  g->add_option("--driver-root", gen->driver_root, "Where the driver is installed (GPU Operator: /run/nvidia/driver)")->capture_default_str();
-  g->add_option("--output", gen->output, "Write here (atomically) instead of stdout, e.g. /etc/cdi/nvidia.yaml");
+  auto* g = cdi->add_subcommand(
+      "generate", "Write a CDI spec (kind nvidia.com/gpu) for the host's GPUs and driver files");
+  g->add_option("--driver-root", gen->driver_root,
+                "Where the driver is installed (GPU Operator: /run/nvidia/driver)")
+      ->capture_default_str();
+  g->add_option("--output", gen->output,
+                "Write here (atomically) instead of stdout, e.g. /etc/cdi/nvidia.yaml");
   g->add_option("--format", gen->format, "yaml or json")->capture_default_str();
-  g->add_option("--hook-path", gen->hook_path, "gpufence-runtime's path on the node, for the ldcache hook")->capture_default_str();
-  g->footer("Example:\n  gpufence cdi generate --output /etc/cdi/nvidia.yaml\nDevices: nvidia.com/gpu=<index>, nvidia.com/gpu=<UUID>, nvidia.com/gpu=all.");
+  g->add_option("--hook-path", gen->hook_path,
+                "gpufence-runtime's path on the node, for the ldcache hook")
+      ->capture_default_str();
+  g->footer(
+      "Example:\n  gpufence cdi generate --output /etc/cdi/nvidia.yaml\nDevices: "
+      "nvidia.com/gpu=<index>, nvidia.com/gpu=<UUID>, nvidia.com/gpu=all.");
 
   auto files = std::make_shared<std::vector<std::string>>();
   auto* v = cdi->add_subcommand("validate", "Check CDI spec files against the CDI spec's rules");
   v->add_option("files", *files, "Spec files (YAML or JSON)")->required();
-  v->footer("Example:\n  gpufence cdi validate /etc/cdi/nvidia.yaml\nExit: 0 all valid, 1 any invalid.");
+  v->footer(
+      "Example:\n  gpufence cdi validate /etc/cdi/nvidia.yaml\nExit: 0 all valid, 1 any invalid.");
 
   Runner run_generate = [gen, &ctx] {
     if (gen->format != "yaml" && gen->format != "json") {
@@ -53,8 +63,10 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
       std::cerr << "gpufence cdi generate: " << result.error().message << "\n";
       return 2;
     }
-    for (const auto& w : result->warnings) std::cerr << "gpufence cdi generate: warning: " << w << "\n";
-    std::string text = gen->format == "json" ? cdi_spec_to_json(result->spec).dump(2) + "\n" : cdi_spec_to_yaml(result->spec);
+    for (const auto& w : result->warnings)
+      std::cerr << "gpufence cdi generate: warning: " << w << "\n";
+    std::string text = gen->format == "json" ? cdi_spec_to_json(result->spec).dump(2) + "\n"
+                                             : cdi_spec_to_yaml(result->spec);
     if (gen->output.empty()) {
       std::cout << text;
       return 0;
@@ -82,8 +94,8 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
         std::cout << "invalid: " << spec.error().message << "\n";
         rc = 1;
       } else {
-        std::cout << "valid: " << f << " (cdiVersion " << spec->cdi_version << ", kind " << spec->kind << ", "
-                  << spec->devices.size() << " devices)\n";
+        std::cout << "valid: " << f << " (cdiVersion " << spec->cdi_version << ", kind "
+                  << spec->kind << ", " << spec->devices.size() << " devices)\n";
       }
     }
     return rc;

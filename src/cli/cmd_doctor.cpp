@@ -17,39 +17,56 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
     bool json = false;
   };
   auto args = std::make_shared<Args>();
-  auto* d = app.add_subcommand("doctor", "Find and explain every place where GPU allocation and reality differ on this node");
+  auto* d = app.add_subcommand(
+      "doctor",
+      "Find and explain every place where GPU allocation and reality differ on this node");
   d->add_option("--pod-resources-socket", args->pod_resources_socket,
-                "Kubelet PodResources socket (default: /var/lib/kubelet/pod-resources/kubelet.sock, then microk8s's)");
+                "Kubelet PodResources socket (default: "
+                "/var/lib/kubelet/pod-resources/kubelet.sock, then microk8s's)");
   d->add_flag("--probe", args->gather.probe,
-              "Measure what each container can open: a helper joins its devices cgroup and opens each GPU node");
-  d->add_option("--app-config", args->gather.app_configs, "DeepStream config path inside containers to check gpu-id keys of (repeatable)");
-  d->add_option("--handler", args->handlers, "RuntimeClass handler GPU pods use (repeatable; default nvidia)");
-  d->add_option("--containerd-config", args->containerd_config, "containerd config to check (default: microk8s, k3s, /etc/containerd)");
-  d->add_option("--runc-root", args->runc_roots, "Extra runc state root to find bundles in (repeatable)");
-  d->add_option("--resource-name", args->gather.resource_name, "Extended resource of the GPUs")->capture_default_str();
+              "Measure what each container can open: a helper joins its devices cgroup and opens "
+              "each GPU node");
+  d->add_option("--app-config", args->gather.app_configs,
+                "DeepStream config path inside containers to check gpu-id keys of (repeatable)");
+  d->add_option("--handler", args->handlers,
+                "RuntimeClass handler GPU pods use (repeatable; default nvidia)");
+  d->add_option("--containerd-config", args->containerd_config,
+                "containerd config to check (default: microk8s, k3s, /etc/containerd)");
+  d->add_option("--runc-root", args->runc_roots,
+                "Extra runc state root to find bundles in (repeatable)");
+  d->add_option("--resource-name", args->gather.resource_name, "Extended resource of the GPUs")
+      ->capture_default_str();
   d->add_flag("--json", args->json, "JSON report (schema gpufence.doctor/v1)");
   d->footer(
       "Examples:\n"
       "  gpufence doctor --probe\n"
-      "  gpufence --host-root /host doctor --json      (from a pod: deploy/kubernetes/doctor-job.yaml)\n"
+      "  gpufence --host-root /host doctor --json      (from a pod: "
+      "deploy/kubernetes/doctor-job.yaml)\n"
       "Exit: 0 clean, 1 findings of error severity, 2 could not run.");
 
   return {{d, [args, &ctx] {
              HostFs host(ctx.host_root);
              GatherOptions opt = args->gather;
-             if (!args->pod_resources_socket.empty()) opt.pod_resources_sockets = {args->pod_resources_socket};
-             if (!args->containerd_config.empty()) opt.containerd_configs = {args->containerd_config};
+             if (!args->pod_resources_socket.empty())
+               opt.pod_resources_sockets = {args->pod_resources_socket};
+             if (!args->containerd_config.empty())
+               opt.containerd_configs = {args->containerd_config};
              if (!args->handlers.empty()) opt.handlers = args->handlers;
-             opt.runc_roots.insert(opt.runc_roots.end(), args->runc_roots.begin(), args->runc_roots.end());
+             opt.runc_roots.insert(opt.runc_roots.end(), args->runc_roots.begin(),
+                                   args->runc_roots.end());
              if (!host.exists("/proc")) {
-               std::cerr << "gpufence doctor: " << host.resolve("/proc").string() << " does not exist (wrong --host-root?)\n";
+               std::cerr << "gpufence doctor: " << host.resolve("/proc").string()
+                         << " does not exist (wrong --host-root?)\n";
                return 2;
              }
              auto nvml = NvmlInventory::open(nvml_library_path(ctx.nvml_library), host);
-             Snapshot snap = gather_snapshot(host, nvml ? nvml->get() : nullptr, nvml ? "" : nvml.error().message, opt);
+             Snapshot snap = gather_snapshot(host, nvml ? nvml->get() : nullptr,
+                                             nvml ? "" : nvml.error().message, opt);
              auto findings = judge(snap);
-             if (args->json) std::cout << render_doctor_json(snap, findings).dump(2) << "\n";
-             else std::cout << render_doctor_text(snap, findings);
+             if (args->json)
+               std::cout << render_doctor_json(snap, findings).dump(2) << "\n";
+             else
+               std::cout << render_doctor_text(snap, findings);
              return doctor_exit_code(findings);
            }}};
 }

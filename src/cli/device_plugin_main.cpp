@@ -1,8 +1,8 @@
 // gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu.
-#include <CLI/CLI.hpp>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdlib>
 #include <iostream>
@@ -34,30 +34,50 @@ int main(int argc, char** argv) try {
 
   PluginOptions opt;
   std::string id_strategy = "uuid", list_strategy = "device-specs,volume-mounts,cdi-annotations";
-  std::string nvml_library, log_file, log_level = "info", metrics_address, ignore_xids, recovery = "off";
+  std::string nvml_library, log_file, log_level = "info", metrics_address, ignore_xids,
+                                      recovery = "off";
   bool no_cuda_env = false, disable_health = false;
 
-  CLI::App app{"gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu (Device Plugin API v1beta1)"};
-  app.add_option("--plugin-dir", opt.plugin_dir, "Kubelet device plugin directory (microk8s: /var/snap/microk8s/common/var/lib/kubelet/device-plugins)")->capture_default_str();
-  app.add_option("--resource-name", opt.resource_name, "Extended resource to advertise")->capture_default_str();
-  app.add_option("--socket-name", opt.socket_name, "Socket file name in the plugin directory")->capture_default_str();
-  app.add_option("--device-id-strategy", id_strategy, "Device ids the kubelet sees: uuid or index")->capture_default_str();
+  CLI::App app{
+      "gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu (Device Plugin API "
+      "v1beta1)"};
+  app.add_option("--plugin-dir", opt.plugin_dir,
+                 "Kubelet device plugin directory (microk8s: "
+                 "/var/snap/microk8s/common/var/lib/kubelet/device-plugins)")
+      ->capture_default_str();
+  app.add_option("--resource-name", opt.resource_name, "Extended resource to advertise")
+      ->capture_default_str();
+  app.add_option("--socket-name", opt.socket_name, "Socket file name in the plugin directory")
+      ->capture_default_str();
+  app.add_option("--device-id-strategy", id_strategy, "Device ids the kubelet sees: uuid or index")
+      ->capture_default_str();
   app.add_option("--device-list-strategy", list_strategy,
-                 "How Allocate carries the allocation, comma list of device-specs, volume-mounts, cdi-annotations, cdi-cri, envvar")
+                 "How Allocate carries the allocation, comma list of device-specs, volume-mounts, "
+                 "cdi-annotations, cdi-cri, envvar")
       ->capture_default_str();
-  app.add_flag("--no-cuda-visible-devices", no_cuda_env, "Do not set CUDA_VISIBLE_DEVICES to the allocated UUIDs");
-  app.add_option("--cdi-annotation-prefix", opt.cdi_annotation_prefix, "Prefix of the CDI annotation keys")->capture_default_str();
-  app.add_option("--host-root", opt.host_root, "Root under which /dev/nvidia* are found")->capture_default_str();
-  app.add_option("--nvml-library", nvml_library, "NVML library to dlopen (default: $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1)");
-  app.add_flag("--disable-health-checks", disable_health, "Never mark GPUs Unhealthy (also: DP_DISABLE_HEALTHCHECKS=all)");
+  app.add_flag("--no-cuda-visible-devices", no_cuda_env,
+               "Do not set CUDA_VISIBLE_DEVICES to the allocated UUIDs");
+  app.add_option("--cdi-annotation-prefix", opt.cdi_annotation_prefix,
+                 "Prefix of the CDI annotation keys")
+      ->capture_default_str();
+  app.add_option("--host-root", opt.host_root, "Root under which /dev/nvidia* are found")
+      ->capture_default_str();
+  app.add_option("--nvml-library", nvml_library,
+                 "NVML library to dlopen (default: $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1)");
+  app.add_flag("--disable-health-checks", disable_health,
+               "Never mark GPUs Unhealthy (also: DP_DISABLE_HEALTHCHECKS=all)");
   app.add_option("--ignore-xids", ignore_xids,
-                 "XIDs that do not make a GPU Unhealthy, replacing the default application-level list 13,31,43,45,68,109");
+                 "XIDs that do not make a GPU Unhealthy, replacing the default application-level "
+                 "list 13,31,43,45,68,109");
   app.add_option("--health-recovery", recovery,
-                 "Mark an XID-Unhealthy GPU Healthy again after this long without a new critical XID (e.g. 10m); off by default")
+                 "Mark an XID-Unhealthy GPU Healthy again after this long without a new critical "
+                 "XID (e.g. 10m); off by default")
       ->capture_default_str();
-  app.add_option("--metrics-address", metrics_address, "Serve Prometheus /metrics and /healthz on HOST:PORT (e.g. :9400)");
+  app.add_option("--metrics-address", metrics_address,
+                 "Serve Prometheus /metrics and /healthz on HOST:PORT (e.g. :9400)");
   app.add_option("--log-file", log_file, "Append logs to this file instead of stderr");
-  app.add_option("--log-level", log_level, "debug, info, warn, error or off")->capture_default_str();
+  app.add_option("--log-level", log_level, "debug, info, warn, error or off")
+      ->capture_default_str();
   app.footer(
       "Example:\n"
       "  gpufence-device-plugin --metrics-address :9400\n"
@@ -89,9 +109,12 @@ int main(int argc, char** argv) try {
   // NVIDIA's plugin's switch, honoured for drop-in familiarity: "all"/"xids" disables, a list adds.
   if (const char* dp = std::getenv("DP_DISABLE_HEALTHCHECKS"); dp && *dp) {
     std::string v = dp;
-    if (v == "all" || v == "xids") disable_health = true;
-    else if (auto extra = parse_xid_list(v)) opt.health.ignored_xids.insert(extra->begin(), extra->end());
-    else return fail_startup("DP_DISABLE_HEALTHCHECKS: " + extra.error().message);
+    if (v == "all" || v == "xids")
+      disable_health = true;
+    else if (auto extra = parse_xid_list(v))
+      opt.health.ignored_xids.insert(extra->begin(), extra->end());
+    else
+      return fail_startup("DP_DISABLE_HEALTHCHECKS: " + extra.error().message);
   }
   opt.health.enabled = !disable_health;
 
@@ -105,10 +128,12 @@ int main(int argc, char** argv) try {
 
   MetricsServer http;
   if (!metrics_address.empty()) {
-    auto st = http.start(metrics_address, [&] { return metrics.render(opt.resource_name); },
-                         [&] { return (*plugin)->registered(); });
+    auto st = http.start(
+        metrics_address, [&] { return metrics.render(opt.resource_name); },
+        [&] { return (*plugin)->registered(); });
     if (!st) return fail_startup(st.error().message);
-    log.info("plugin.metrics", {{"address", metrics_address}, {"port", std::to_string(http.port())}});
+    log.info("plugin.metrics",
+             {{"address", metrics_address}, {"port", std::to_string(http.port())}});
   }
 
   int sfd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);

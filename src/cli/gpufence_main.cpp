@@ -8,12 +8,14 @@ int main(int argc, char** argv) try {
   cli::Context ctx;
   CLI::App app{"gpufence: exclusive, provable GPU allocation on Kubernetes nodes"};
   app.require_subcommand(1);
-  app.add_option("--host-root", ctx.host_root, "Read the host's /proc, /sys, /dev, /etc under this root")
+  app.add_option("--host-root", ctx.host_root,
+                 "Read the host's /proc, /sys, /dev, /etc under this root")
       ->capture_default_str();
   app.add_option("--nvml-library", ctx.nvml_library,
                  "NVML library to dlopen (default: $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1)");
   app.add_option("--log-file", ctx.log_file, "Append logs to this file instead of stderr");
-  app.add_option("--log-level", ctx.log_level, "debug, info, warn, error or off")->capture_default_str();
+  app.add_option("--log-level", ctx.log_level, "debug, info, warn, error or off")
+      ->capture_default_str();
 
   std::vector<cli::Command> commands;
   for (auto& c : cli::add_list_command(app, ctx)) commands.push_back(c);

@@ -57,7 +57,8 @@ int run(int argc, char** argv) {
     return 0;
   }
   // Our own OCI hooks, added to specs by the create path below.
-  if (!args.empty() && args[0] == "hook") return run_hook(std::vector<std::string>(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "hook")
+    return run_hook(std::vector<std::string>(args.begin() + 1, args.end()));
   auto inv = parse_runc_args(args);
   if (!inv) {
     std::cerr << "gpufence-runtime: " << inv.error().message << "\n";
@@ -69,7 +70,9 @@ int run(int argc, char** argv) {
     // No isolation at stake: state/start/kill/delete must keep working even with a broken
     // config, or containers could never be cleaned up.
     std::string low_level = config ? config->low_level_runtime : RuntimeConfig{}.low_level_runtime;
-    if (!config) std::cerr << "gpufence-runtime: warning: " << config.error().message << "; using " << low_level << "\n";
+    if (!config)
+      std::cerr << "gpufence-runtime: warning: " << config.error().message << "; using "
+                << low_level << "\n";
     auto path = resolve_low_level_runtime(low_level);
     if (!path) {
       std::cerr << "gpufence-runtime: " << path.error().message << "\n";
@@ -94,12 +97,14 @@ int run(int argc, char** argv) {
   auto runtime_path = resolve_low_level_runtime(config->low_level_runtime);
   if (!runtime_path) {
     std::cerr << "gpufence-runtime: " << runtime_path.error().message << "\n";
-    log.error("runtime.refused", {{"container", inv->container_id}, {"error", runtime_path.error().message}});
+    log.error("runtime.refused",
+              {{"container", inv->container_id}, {"error", runtime_path.error().message}});
     return 1;
   }
 
   ShimContext ctx{*config, log, [&]() -> Result<std::unique_ptr<GpuInventory>> {
-                    auto nvml = NvmlInventory::open(nvml_library_path(config->nvml_library), HostFs("/"));
+                    auto nvml =
+                        NvmlInventory::open(nvml_library_path(config->nvml_library), HostFs("/"));
                     if (!nvml) return std::unexpected(nvml.error());
                     return std::unique_ptr<GpuInventory>(std::move(*nvml));
                   }};
@@ -108,23 +113,23 @@ int run(int argc, char** argv) {
     // One line: containerd shows it to the user as the reason the container failed.
     std::cerr << "gpufence-runtime: refusing to create container " << inv->container_id << ": "
               << decision.error().message << "\n";
-    log.error("runtime.refused", {{"container", inv->container_id}, {"bundle", inv->bundle},
+    log.error("runtime.refused", {{"container", inv->container_id},
+                                  {"bundle", inv->bundle},
                                   {"error", decision.error().message}});
     return 1;
   }
   std::vector<std::string> denied;
   for (unsigned m : decision->denied_minors) denied.push_back("/dev/nvidia" + std::to_string(m));
-  log.info("runtime.decision",
-           {{"container", decision->container_id},
-            {"command", inv->subcommand},
-            {"channel", std::string(channel_name(decision->channel))},
-            {"privileged", decision->privileged ? "true" : "false"},
-            {"passthrough", decision->passthrough ? "true" : "false"},
-            {"granted", join(decision->granted, ",")},
-            {"denied", join(denied, ",")},
-            {"spec_changed", decision->spec_changed ? "true" : "false"},
-            {"gpus_from", decision->inventory_source},
-            {"cdi", join(decision->cdi_devices, ",")}});
+  log.info("runtime.decision", {{"container", decision->container_id},
+                                {"command", inv->subcommand},
+                                {"channel", std::string(channel_name(decision->channel))},
+                                {"privileged", decision->privileged ? "true" : "false"},
+                                {"passthrough", decision->passthrough ? "true" : "false"},
+                                {"granted", join(decision->granted, ",")},
+                                {"denied", join(denied, ",")},
+                                {"spec_changed", decision->spec_changed ? "true" : "false"},
+                                {"gpus_from", decision->inventory_source},
+                                {"cdi", join(decision->cdi_devices, ",")}});
   exec_runtime(*runtime_path, argc, argv);
 }
 

@@ -54,7 +54,8 @@ std::unexpected<Error> fail(Errc code, Args&&... args) {
 }
 
 // "open /dev/nvidia1: Operation not permitted": always names the operation, the path and errno.
-inline std::unexpected<Error> fail_errno(std::string_view op, std::string_view path, int err = errno) {
+inline std::unexpected<Error> fail_errno(std::string_view op, std::string_view path,
+                                         int err = errno) {
   Errc code = (err == ENOENT || err == ENOTDIR) ? Errc::not_found : Errc::io;
   return fail(code, op, " ", path, ": ", std::strerror(err));
 }

@@ -12,15 +12,18 @@ enum class Severity { info, warning, error };
 
 inline std::string_view severity_name(Severity s) {
   switch (s) {
-    case Severity::info: return "info";
-    case Severity::warning: return "warning";
-    case Severity::error: return "error";
+    case Severity::info:
+      return "info";
+    case Severity::warning:
+      return "warning";
+    case Severity::error:
+      return "error";
   }
   return "info";
 }
 
 struct Finding {
-  std::string id;        // stable, e.g. "containerd.handler-missing"
+  std::string id;  // stable, e.g. "containerd.handler-missing"
   Severity severity = Severity::error;
   std::string summary;   // one line
   std::string evidence;  // what was read, and where

@@ -37,12 +37,23 @@ Result<FileInfo> HostFs::stat(std::string_view host_path) const {
   FileInfo info;
   info.mode = st.st_mode & 07777;
   switch (st.st_mode & S_IFMT) {
-    case S_IFREG: info.type = FileType::regular; break;
-    case S_IFDIR: info.type = FileType::directory; break;
-    case S_IFCHR: info.type = FileType::char_device; break;
-    case S_IFBLK: info.type = FileType::block_device; break;
-    case S_IFLNK: info.type = FileType::symlink; break;
-    default: info.type = FileType::other;
+    case S_IFREG:
+      info.type = FileType::regular;
+      break;
+    case S_IFDIR:
+      info.type = FileType::directory;
+      break;
+    case S_IFCHR:
+      info.type = FileType::char_device;
+      break;
+    case S_IFBLK:
+      info.type = FileType::block_device;
+      break;
+    case S_IFLNK:
+      info.type = FileType::symlink;
+      break;
+    default:
+      info.type = FileType::other;
   }
   if (info.type == FileType::char_device || info.type == FileType::block_device) {
     info.major = ::major(st.st_rdev);

@@ -18,7 +18,7 @@ struct FileInfo {
   FileType type = FileType::other;
   unsigned major = 0;  // of the device, for char/block devices
   unsigned minor = 0;
-  unsigned mode = 0;   // permission bits
+  unsigned mode = 0;  // permission bits
 };
 
 class HostFs {

@@ -33,10 +33,18 @@ class Logger {
   bool enabled(LogLevel level) const { return level >= m_level && m_level != LogLevel::off; }
 
   void log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields = {});
-  void debug(std::string_view e, std::initializer_list<LogField> f = {}) { log(LogLevel::debug, e, f); }
-  void info(std::string_view e, std::initializer_list<LogField> f = {}) { log(LogLevel::info, e, f); }
-  void warn(std::string_view e, std::initializer_list<LogField> f = {}) { log(LogLevel::warn, e, f); }
-  void error(std::string_view e, std::initializer_list<LogField> f = {}) { log(LogLevel::error, e, f); }
+  void debug(std::string_view e, std::initializer_list<LogField> f = {}) {
+    log(LogLevel::debug, e, f);
+  }
+  void info(std::string_view e, std::initializer_list<LogField> f = {}) {
+    log(LogLevel::info, e, f);
+  }
+  void warn(std::string_view e, std::initializer_list<LogField> f = {}) {
+    log(LogLevel::warn, e, f);
+  }
+  void error(std::string_view e, std::initializer_list<LogField> f = {}) {
+    log(LogLevel::error, e, f);
+  }
 
  private:
   LogLevel m_level;

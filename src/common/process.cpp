@@ -66,8 +66,8 @@ Result<std::string> unified_diff(const std::string& old_text, const std::string&
     cleanup();
     return std::unexpected(st.error());
   }
-  auto r = run_process({"diff", "-u", "--label", old_label, "--label", new_label, (dir / "old").string(),
-                        (dir / "new").string()});
+  auto r = run_process({"diff", "-u", "--label", old_label, "--label", new_label,
+                        (dir / "old").string(), (dir / "new").string()});
   cleanup();
   if (!r) return std::unexpected(r.error());
   if (r->exit_code > 1) return fail(Errc::io, "diff failed: ", r->out);

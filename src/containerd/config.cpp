@@ -15,8 +15,8 @@ namespace {
 // keys containerd decodes them from. Anything else in a runc runtime's options is dropped
 // silently (containerd 1.6.20 kept `Env` in its raw map and never used it).
 const std::set<std::string, std::less<>> kRuncOptionKeys = {
-    "NoPivotRoot", "NoNewKeyring", "ShimCgroup", "IoUid", "IoGid", "BinaryName",
-    "Root", "CriuPath", "SystemdCgroup", "CriuImagePath", "CriuWorkPath"};
+    "NoPivotRoot", "NoNewKeyring", "ShimCgroup",    "IoUid",         "IoGid",       "BinaryName",
+    "Root",        "CriuPath",     "SystemdCgroup", "CriuImagePath", "CriuWorkPath"};
 
 const toml::table* table_at(const toml::table& root, std::initializer_list<std::string_view> path) {
   const toml::table* t = &root;
@@ -35,8 +35,10 @@ const toml::table* cri_containerd_table(const ContainerdConfig& cfg) {
 void deep_merge(toml::table& to, const toml::table& from) {
   for (const auto& [key, node] : from) {
     auto* dst = to.get_as<toml::table>(key.str());
-    if (dst && node.is_table()) deep_merge(*dst, *node.as_table());
-    else to.insert_or_assign(key.str(), node);
+    if (dst && node.is_table())
+      deep_merge(*dst, *node.as_table());
+    else
+      to.insert_or_assign(key.str(), node);
   }
 }
 
@@ -64,7 +66,8 @@ Result<ContainerdConfig> parse_containerd_config(std::string_view text, std::str
     return fail(Errc::parse, origin, ":", where.line, ":", where.column, ": ", e.description());
   }
   if (auto v = cfg.doc["version"].value<int64_t>()) {
-    if (*v < 1 || *v > 3) return fail(Errc::parse, origin, ": unsupported config version ", *v, " (1, 2 or 3)");
+    if (*v < 1 || *v > 3)
+      return fail(Errc::parse, origin, ": unsupported config version ", *v, " (1, 2 or 3)");
     cfg.version = static_cast<int>(*v);
   } else if (cfg.doc.contains("version")) {
     return fail(Errc::parse, origin, ": version must be an integer");
@@ -82,11 +85,14 @@ std::vector<RuntimeHandler> runtimes_of(const toml::table* runtimes) {
     if (!rt) continue;
     RuntimeHandler h;
     h.name = std::string(name.str());
-    h.runtime_type = rt->get("runtime_type") ? rt->get("runtime_type")->value_or(std::string()) : "";
-    h.runtime_engine = rt->get("runtime_engine") ? rt->get("runtime_engine")->value_or(std::string()) : "";
+    h.runtime_type =
+        rt->get("runtime_type") ? rt->get("runtime_type")->value_or(std::string()) : "";
+    h.runtime_engine =
+        rt->get("runtime_engine") ? rt->get("runtime_engine")->value_or(std::string()) : "";
     if (const auto* opts = rt->get_as<toml::table>("options")) {
       for (const auto& [k, v] : *opts) h.option_keys.emplace_back(k.str());
-      if (auto bin = (*opts)["BinaryName"].value<std::string>(); bin && !bin->empty()) h.binary_name = *bin;
+      if (auto bin = (*opts)["BinaryName"].value<std::string>(); bin && !bin->empty())
+        h.binary_name = *bin;
     }
     out.push_back(std::move(h));
   }
@@ -103,14 +109,17 @@ std::vector<RuntimeHandler> cri_runtimes(const ContainerdConfig& cfg) {
 std::string default_runtime_name(const ContainerdConfig& cfg) {
   const toml::table* containerd = cri_containerd_table(cfg);
   if (containerd) {
-    if (auto name = (*containerd)["default_runtime_name"].value<std::string>(); name && !name->empty()) return *name;
+    if (auto name = (*containerd)["default_runtime_name"].value<std::string>();
+        name && !name->empty())
+      return *name;
   }
   return "runc";
 }
 
-Result<ContainerdConfig> merge_imports(const ContainerdConfig& main,
-                                       const std::function<Result<std::string>(const std::string&)>& read,
-                                       const std::function<std::vector<std::string>(const std::string&)>& glob) {
+Result<ContainerdConfig> merge_imports(
+    const ContainerdConfig& main,
+    const std::function<Result<std::string>(const std::string&)>& read,
+    const std::function<std::vector<std::string>(const std::string&)>& glob) {
   ContainerdConfig merged = main;
   const toml::array* imports = main.doc.get_as<toml::array>("imports");
   if (!imports) return merged;
@@ -118,7 +127,8 @@ Result<ContainerdConfig> merge_imports(const ContainerdConfig& main,
   for (const auto& item : *imports) {
     auto pattern = item.value<std::string>();
     if (!pattern) return fail(Errc::parse, main.path, ": imports must be strings");
-    std::string full = std::filesystem::path(*pattern).is_absolute() ? *pattern : (base / *pattern).string();
+    std::string full =
+        std::filesystem::path(*pattern).is_absolute() ? *pattern : (base / *pattern).string();
     for (const auto& path : glob(full)) {
       auto text = read(path);
       if (!text) return std::unexpected(text.error().wrap("import of " + main.path));
@@ -145,82 +155,111 @@ Result<ContainerdConfig> merge_imports(const ContainerdConfig& main,
   return merged;
 }
 
-std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg, const ContainerdCheckOptions& options) {
+std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,
+                                             const ContainerdCheckOptions& options) {
   std::vector<Finding> out;
   const std::string cri = cri_plugin_name(cfg.version);
   auto runtimes = cri_runtimes(cfg);
   auto find = [&](std::string_view name) {
-    return std::find_if(runtimes.begin(), runtimes.end(), [&](const RuntimeHandler& h) { return h.name == name; });
+    return std::find_if(runtimes.begin(), runtimes.end(),
+                        [&](const RuntimeHandler& h) { return h.name == name; });
   };
 
   // A runtimes table under the old linux runtime plugin: the CRI plugin never reads it.
-  if (const toml::table* v1 = table_at(cfg.doc, {"plugins", "io.containerd.runtime.v1.linux", "runtimes"})) {
+  if (const toml::table* v1 =
+          table_at(cfg.doc, {"plugins", "io.containerd.runtime.v1.linux", "runtimes"})) {
     for (const auto& [name, node] : *v1) {
-      out.push_back({"containerd.runtime-under-v1-linux", Severity::error,
-                     cat("runtime '", name.str(), "' is defined under plugins.\"io.containerd.runtime.v1.linux\", which the CRI plugin does not read"),
-                     cat(cfg.path, ": [plugins.\"io.containerd.runtime.v1.linux\".runtimes.", name.str(),
-                         "] (that plugin only has shim, runtime, runtime_root, no_shim, shim_debug; containerd drops the table silently)"),
-                     cat("define it as [", runtime_table_name(cfg.version, name.str()),
-                         "] with runtime_type = \"io.containerd.runc.v2\" and options.BinaryName = the runtime's path, "
-                         "or run: gpufence setup containerd --runtime-name ", name.str())});
+      out.push_back(
+          {"containerd.runtime-under-v1-linux", Severity::error,
+           cat("runtime '", name.str(),
+               "' is defined under plugins.\"io.containerd.runtime.v1.linux\", which the CRI "
+               "plugin does not read"),
+           cat(cfg.path, ": [plugins.\"io.containerd.runtime.v1.linux\".runtimes.", name.str(),
+               "] (that plugin only has shim, runtime, runtime_root, no_shim, shim_debug; "
+               "containerd drops the table silently)"),
+           cat("define it as [", runtime_table_name(cfg.version, name.str()),
+               "] with runtime_type = \"io.containerd.runc.v2\" and options.BinaryName = the "
+               "runtime's path, "
+               "or run: gpufence setup containerd --runtime-name ",
+               name.str())});
     }
   }
 
   // Checks of one runtime table's own settings, wherever the table sits.
   auto check_settings = [&](const RuntimeHandler& h, const std::string& where) {
-    bool runc_shim = h.runtime_type == "io.containerd.runc.v2" || h.runtime_type == "io.containerd.runc.v1" ||
-                     h.runtime_type.empty();
+    bool runc_shim = h.runtime_type == "io.containerd.runc.v2" ||
+                     h.runtime_type == "io.containerd.runc.v1" || h.runtime_type.empty();
     if (!h.runtime_engine.empty() && runc_shim) {
       out.push_back({"containerd.runtime-engine-ignored", Severity::error,
-                     cat("runtime '", h.name, "' sets runtime_engine, which ", h.runtime_type.empty() ? "io.containerd.runc.v2" : h.runtime_type,
+                     cat("runtime '", h.name, "' sets runtime_engine, which ",
+                         h.runtime_type.empty() ? "io.containerd.runc.v2" : h.runtime_type,
                          " ignores: ", h.runtime_engine, " never runs"),
-                     cat(where, " runtime_engine = \"", h.runtime_engine, "\" (deprecated; only io.containerd.runtime.v1.linux used it)"),
-                     cat("remove runtime_engine and set [", runtime_table_name(cfg.version, h.name), ".options] BinaryName = \"",
-                         h.runtime_engine, "\"")});
+                     cat(where, " runtime_engine = \"", h.runtime_engine,
+                         "\" (deprecated; only io.containerd.runtime.v1.linux used it)"),
+                     cat("remove runtime_engine and set [", runtime_table_name(cfg.version, h.name),
+                         ".options] BinaryName = \"", h.runtime_engine, "\"")});
     }
     if (runc_shim) {
       for (const auto& key : h.option_keys) {
         if (kRuncOptionKeys.contains(key)) continue;
-        out.push_back({"containerd.unknown-runc-option", Severity::error,
-                       cat("runtime '", h.name, "' has option '", key, "', which runc's options do not have: containerd ignores it silently"),
-                       cat(where, ".options has ", key, " (runc options: BinaryName, SystemdCgroup, Root, NoPivotRoot, NoNewKeyring, ShimCgroup, IoUid, IoGid, CriuPath, CriuImagePath, CriuWorkPath)"),
-                       key == "Env" ? std::string("remove Env: containerd passes no environment to the runtime this way; GPU selection comes from the device plugin's Allocate answer")
-                                    : cat("remove ", key, " from the options table")});
+        out.push_back(
+            {"containerd.unknown-runc-option", Severity::error,
+             cat("runtime '", h.name, "' has option '", key,
+                 "', which runc's options do not have: containerd ignores it silently"),
+             cat(where, ".options has ", key,
+                 " (runc options: BinaryName, SystemdCgroup, Root, NoPivotRoot, NoNewKeyring, "
+                 "ShimCgroup, IoUid, IoGid, CriuPath, CriuImagePath, CriuWorkPath)"),
+             key == "Env"
+                 ? std::string("remove Env: containerd passes no environment to the runtime this "
+                               "way; GPU selection comes from the device plugin's Allocate answer")
+                 : cat("remove ", key, " from the options table")});
       }
     }
   };
-  if (const toml::table* v1 = table_at(cfg.doc, {"plugins", "io.containerd.runtime.v1.linux", "runtimes"})) {
+  if (const toml::table* v1 =
+          table_at(cfg.doc, {"plugins", "io.containerd.runtime.v1.linux", "runtimes"})) {
     for (const auto& h : runtimes_of(v1)) {
-      check_settings(h, cat(cfg.path, ": [plugins.\"io.containerd.runtime.v1.linux\".runtimes.", h.name, "]"));
+      check_settings(
+          h, cat(cfg.path, ": [plugins.\"io.containerd.runtime.v1.linux\".runtimes.", h.name, "]"));
     }
   }
 
   for (const auto& h : runtimes) {
     std::string where = cat(cfg.path, ": [", runtime_table_name(cfg.version, h.name), "]");
     check_settings(h, where);
-    bool gpu_handler = std::find(options.handlers.begin(), options.handlers.end(), h.name) != options.handlers.end();
+    bool gpu_handler = std::find(options.handlers.begin(), options.handlers.end(), h.name) !=
+                       options.handlers.end();
     if (gpu_handler && !h.binary_name) {
       out.push_back({"containerd.handler-plain-runc", Severity::error,
-                     cat("runtime '", h.name, "' has no options.BinaryName: it runs plain runc, so nothing enforces GPU allocation"),
+                     cat("runtime '", h.name,
+                         "' has no options.BinaryName: it runs plain runc, so nothing enforces GPU "
+                         "allocation"),
                      cat(where, " has no BinaryName"),
-                     cat("set [", runtime_table_name(cfg.version, h.name), ".options] BinaryName = \"/usr/local/bin/gpufence-runtime\", or run: gpufence setup containerd --runtime-name ", h.name)});
+                     cat("set [", runtime_table_name(cfg.version, h.name),
+                         ".options] BinaryName = \"/usr/local/bin/gpufence-runtime\", or run: "
+                         "gpufence setup containerd --runtime-name ",
+                         h.name)});
     }
     if (h.binary_name && options.host) {
       auto info = options.host->stat(*h.binary_name);
       bool executable = info && info->type != FileType::directory &&
                         ::access(options.host->resolve(*h.binary_name).c_str(), X_OK) == 0;
       if (!executable) {
-        out.push_back({"containerd.binary-missing", Severity::error,
-                       cat("runtime '", h.name, "' points at ", *h.binary_name, ", which is ", info ? "not executable" : "missing"),
-                       cat(where, ".options BinaryName = \"", *h.binary_name, "\""),
-                       cat("install the runtime at ", *h.binary_name, " (gpufence: copy build/bin/gpufence-runtime there) or fix BinaryName")});
+        out.push_back(
+            {"containerd.binary-missing", Severity::error,
+             cat("runtime '", h.name, "' points at ", *h.binary_name, ", which is ",
+                 info ? "not executable" : "missing"),
+             cat(where, ".options BinaryName = \"", *h.binary_name, "\""),
+             cat("install the runtime at ", *h.binary_name,
+                 " (gpufence: copy build/bin/gpufence-runtime there) or fix BinaryName")});
       }
     }
     if (gpu_handler && options.expect_gpufence && h.binary_name) {
       std::string base = std::filesystem::path(*h.binary_name).filename();
       if (base != "gpufence-runtime" && !base.starts_with("nvidia-container-runtime")) {
         out.push_back({"containerd.handler-not-gpu-runtime", Severity::warning,
-                       cat("runtime '", h.name, "' runs ", *h.binary_name, ", neither gpufence-runtime nor NVIDIA's runtime"),
+                       cat("runtime '", h.name, "' runs ", *h.binary_name,
+                           ", neither gpufence-runtime nor NVIDIA's runtime"),
                        cat(where, ".options BinaryName = \"", *h.binary_name, "\""),
                        "point BinaryName at gpufence-runtime so the allocation is enforced"});
       }
@@ -230,9 +269,11 @@ std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg, const 
   for (const auto& handler : options.handlers) {
     if (find(handler) != runtimes.end()) continue;
     out.push_back({"containerd.handler-missing", Severity::error,
-                   cat("RuntimeClass handler '", handler, "' has no runtime in containerd's CRI config: pods using it fail to start"),
+                   cat("RuntimeClass handler '", handler,
+                       "' has no runtime in containerd's CRI config: pods using it fail to start"),
                    cat(cfg.path, ": no [", runtime_table_name(cfg.version, handler), "] table"),
-                   cat("run: gpufence setup containerd --runtime-name ", handler, " (adds the handler pointing at gpufence-runtime)")});
+                   cat("run: gpufence setup containerd --runtime-name ", handler,
+                       " (adds the handler pointing at gpufence-runtime)")});
   }
 
   // default_runtime_name must name a defined runtime, or the CRI plugin does not load. With no
@@ -240,8 +281,10 @@ std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg, const 
   std::string def = default_runtime_name(cfg);
   const toml::table* containerd = cri_containerd_table(cfg);
   bool file_defines_runtimes = containerd && containerd->get_as<toml::table>("runtimes");
-  bool placeholder = def.find("${") != std::string::npos;  // microk8s fills it in when it renders the template
-  if (!placeholder && find(def) == runtimes.end() && (file_defines_runtimes || def != "runc")) {
+  bool template_variable =
+      def.find("${") != std::string::npos;  // microk8s fills it in when it renders the template
+  if (!template_variable && find(def) == runtimes.end() &&
+      (file_defines_runtimes || def != "runc")) {
     out.push_back({"containerd.default-runtime-undefined", Severity::error,
                    cat("default_runtime_name = \"", def, "\" names no defined runtime: containerd's CRI plugin fails to load"),
                    cat(cfg.path, ": [plugins.\"", cri, "\".containerd] default_runtime_name = \"", def, "\"; defined: ",

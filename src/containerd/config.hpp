@@ -49,17 +49,19 @@ std::string default_runtime_name(const ContainerdConfig& cfg);
 // Applies the file's imports (relative paths resolve against its directory; globs allowed) the
 // way containerd would: versions 1-2 replace each plugin section, version 3 merges deeply.
 // `read` reads a file (so tests and the doctor go through HostFs).
-Result<ContainerdConfig> merge_imports(const ContainerdConfig& main,
-                                       const std::function<Result<std::string>(const std::string&)>& read,
-                                       const std::function<std::vector<std::string>(const std::string&)>& glob);
+Result<ContainerdConfig> merge_imports(
+    const ContainerdConfig& main,
+    const std::function<Result<std::string>(const std::string&)>& read,
+    const std::function<std::vector<std::string>(const std::string&)>& glob);
 
 struct ContainerdCheckOptions {
   std::vector<std::string> handlers = {"nvidia"};  // names RuntimeClasses use
   const HostFs* host = nullptr;                    // to check BinaryName; skipped when null
-  bool expect_gpufence = false;                    // warn when a handler is not wired to a GPU runtime
+  bool expect_gpufence = false;  // warn when a handler is not wired to a GPU runtime
 };
 
 // Everything wrong with the config for GPU pods, each with the exact fix.
-std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg, const ContainerdCheckOptions& options);
+std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,
+                                             const ContainerdCheckOptions& options);
 
 }  // namespace gpufence

@@ -19,12 +19,12 @@ std::string default_config_path(Flavor flavor);
 
 struct SetupOptions {
   Flavor flavor = Flavor::containerd;
-  std::string config_path;                 // default_config_path(flavor) when empty
+  std::string config_path;  // default_config_path(flavor) when empty
   std::string runtime_name = "nvidia";
   std::string binary = "/usr/local/bin/gpufence-runtime";
   bool set_as_default = false;
-  std::optional<int> version;              // for a new file or a k3s template (default 2)
-  std::string drop_in_path;                // version 3: default <config dir>/conf.d/99-gpufence.toml
+  std::optional<int> version;  // for a new file or a k3s template (default 2)
+  std::string drop_in_path;    // version 3: default <config dir>/conf.d/99-gpufence.toml
 };
 
 struct FileChange {
@@ -39,7 +39,8 @@ struct SetupPlan {
   std::vector<std::string> notes;   // things the user should know (pre-existing problems, restarts)
 };
 
-using ReadFile = std::function<Result<std::optional<std::string>>(const std::string& path)>;  // nullopt = absent
+using ReadFile =
+    std::function<Result<std::optional<std::string>>(const std::string& path)>;  // nullopt = absent
 
 // Works out every file change, then parses the result back and checks it: the handler exists
 // with BinaryName, and default_runtime_name names a defined runtime. Touches nothing.

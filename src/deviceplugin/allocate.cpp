@@ -11,13 +11,14 @@ std::string plugin_device_id(const Gpu& gpu, DeviceIdStrategy strategy) {
   return strategy == DeviceIdStrategy::uuid ? gpu.uuid : std::to_string(gpu.index);
 }
 
-Result<std::vector<Gpu>> validate_allocation(const std::vector<std::string>& ids,
-                                             const std::vector<PluginDevice>& devices,
-                                             const std::function<bool(const std::string&)>& healthy) {
+Result<std::vector<Gpu>> validate_allocation(
+    const std::vector<std::string>& ids, const std::vector<PluginDevice>& devices,
+    const std::function<bool(const std::string&)>& healthy) {
   if (ids.empty()) return fail(Errc::invalid_argument, "no device ids in the request");
   std::vector<Gpu> out;
   for (const auto& id : ids) {
-    auto it = std::find_if(devices.begin(), devices.end(), [&](const PluginDevice& d) { return d.id == id; });
+    auto it = std::find_if(devices.begin(), devices.end(),
+                           [&](const PluginDevice& d) { return d.id == id; });
     if (it == devices.end()) return fail(Errc::not_found, "unknown device '", id, "'");
     if (!healthy(it->gpu.uuid)) return fail(Errc::denied, "device '", id, "' is Unhealthy");
     if (std::any_of(out.begin(), out.end(), [&](const Gpu& g) { return g.uuid == it->gpu.uuid; })) {
@@ -29,7 +30,8 @@ Result<std::vector<Gpu>> validate_allocation(const std::vector<std::string>& ids
 }
 
 v1beta1::ContainerAllocateResponse build_allocate_response(
-    const std::vector<Gpu>& gpus, const PluginOptions& options, const std::vector<HostNode>& control_nodes,
+    const std::vector<Gpu>& gpus, const PluginOptions& options,
+    const std::vector<HostNode>& control_nodes,
     const std::function<std::string(const std::string&)>& gpu_host_path) {
   v1beta1::ContainerAllocateResponse resp;
   std::vector<std::string> uuids;
@@ -66,12 +68,14 @@ v1beta1::ContainerAllocateResponse build_allocate_response(
     std::vector<std::string> names;
     for (const auto& u : uuids) names.push_back(std::string(kCdiKind) + "=" + u);
     // One key per allocation; GPUs are exclusive, so the first UUID makes it unique on the node.
-    (*resp.mutable_annotations())[options.cdi_annotation_prefix + "gpufence_" + uuids.front()] = join(names, ",");
+    (*resp.mutable_annotations())[options.cdi_annotation_prefix + "gpufence_" + uuids.front()] =
+        join(names, ",");
   }
   if (options.list_strategies.contains(ListStrategy::cdi_cri)) {
     for (const auto& u : uuids) resp.add_cdi_devices()->set_name(std::string(kCdiKind) + "=" + u);
   }
-  if (options.list_strategies.contains(ListStrategy::envvar)) envs["NVIDIA_VISIBLE_DEVICES"] = uuid_list;
+  if (options.list_strategies.contains(ListStrategy::envvar))
+    envs["NVIDIA_VISIBLE_DEVICES"] = uuid_list;
   // CUDA then uses the allocated GPU even in a container that can see more.
   if (options.set_cuda_visible_devices) envs["CUDA_VISIBLE_DEVICES"] = uuid_list;
   return resp;

@@ -23,9 +23,9 @@ std::string plugin_device_id(const Gpu& gpu, DeviceIdStrategy strategy);
 
 // Every id must be known and healthy, and named once; the error names the first bad id.
 // `healthy` answers for a UUID.
-Result<std::vector<Gpu>> validate_allocation(const std::vector<std::string>& ids,
-                                             const std::vector<PluginDevice>& devices,
-                                             const std::function<bool(const std::string&)>& healthy);
+Result<std::vector<Gpu>> validate_allocation(
+    const std::vector<std::string>& ids, const std::vector<PluginDevice>& devices,
+    const std::function<bool(const std::string&)>& healthy);
 
 struct HostNode {
   std::string container_path;  // "/dev/nvidiactl"
@@ -35,7 +35,8 @@ struct HostNode {
 // `control_nodes` are the control nodes present on the host; `gpu_host_path` maps a GPU node's
 // container path to its host path.
 v1beta1::ContainerAllocateResponse build_allocate_response(
-    const std::vector<Gpu>& gpus, const PluginOptions& options, const std::vector<HostNode>& control_nodes,
+    const std::vector<Gpu>& gpus, const PluginOptions& options,
+    const std::vector<HostNode>& control_nodes,
     const std::function<std::string(const std::string&)>& gpu_host_path);
 
 }  // namespace gpufence

@@ -13,7 +13,8 @@
 
 namespace gpufence {
 
-void PluginMetrics::observe_allocate(std::chrono::nanoseconds duration, bool ok, size_t containers) {
+void PluginMetrics::observe_allocate(std::chrono::nanoseconds duration, bool ok,
+                                     size_t containers) {
   double seconds = std::chrono::duration<double>(duration).count();
   {
     std::lock_guard lock(m_mutex);
@@ -23,55 +24,78 @@ void PluginMetrics::observe_allocate(std::chrono::nanoseconds duration, bool ok,
     ++m_allocate_count;
     m_allocate_sum += seconds;
   }
-  if (ok) m_allocations += containers;
-  else ++m_allocate_errors;
+  if (ok)
+    m_allocations += containers;
+  else
+    ++m_allocate_errors;
 }
 
 std::string PluginMetrics::render(const std::string& resource) const {
   std::string r = "resource=\"" + resource + "\"";
   std::string out;
-  out += "# HELP gpufence_devices Devices advertised to the kubelet, by health.\n# TYPE gpufence_devices gauge\n";
+  out +=
+      "# HELP gpufence_devices Devices advertised to the kubelet, by health.\n# TYPE "
+      "gpufence_devices gauge\n";
   out += cat("gpufence_devices{", r, ",health=\"Healthy\"} ", m_healthy.load(), "\n");
   out += cat("gpufence_devices{", r, ",health=\"Unhealthy\"} ", m_unhealthy.load(), "\n");
-  out += "# HELP gpufence_allocations_total Containers given devices by Allocate.\n# TYPE gpufence_allocations_total counter\n";
+  out +=
+      "# HELP gpufence_allocations_total Containers given devices by Allocate.\n# TYPE "
+      "gpufence_allocations_total counter\n";
   out += cat("gpufence_allocations_total{", r, "} ", m_allocations.load(), "\n");
-  out += "# HELP gpufence_allocate_errors_total Allocate calls refused.\n# TYPE gpufence_allocate_errors_total counter\n";
+  out +=
+      "# HELP gpufence_allocate_errors_total Allocate calls refused.\n# TYPE "
+      "gpufence_allocate_errors_total counter\n";
   out += cat("gpufence_allocate_errors_total{", r, "} ", m_allocate_errors.load(), "\n");
-  out += "# HELP gpufence_registrations_total Successful registrations with the kubelet.\n# TYPE gpufence_registrations_total counter\n";
+  out +=
+      "# HELP gpufence_registrations_total Successful registrations with the kubelet.\n# TYPE "
+      "gpufence_registrations_total counter\n";
   out += cat("gpufence_registrations_total{", r, "} ", m_registrations.load(), "\n");
-  out += "# HELP gpufence_kubelet_restarts_total Kubelet restarts seen (kubelet.sock re-created).\n# TYPE gpufence_kubelet_restarts_total counter\n";
+  out +=
+      "# HELP gpufence_kubelet_restarts_total Kubelet restarts seen (kubelet.sock re-created).\n# "
+      "TYPE gpufence_kubelet_restarts_total counter\n";
   out += cat("gpufence_kubelet_restarts_total{", r, "} ", m_kubelet_restarts.load(), "\n");
-  out += "# HELP gpufence_allocate_duration_seconds Allocate handling time.\n# TYPE gpufence_allocate_duration_seconds histogram\n";
+  out +=
+      "# HELP gpufence_allocate_duration_seconds Allocate handling time.\n# TYPE "
+      "gpufence_allocate_duration_seconds histogram\n";
   std::lock_guard lock(m_mutex);
   for (size_t i = 0; i < kBuckets.size(); ++i) {
-    out += cat("gpufence_allocate_duration_seconds_bucket{", r, ",le=\"", kBuckets[i], "\"} ", m_bucket_counts[i], "\n");
+    out += cat("gpufence_allocate_duration_seconds_bucket{", r, ",le=\"", kBuckets[i], "\"} ",
+               m_bucket_counts[i], "\n");
   }
-  out += cat("gpufence_allocate_duration_seconds_bucket{", r, ",le=\"+Inf\"} ", m_allocate_count, "\n");
+  out += cat("gpufence_allocate_duration_seconds_bucket{", r, ",le=\"+Inf\"} ", m_allocate_count,
+             "\n");
   out += cat("gpufence_allocate_duration_seconds_sum{", r, "} ", m_allocate_sum, "\n");
   out += cat("gpufence_allocate_duration_seconds_count{", r, "} ", m_allocate_count, "\n");
   return out;
 }
 
-MetricsServer::~MetricsServer() { stop(); }
+MetricsServer::~MetricsServer() {
+  stop();
+}
 
-Status MetricsServer::start(const std::string& address, Render metrics, std::function<bool()> healthy) {
+Status MetricsServer::start(const std::string& address, Render metrics,
+                            std::function<bool()> healthy) {
   auto colon = address.rfind(':');
-  if (colon == std::string::npos) return fail(Errc::invalid_argument, "metrics address '", address, "' must be HOST:PORT");
+  if (colon == std::string::npos)
+    return fail(Errc::invalid_argument, "metrics address '", address, "' must be HOST:PORT");
   std::string host = address.substr(0, colon);
   auto port = parse_number<unsigned short>(address.substr(colon + 1));
   if (!port) return fail(Errc::invalid_argument, "metrics address '", address, "': bad port");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(*port);
-  if (host.empty() || host == "0.0.0.0") addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (host.empty() || host == "0.0.0.0")
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
   else if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    return fail(Errc::invalid_argument, "metrics address '", address, "': host must be an IPv4 address");
+    return fail(Errc::invalid_argument, "metrics address '", address,
+                "': host must be an IPv4 address");
   }
   m_listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (m_listen_fd < 0) return fail_errno("socket for", address);
   int one = 1;
   ::setsockopt(m_listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(m_listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return fail_errno("bind", address);
+  if (::bind(m_listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return fail_errno("bind", address);
   if (::listen(m_listen_fd, 16) != 0) return fail_errno("listen", address);
   socklen_t len = sizeof addr;
   ::getsockname(m_listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -121,8 +145,9 @@ void MetricsServer::serve() {
       status = ok ? "200 OK" : "503 Service Unavailable";
       body = ok ? "ok\n" : "not registered with the kubelet\n";
     }
-    std::string resp = cat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
-                           "\r\nConnection: close\r\n\r\n", body);
+    std::string resp =
+        cat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
+            "\r\nConnection: close\r\n\r\n", body);
     size_t sent = 0;
     while (sent < resp.size()) {
       ssize_t w = ::send(conn, resp.data() + sent, resp.size() - sent, MSG_NOSIGNAL);

@@ -35,7 +35,8 @@ class PluginMetrics {
   std::array<std::uint64_t, kBuckets.size()> m_bucket_counts{};
   std::uint64_t m_allocate_count = 0;
   double m_allocate_sum = 0;
-  std::atomic<std::uint64_t> m_allocations{0}, m_allocate_errors{0}, m_registrations{0}, m_kubelet_restarts{0};
+  std::atomic<std::uint64_t> m_allocations{0}, m_allocate_errors{0}, m_registrations{0},
+      m_kubelet_restarts{0};
   std::atomic<size_t> m_healthy{0}, m_unhealthy{0};
 };
 

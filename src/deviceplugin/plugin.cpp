@@ -26,18 +26,24 @@ namespace {
 
 constexpr const char* kKubeletSocket = "kubelet.sock";
 constexpr const char* kApiVersion = "v1beta1";
-const std::vector<std::string> kControlNodes = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-                                                "/dev/nvidia-modeset"};
+const std::vector<std::string> kControlNodes = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                                "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
 
 // How well two GPUs are connected, for GetPreferredAllocation (higher is better).
 int link_score(const Topology& t, bool same_numa) {
   switch (t.link) {
-    case Link::nvlink: return 1000 + 10 * static_cast<int>(t.nvlinks);
-    case Link::internal: return 900;
-    case Link::single_switch: return 800;
-    case Link::multiple_switch: return 700;
-    case Link::host_bridge: return 600;
-    default: return same_numa ? 400 : 0;
+    case Link::nvlink:
+      return 1000 + 10 * static_cast<int>(t.nvlinks);
+    case Link::internal:
+      return 900;
+    case Link::single_switch:
+      return 800;
+    case Link::multiple_switch:
+      return 700;
+    case Link::host_bridge:
+      return 600;
+    default:
+      return same_numa ? 400 : 0;
   }
 }
 
@@ -52,8 +58,8 @@ struct DevicePlugin::State {
   mutable std::mutex mu;
   std::condition_variable cv;
   HealthTracker health;
-  std::uint64_t version = 1;      // bumped on every health change
-  std::uint64_t generation = 0;   // bumped when the gRPC server is stopped
+  std::uint64_t version = 1;     // bumped on every health change
+  std::uint64_t generation = 0;  // bumped when the gRPC server is stopped
   bool stopping = false;
   std::atomic<bool> registered{false};
 
@@ -81,7 +87,8 @@ struct DevicePlugin::State {
     std::vector<HostNode> out;
     for (const auto& path : kControlNodes) {
       auto info = host.stat(path);
-      if (info && info->type == FileType::char_device) out.push_back({path, host.resolve(path).native()});
+      if (info && info->type == FileType::char_device)
+        out.push_back({path, host.resolve(path).native()});
     }
     return out;
   }
@@ -90,7 +97,8 @@ struct DevicePlugin::State {
 // The DevicePlugin service the kubelet calls.
 class PluginService final : public v1beta1::DevicePlugin::Service {
  public:
-  explicit PluginService(DevicePlugin::State& s, std::uint64_t generation) : m_s(s), m_generation(generation) {}
+  explicit PluginService(DevicePlugin::State& s, std::uint64_t generation)
+      : m_s(s), m_generation(generation) {}
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
                                       v1beta1::DevicePluginOptions* out) override {
@@ -108,7 +116,8 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
       m_s.cv.wait_for(lock, std::chrono::milliseconds(500), [&] {
         return m_s.version != sent || m_s.stopping || m_s.generation != m_generation;
       });
-      if (m_s.stopping || m_s.generation != m_generation || ctx->IsCancelled()) return grpc::Status::OK;
+      if (m_s.stopping || m_s.generation != m_generation || ctx->IsCancelled())
+        return grpc::Status::OK;
       if (m_s.version == sent) continue;
       auto resp = m_s.snapshot();
       sent = m_s.version;
@@ -118,15 +127,18 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
     }
   }
 
-  grpc::Status GetPreferredAllocation(grpc::ServerContext*, const v1beta1::PreferredAllocationRequest* req,
+  grpc::Status GetPreferredAllocation(grpc::ServerContext*,
+                                      const v1beta1::PreferredAllocationRequest* req,
                                       v1beta1::PreferredAllocationResponse* out) override {
     PairScore score = [&](const std::string& a, const std::string& b) {
       auto it = m_s.scores.find({a, b});
       return it == m_s.scores.end() ? 0 : it->second;
     };
     for (const auto& creq : req->container_requests()) {
-      std::vector<std::string> available(creq.available_deviceids().begin(), creq.available_deviceids().end());
-      std::vector<std::string> must(creq.must_include_deviceids().begin(), creq.must_include_deviceids().end());
+      std::vector<std::string> available(creq.available_deviceids().begin(),
+                                         creq.available_deviceids().end());
+      std::vector<std::string> must(creq.must_include_deviceids().begin(),
+                                    creq.must_include_deviceids().end());
       auto chosen = preferred_allocation(available, must, creq.allocation_size(), score);
       if (!chosen) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, chosen.error().message);
       auto* cresp = out->add_container_responses();
@@ -157,10 +169,13 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
       std::lock_guard lock(m_s.mu);
       for (const auto& creq : req.container_requests()) {
         std::vector<std::string> ids(creq.devices_ids().begin(), creq.devices_ids().end());
-        auto gpus = validate_allocation(ids, m_s.devices, [&](const std::string& uuid) { return m_s.health.healthy(uuid); });
+        auto gpus = validate_allocation(
+            ids, m_s.devices, [&](const std::string& uuid) { return m_s.health.healthy(uuid); });
         if (!gpus) {
-          m_s.ctx.log.warn("plugin.allocate_refused", {{"ids", join(ids, ",")}, {"error", gpus.error().message}});
-          auto code = gpus.error().code == Errc::not_found ? grpc::StatusCode::NOT_FOUND : grpc::StatusCode::INVALID_ARGUMENT;
+          m_s.ctx.log.warn("plugin.allocate_refused",
+                           {{"ids", join(ids, ",")}, {"error", gpus.error().message}});
+          auto code = gpus.error().code == Errc::not_found ? grpc::StatusCode::NOT_FOUND
+                                                           : grpc::StatusCode::INVALID_ARGUMENT;
           return grpc::Status(code, gpus.error().message);
         }
         granted.push_back(std::move(*gpus));
@@ -169,10 +184,12 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
     auto control = m_s.control_nodes();
     auto host_path = [&](const std::string& p) { return m_s.host.resolve(p).native(); };
     for (const auto& gpus : granted) {
-      *out->add_container_responses() = build_allocate_response(gpus, m_s.ctx.options, control, host_path);
+      *out->add_container_responses() =
+          build_allocate_response(gpus, m_s.ctx.options, control, host_path);
       std::vector<std::string> uuids;
       for (const auto& g : gpus) uuids.push_back(g.uuid);
-      m_s.ctx.log.info("plugin.allocate", {{"resource", m_s.ctx.options.resource_name}, {"gpus", join(uuids, ",")}});
+      m_s.ctx.log.info("plugin.allocate",
+                       {{"resource", m_s.ctx.options.resource_name}, {"gpus", join(uuids, ",")}});
     }
     return grpc::Status::OK;
   }
@@ -201,12 +218,16 @@ Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx) {
   }
   HostFs host(ctx.options.host_root);
   HealthTracker tracker(uuids, ctx.options.health);
-  auto state = std::make_unique<State>(std::move(ctx), std::move(host), std::move(devices), std::move(tracker));
+  auto state = std::make_unique<State>(std::move(ctx), std::move(host), std::move(devices),
+                                       std::move(tracker));
   state->scores = std::move(scores);
   state->publish_device_counts();
   for (const auto& d : state->devices) {
-    state->ctx.log.info("plugin.device", {{"id", d.id}, {"uuid", d.gpu.uuid}, {"minor", std::to_string(d.gpu.minor)},
-                                          {"numa", d.gpu.numa_node ? std::to_string(*d.gpu.numa_node) : "-"}});
+    state->ctx.log.info("plugin.device",
+                        {{"id", d.id},
+                         {"uuid", d.gpu.uuid},
+                         {"minor", std::to_string(d.gpu.minor)},
+                         {"numa", d.gpu.numa_node ? std::to_string(*d.gpu.numa_node) : "-"}});
   }
   return std::unique_ptr<DevicePlugin>(new DevicePlugin(std::move(state)));
 }
@@ -214,13 +235,18 @@ Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx) {
 DevicePlugin::DevicePlugin(std::unique_ptr<State> state) : m_state(std::move(state)) {}
 DevicePlugin::~DevicePlugin() = default;
 
-bool DevicePlugin::registered() const { return m_state->registered; }
-size_t DevicePlugin::device_count() const { return m_state->devices.size(); }
+bool DevicePlugin::registered() const {
+  return m_state->registered;
+}
+size_t DevicePlugin::device_count() const {
+  return m_state->devices.size();
+}
 
 namespace {
 
 Status register_with_kubelet(const PluginOptions& opt, const std::string& kubelet_socket) {
-  auto channel = grpc::CreateChannel("unix://" + kubelet_socket, grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("unix://" + kubelet_socket, grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
   v1beta1::RegisterRequest req;
   req.set_version(kApiVersion);
@@ -231,7 +257,8 @@ Status register_with_kubelet(const PluginOptions& opt, const std::string& kubele
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1beta1::Empty empty;
   auto status = stub->Register(&ctx, req, &empty);
-  if (!status.ok()) return fail(Errc::rpc, "register with ", kubelet_socket, ": ", status.error_message());
+  if (!status.ok())
+    return fail(Errc::rpc, "register with ", kubelet_socket, ": ", status.error_message());
   return {};
 }
 
@@ -250,14 +277,17 @@ Status DevicePlugin::run(int stop_fd) {
   // deletes every plugin socket when it starts.
   int ino = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (ino < 0) return fail_errno("inotify_init1 for", dir.native());
-  if (::inotify_add_watch(ino, dir.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) < 0) {
+  if (::inotify_add_watch(ino, dir.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) <
+      0) {
     ::close(ino);
     return fail_errno("inotify_add_watch", dir.native());
   }
 
   // Health: a thread turning NVML events into health changes.
   std::thread health_thread([&s] {
-    auto alive = [&](const std::string& uuid) { return s.ctx.inventory.check_alive(uuid).has_value(); };
+    auto alive = [&](const std::string& uuid) {
+      return s.ctx.inventory.check_alive(uuid).has_value();
+    };
     bool warned = false;
     while (true) {
       {
@@ -275,25 +305,33 @@ Status DevicePlugin::run(int stop_fd) {
       bool changed = false;
       if (!event) {
         // No usable event stream: still notice GPUs that stop answering, twice a second.
-        if (!warned) s.ctx.log.warn("plugin.health_events_unavailable", {{"error", event.error().message}});
+        if (!warned)
+          s.ctx.log.warn("plugin.health_events_unavailable", {{"error", event.error().message}});
         warned = true;
         changed |= s.health.on_event(GpuEvent{"", 0, true}, now, alive);
         s.cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return s.stopping; });
       } else if (event->has_value()) {
         const GpuEvent& ev = **event;
         changed |= s.health.on_event(ev, now, alive);
-        s.ctx.log.info("plugin.gpu_event", {{"uuid", ev.uuid}, {"xid", std::to_string(ev.xid)},
-                                            {"lost", ev.gpu_lost ? "true" : "false"},
-                                            {"ignored", s.ctx.options.health.ignored_xids.contains(ev.xid) && !ev.gpu_lost ? "true" : "false"}});
+        s.ctx.log.info(
+            "plugin.gpu_event",
+            {{"uuid", ev.uuid},
+             {"xid", std::to_string(ev.xid)},
+             {"lost", ev.gpu_lost ? "true" : "false"},
+             {"ignored", s.ctx.options.health.ignored_xids.contains(ev.xid) && !ev.gpu_lost
+                             ? "true"
+                             : "false"}});
       }
       changed |= s.health.on_tick(now, alive);
       if (changed) {
         ++s.version;
         s.publish_device_counts();
         for (const auto& d : s.devices) {
-          s.ctx.log.info("plugin.health", {{"id", d.id}, {"uuid", d.gpu.uuid},
-                                           {"health", s.health.healthy(d.gpu.uuid) ? "Healthy" : "Unhealthy"},
-                                           {"reason", s.health.reason(d.gpu.uuid)}});
+          s.ctx.log.info("plugin.health",
+                         {{"id", d.id},
+                          {"uuid", d.gpu.uuid},
+                          {"health", s.health.healthy(d.gpu.uuid) ? "Healthy" : "Unhealthy"},
+                          {"reason", s.health.reason(d.gpu.uuid)}});
         }
         s.cv.notify_all();
       }
@@ -350,10 +388,13 @@ Status DevicePlugin::run(int stop_fd) {
         if (st) {
           s.registered = true;
           s.ctx.metrics.count_registration();
-          s.ctx.log.info("plugin.registered", {{"resource", opt.resource_name}, {"endpoint", own_socket},
-                                               {"kubelet", kubelet_socket}, {"devices", std::to_string(s.devices.size())}});
+          s.ctx.log.info("plugin.registered", {{"resource", opt.resource_name},
+                                               {"endpoint", own_socket},
+                                               {"kubelet", kubelet_socket},
+                                               {"devices", std::to_string(s.devices.size())}});
         } else {
-          s.ctx.log.warn("plugin.register_failed", {{"error", st.error().message}, {"retry_in", "1s"}});
+          s.ctx.log.warn("plugin.register_failed",
+                         {{"error", st.error().message}, {"retry_in", "1s"}});
           stop_server();
           retry_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         }

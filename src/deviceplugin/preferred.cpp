@@ -16,8 +16,8 @@ long total_score(const std::vector<std::string>& set, const PairScore& score) {
 
 // Greedy growth: add the candidate best connected to what is already chosen; ties keep the
 // kubelet's order, so the answer is deterministic.
-std::vector<std::string> grow(std::vector<std::string> chosen, const std::vector<std::string>& pool, size_t size,
-                              const PairScore& score) {
+std::vector<std::string> grow(std::vector<std::string> chosen, const std::vector<std::string>& pool,
+                              size_t size, const PairScore& score) {
   while (chosen.size() < size) {
     const std::string* best = nullptr;
     long best_score = -1;
@@ -44,19 +44,23 @@ Result<std::vector<std::string>> preferred_allocation(const std::vector<std::str
   if (size <= 0) return fail(Errc::invalid_argument, "allocation_size ", size, " must be positive");
   std::set<std::string> avail(available.begin(), available.end());
   for (const auto& id : must_include) {
-    if (!avail.contains(id)) return fail(Errc::invalid_argument, "must-include device '", id, "' is not available");
+    if (!avail.contains(id))
+      return fail(Errc::invalid_argument, "must-include device '", id, "' is not available");
   }
   if (static_cast<size_t>(size) > avail.size()) {
-    return fail(Errc::invalid_argument, "allocation_size ", size, " exceeds the ", avail.size(), " available devices");
+    return fail(Errc::invalid_argument, "allocation_size ", size, " exceeds the ", avail.size(),
+                " available devices");
   }
   if (must_include.size() > static_cast<size_t>(size)) {
-    return fail(Errc::invalid_argument, must_include.size(), " must-include devices exceed allocation_size ", size);
+    return fail(Errc::invalid_argument, must_include.size(),
+                " must-include devices exceed allocation_size ", size);
   }
   std::vector<std::string> pool;
   for (const auto& id : available) {
     if (std::find(pool.begin(), pool.end(), id) == pool.end()) pool.push_back(id);
   }
-  if (!must_include.empty() || size == 1) return grow(must_include, pool, static_cast<size_t>(size), score);
+  if (!must_include.empty() || size == 1)
+    return grow(must_include, pool, static_cast<size_t>(size), score);
   // No anchor: try every seed and keep the best-connected result (n is at most a few dozen).
   std::vector<std::string> best;
   long best_total = -1;

@@ -75,7 +75,8 @@ std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const Node
       auto token = parse_device_token(id);
       if (!token) continue;
       auto gpus = resolve_token(*token, inventory(s));
-      if (gpus) for (const auto& g : *gpus) out.insert(g.minor);
+      if (gpus)
+        for (const auto& g : *gpus) out.insert(g.minor);
     }
     return out;
   }
@@ -83,11 +84,16 @@ std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const Node
 }
 
 const std::vector<std::string>& doctor_check_ids() {
-  static const std::vector<std::string> ids = {
-      "gpu.open-unallocated",   "gpu.privileged-open-unallocated", "gpu.no-request-can-open",
-      "gpu.process-on-unallocated", "gpu.shared",                  "env.visible-devices-mismatch",
-      "node.gpu-capacity",      "node.gpu-not-allocatable",        "deepstream.gpu-id-invisible",
-      "containerd.*"};
+  static const std::vector<std::string> ids = {"gpu.open-unallocated",
+                                               "gpu.privileged-open-unallocated",
+                                               "gpu.no-request-can-open",
+                                               "gpu.process-on-unallocated",
+                                               "gpu.shared",
+                                               "env.visible-devices-mismatch",
+                                               "node.gpu-capacity",
+                                               "node.gpu-not-allocatable",
+                                               "deepstream.gpu-id-invisible",
+                                               "containerd.*"};
   return ids;
 }
 
@@ -103,25 +109,37 @@ std::vector<Finding> judge(const Snapshot& s) {
 
     if (allocated && c.openable) {
       std::set<unsigned> extra;
-      std::set_difference(reach.begin(), reach.end(), allocated->begin(), allocated->end(), std::inserter(extra, extra.end()));
+      std::set_difference(reach.begin(), reach.end(), allocated->begin(), allocated->end(),
+                          std::inserter(extra, extra.end()));
       if (!extra.empty()) {
-        std::string evidence = cat(c.label(), ": kubelet allocated ", gpu_names(s, *allocated), "; its devices cgroup (",
-                                   reach_how, ") lets it open ", gpu_names(s, reach), "; nodes in its /dev: ",
-                                   gpu_names(s, c.gpu_nodes_present), c.privileged ? "; privileged (CAP_SYS_ADMIN)" : "");
+        std::string evidence =
+            cat(c.label(), ": kubelet allocated ", gpu_names(s, *allocated),
+                "; its devices cgroup (", reach_how, ") lets it open ", gpu_names(s, reach),
+                "; nodes in its /dev: ", gpu_names(s, c.gpu_nodes_present),
+                c.privileged ? "; privileged (CAP_SYS_ADMIN)" : "");
         if (allocated->empty()) {
-          out.push_back({"gpu.no-request-can-open", Severity::error,
-                         cat("container ", c.label(), " requested no GPU but can open ", gpu_names(s, extra)),
-                         evidence + (c.nvidia_visible_devices ? "; NVIDIA_VISIBLE_DEVICES=" + *c.nvidia_visible_devices : ""),
-                         cat(kFixRuntime, " (gpufence-runtime gives a container with no allocation no GPU, and ignores an image's NVIDIA_VISIBLE_DEVICES=all)")});
+          out.push_back(
+              {"gpu.no-request-can-open", Severity::error,
+               cat("container ", c.label(), " requested no GPU but can open ", gpu_names(s, extra)),
+               evidence + (c.nvidia_visible_devices
+                               ? "; NVIDIA_VISIBLE_DEVICES=" + *c.nvidia_visible_devices
+                               : ""),
+               cat(kFixRuntime,
+                   " (gpufence-runtime gives a container with no allocation no GPU, and ignores an "
+                   "image's NVIDIA_VISIBLE_DEVICES=all)")});
         } else if (c.privileged) {
           out.push_back({"gpu.privileged-open-unallocated", Severity::error,
-                         cat("privileged container ", c.label(), " holds ", gpu_names(s, extra), " it was not allocated"),
+                         cat("privileged container ", c.label(), " holds ", gpu_names(s, extra),
+                             " it was not allocated"),
                          evidence,
-                         cat(kFixRuntime, " (it denies unallocated GPUs even to privileged containers), or drop privileged: true")});
+                         cat(kFixRuntime,
+                             " (it denies unallocated GPUs even to privileged containers), or drop "
+                             "privileged: true")});
         } else {
           out.push_back({"gpu.open-unallocated", Severity::error,
-                         cat("container ", c.label(), " can open ", gpu_names(s, extra), " it was not allocated"), evidence,
-                         kFixRuntime});
+                         cat("container ", c.label(), " can open ", gpu_names(s, extra),
+                             " it was not allocated"),
+                         evidence, kFixRuntime});
         }
       }
     }
@@ -129,22 +147,28 @@ std::vector<Finding> judge(const Snapshot& s) {
     if (allocated) {
       auto used = used_minors(s, c);
       std::set<unsigned> wrong;
-      std::set_difference(used.begin(), used.end(), allocated->begin(), allocated->end(), std::inserter(wrong, wrong.end()));
+      std::set_difference(used.begin(), used.end(), allocated->begin(), allocated->end(),
+                          std::inserter(wrong, wrong.end()));
       if (!wrong.empty()) {
         std::vector<std::string> pids;
         for (const auto& g : s.gpus) {
           if (!wrong.contains(g.gpu.minor)) continue;
           for (const auto& p : g.processes) {
-            if (container_of_pid(s, p.pid) == &c) pids.push_back(cat(p.pid, " on GPU ", g.gpu.index));
+            if (container_of_pid(s, p.pid) == &c)
+              pids.push_back(cat(p.pid, " on GPU ", g.gpu.index));
           }
         }
-        out.push_back({"gpu.process-on-unallocated", Severity::error,
-                       cat("container ", c.label(), " was allocated ", gpu_names(s, *allocated), " but its processes run on ",
-                           gpu_names(s, wrong)),
-                       cat("NVML processes: ", join(pids, ", "), "; CUDA_VISIBLE_DEVICES=",
-                           c.cuda_visible_devices.value_or("(unset)"), "; NVIDIA_VISIBLE_DEVICES=", c.nvidia_visible_devices.value_or("(unset)")),
-                       "set CUDA_VISIBLE_DEVICES to the allocated UUID (gpufence-device-plugin and gpufence-runtime do), "
-                       "and point the app's gpu-id at 0 of what it sees: `gpufence launch` rewrites DeepStream configs"});
+        out.push_back(
+            {"gpu.process-on-unallocated", Severity::error,
+             cat("container ", c.label(), " was allocated ", gpu_names(s, *allocated),
+                 " but its processes run on ", gpu_names(s, wrong)),
+             cat("NVML processes: ", join(pids, ", "),
+                 "; CUDA_VISIBLE_DEVICES=", c.cuda_visible_devices.value_or("(unset)"),
+                 "; NVIDIA_VISIBLE_DEVICES=", c.nvidia_visible_devices.value_or("(unset)")),
+             "set CUDA_VISIBLE_DEVICES to the allocated UUID (gpufence-device-plugin and "
+             "gpufence-runtime do), "
+             "and point the app's gpu-id at 0 of what it sees: `gpufence launch` rewrites "
+             "DeepStream configs"});
       }
 
       // The env should name exactly the allocation (or defer to mount markers).
@@ -154,12 +178,15 @@ std::vector<Finding> judge(const Snapshot& s) {
           auto named = resolve_selector(*sel, inv);
           std::set<unsigned> named_minors = named ? minors_of(*named) : std::set<unsigned>{};
           if (!named || named_minors != *allocated) {
-            out.push_back({"env.visible-devices-mismatch", Severity::warning,
-                           cat("container ", c.label(), ": NVIDIA_VISIBLE_DEVICES=", *c.nvidia_visible_devices,
-                               " does not match the kubelet's allocation ", gpu_names(s, *allocated)),
-                           cat("environment of PID ", c.pids.empty() ? 0 : c.pids.front(),
-                               named ? "" : "; " + named.error().message),
-                           "do not set NVIDIA_VISIBLE_DEVICES in the image or pod spec; the device plugin's Allocate answer sets it"});
+            out.push_back(
+                {"env.visible-devices-mismatch", Severity::warning,
+                 cat("container ", c.label(),
+                     ": NVIDIA_VISIBLE_DEVICES=", *c.nvidia_visible_devices,
+                     " does not match the kubelet's allocation ", gpu_names(s, *allocated)),
+                 cat("environment of PID ", c.pids.empty() ? 0 : c.pids.front(),
+                     named ? "" : "; " + named.error().message),
+                 "do not set NVIDIA_VISIBLE_DEVICES in the image or pod spec; the device plugin's "
+                 "Allocate answer sets it"});
           }
         }
       }
@@ -170,15 +197,19 @@ std::vector<Finding> judge(const Snapshot& s) {
       size_t visible = c.gpu_nodes_present.size();
       if (c.cuda_visible_devices) {
         auto sel = parse_device_selector(*c.cuda_visible_devices);
-        if (sel && sel->kind == DeviceSelector::Kind::list) visible = std::min(visible, sel->tokens.size());
+        if (sel && sel->kind == DeviceSelector::Kind::list)
+          visible = std::min(visible, sel->tokens.size());
       }
       for (int id : ids) {
         if (id >= 0 && static_cast<size_t>(id) < visible) continue;
         out.push_back({"deepstream.gpu-id-invisible", Severity::error,
-                       cat("container ", c.label(), ": ", path, " sets gpu-id=", id, " but the container sees ", visible, " GPU(s)"),
-                       cat(path, " inside ", c.label(), "; GPU nodes in its /dev: ", gpu_names(s, c.gpu_nodes_present),
+                       cat("container ", c.label(), ": ", path, " sets gpu-id=", id,
+                           " but the container sees ", visible, " GPU(s)"),
+                       cat(path, " inside ", c.label(),
+                           "; GPU nodes in its /dev: ", gpu_names(s, c.gpu_nodes_present),
                            "; CUDA_VISIBLE_DEVICES=", c.cuda_visible_devices.value_or("(unset)")),
-                       "gpu-id counts the GPUs the container sees, from 0: set gpu-id=0 (or run the app under `gpufence launch`)"});
+                       "gpu-id counts the GPUs the container sees, from 0: set gpu-id=0 (or run "
+                       "the app under `gpufence launch`)"});
       }
     }
   }
@@ -193,37 +224,48 @@ std::vector<Finding> judge(const Snapshot& s) {
     std::vector<std::string> names;
     for (const auto* c : users) names.push_back(c->label());
     out.push_back({"gpu.shared", Severity::error,
-                   cat(users.size(), " containers with exclusive GPU requests use GPU ", g.gpu.index, " (", g.gpu.uuid, ") at once"),
+                   cat(users.size(), " containers with exclusive GPU requests use GPU ",
+                       g.gpu.index, " (", g.gpu.uuid, ") at once"),
                    cat("NVML lists processes of ", join(names, " and "), " on ", g.gpu.uuid),
-                   "each container must use only its allocated GPU: enforce it with gpufence-runtime and set CUDA_VISIBLE_DEVICES"});
+                   "each container must use only its allocated GPU: enforce it with "
+                   "gpufence-runtime and set CUDA_VISIBLE_DEVICES"});
   }
 
   // What the kubelet can hand out, against the GPUs present.
   if (s.allocatable && !s.gpus.empty()) {
     if (s.allocatable->empty()) {
-      out.push_back({"node.gpu-capacity", Severity::error,
-                     cat("the kubelet has no allocatable ", s.resource_name, " although ", s.gpus.size(), " GPU(s) are present"),
-                     cat("PodResources GetAllocatableResources lists no ", s.resource_name, " devices; device plugin sockets: ",
-                         s.plugin_sockets.empty() ? std::string("none") : join(s.plugin_sockets, ", ")),
-                     "the device plugin is not registered (what keeps GPU Operator's validator at Init:3/4): run "
-                     "gpufence-device-plugin (deploy/kubernetes/device-plugin.yaml) with the kubelet's plugin directory"});
+      out.push_back(
+          {"node.gpu-capacity", Severity::error,
+           cat("the kubelet has no allocatable ", s.resource_name, " although ", s.gpus.size(),
+               " GPU(s) are present"),
+           cat("PodResources GetAllocatableResources lists no ", s.resource_name,
+               " devices; device plugin sockets: ",
+               s.plugin_sockets.empty() ? std::string("none") : join(s.plugin_sockets, ", ")),
+           "the device plugin is not registered (what keeps GPU Operator's validator at Init:3/4): "
+           "run "
+           "gpufence-device-plugin (deploy/kubernetes/device-plugin.yaml) with the kubelet's "
+           "plugin directory"});
     } else if (s.allocatable->size() < s.gpus.size()) {
       std::vector<std::string> missing;
       for (const auto& g : s.gpus) {
-        bool listed = std::any_of(s.allocatable->begin(), s.allocatable->end(), [&](const std::string& id) {
-          return id == g.gpu.uuid || id == std::to_string(g.gpu.index);
-        });
+        bool listed =
+            std::any_of(s.allocatable->begin(), s.allocatable->end(), [&](const std::string& id) {
+              return id == g.gpu.uuid || id == std::to_string(g.gpu.index);
+            });
         if (!listed) missing.push_back(cat("GPU ", g.gpu.index, " (", g.gpu.uuid, ")"));
       }
-      out.push_back({"node.gpu-not-allocatable", Severity::warning,
-                     cat(join(missing, ", "), " present but not allocatable by the kubelet (unhealthy or not advertised)"),
-                     cat("allocatable: ", join(*s.allocatable, ", ")),
-                     "check the device plugin's log for health events (XIDs) on those GPUs"});
+      out.push_back(
+          {"node.gpu-not-allocatable", Severity::warning,
+           cat(join(missing, ", "),
+               " present but not allocatable by the kubelet (unhealthy or not advertised)"),
+           cat("allocatable: ", join(*s.allocatable, ", ")),
+           "check the device plugin's log for health events (XIDs) on those GPUs"});
     }
   }
 
   for (const auto& f : s.containerd_findings) out.push_back(f);
-  std::stable_sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) { return a.severity > b.severity; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Finding& a, const Finding& b) { return a.severity > b.severity; });
   return out;
 }
 

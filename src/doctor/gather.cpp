@@ -1,7 +1,7 @@
 #include "doctor/gather.hpp"
 
-#include <algorithm>
 #include <glob.h>
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
@@ -64,8 +64,9 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
     if (!text) continue;
     auto cfg = parse_containerd_config(*text, path);
     if (!cfg) {
-      s.containerd_findings.push_back({"containerd.config-unreadable", Severity::error, "containerd's config does not parse",
-                                       cfg.error().message, "fix the syntax error; containerd itself will refuse this file"});
+      s.containerd_findings.push_back(
+          {"containerd.config-unreadable", Severity::error, "containerd's config does not parse",
+           cfg.error().message, "fix the syntax error; containerd itself will refuse this file"});
       s.containerd_config = path;
       return;
     }
@@ -76,7 +77,8 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
           glob_t g{};
           if (::glob(host.resolve(pattern).c_str(), 0, nullptr, &g) == 0) {
             std::string root = host.root().native() == "/" ? "" : host.root().native();
-            for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
+            for (size_t i = 0; i < g.gl_pathc; ++i)
+              out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
           }
           globfree(&g);
           return out;
@@ -91,13 +93,14 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
   defaults.path = "(no containerd config file: built-in defaults)";
   defaults.version = 2;
   s.containerd_findings = check_containerd_config(defaults, {opt.handlers, nullptr, true});
-  s.skipped.push_back("containerd: no config file at " + join(opt.containerd_configs, ", ") + "; judged containerd's defaults");
+  s.skipped.push_back("containerd: no config file at " + join(opt.containerd_configs, ", ") +
+                      "; judged containerd's defaults");
 }
 
 }  // namespace
 
-Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory, const std::string& inventory_error,
-                         const GatherOptions& opt) {
+Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
+                         const std::string& inventory_error, const GatherOptions& opt) {
   Snapshot s;
   s.resource_name = opt.resource_name;
 
@@ -107,8 +110,10 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory, const std:
   } else if (auto gpus = inventory->gpus()) {
     for (auto& g : *gpus) {
       NodeGpu ng{g, {}};
-      if (auto procs = inventory->processes(g.uuid)) ng.processes = std::move(*procs);
-      else s.skipped.push_back(cat("NVML processes of ", g.uuid, ": ", procs.error().message));
+      if (auto procs = inventory->processes(g.uuid))
+        ng.processes = std::move(*procs);
+      else
+        s.skipped.push_back(cat("NVML processes of ", g.uuid, ": ", procs.error().message));
       s.gpus.push_back(std::move(ng));
     }
   } else {
@@ -124,7 +129,8 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory, const std:
 
   // Containers, from every process's cgroup.
   std::map<std::string, NodeContainer> by_id;
-  std::map<std::string, std::string> cgroup_text;  // container id -> one member's /proc/<pid>/cgroup
+  std::map<std::string, std::string>
+      cgroup_text;  // container id -> one member's /proc/<pid>/cgroup
   for (unsigned pid : numeric_pids(host)) {
     auto cg = host.read(cat("/proc/", pid, "/cgroup"));
     if (!cg) continue;  // vanished, or not ours to read
@@ -141,8 +147,10 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory, const std:
     unsigned pid = c.pids.front();
     if (auto env = host.read(cat("/proc/", pid, "/environ"))) {
       auto vars = parse_environ(*env);
-      if (vars.contains("NVIDIA_VISIBLE_DEVICES")) c.nvidia_visible_devices = vars["NVIDIA_VISIBLE_DEVICES"];
-      if (vars.contains("CUDA_VISIBLE_DEVICES")) c.cuda_visible_devices = vars["CUDA_VISIBLE_DEVICES"];
+      if (vars.contains("NVIDIA_VISIBLE_DEVICES"))
+        c.nvidia_visible_devices = vars["NVIDIA_VISIBLE_DEVICES"];
+      if (vars.contains("CUDA_VISIBLE_DEVICES"))
+        c.cuda_visible_devices = vars["CUDA_VISIBLE_DEVICES"];
     }
     if (auto status = host.read(cat("/proc/", pid, "/status"))) {
       if (auto caps = bounding_caps(*status)) c.privileged = (*caps >> kCapSysAdmin) & 1;
@@ -171,8 +179,9 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory, const std:
     const std::string& cg = cgroup_text[id];
     auto v1 = cgroup_path(cg, "devices");
     if (opt.probe) {
-      std::string procs = v1 ? cat("/sys/fs/cgroup/devices", *v1, "/cgroup.procs")
-                             : cat("/sys/fs/cgroup", cgroup_path(cg, "").value_or("/"), "/cgroup.procs");
+      std::string procs =
+          v1 ? cat("/sys/fs/cgroup/devices", *v1, "/cgroup.procs")
+             : cat("/sys/fs/cgroup", cgroup_path(cg, "").value_or("/"), "/cgroup.procs");
       auto probed = probe_gpu_access(host, pid, host.resolve(procs).string(), gpu_minors);
       if (probed) {
         c.openable = *probed;
@@ -218,8 +227,10 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory, const std:
     why = view.error().message;
   }
   if (!s.allocations) {
-    s.skipped.push_back("kubelet: " + (why.empty() ? "no PodResources socket at " + join(opt.pod_resources_sockets, ", ") : why) +
-                        "; allocation checks skipped");
+    s.skipped.push_back(
+        "kubelet: " +
+        (why.empty() ? "no PodResources socket at " + join(opt.pod_resources_sockets, ", ") : why) +
+        "; allocation checks skipped");
   }
 
   for (const auto& dir : opt.plugin_dirs) {

@@ -13,31 +13,34 @@
 namespace gpufence {
 
 struct GatherOptions {
-  std::vector<std::string> pod_resources_sockets = {"/var/lib/kubelet/pod-resources/kubelet.sock",
-                                                    "/var/snap/microk8s/common/var/lib/kubelet/pod-resources/kubelet.sock"};
+  std::vector<std::string> pod_resources_sockets = {
+      "/var/lib/kubelet/pod-resources/kubelet.sock",
+      "/var/snap/microk8s/common/var/lib/kubelet/pod-resources/kubelet.sock"};
   bool probe = false;
   std::vector<std::string> app_configs;  // paths inside containers
   std::vector<std::string> handlers = {"nvidia"};
-  std::vector<std::string> containerd_configs = {"/var/snap/microk8s/current/args/containerd.toml",
-                                                 "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-                                                 "/etc/containerd/config.toml"};
+  std::vector<std::string> containerd_configs = {
+      "/var/snap/microk8s/current/args/containerd.toml",
+      "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "/etc/containerd/config.toml"};
   // Where OCI state lives: containerd's task dirs (bundle = <dir>/<ns>/<id>), runc roots
   // (<root>[/<ns>]/<id>/state.json, bundle in its "bundle=" label).
   std::vector<std::string> task_dirs = {"/run/containerd/io.containerd.runtime.v2.task"};
   std::vector<std::string> runc_roots = {"/run/containerd/runc", "/run/runc"};
-  std::vector<std::string> plugin_dirs = {"/var/lib/kubelet/device-plugins",
-                                          "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"};
+  std::vector<std::string> plugin_dirs = {
+      "/var/lib/kubelet/device-plugins",
+      "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"};
   std::string resource_name = "nvidia.com/gpu";
 };
 
 // `inventory` may be null (NVML unavailable: `inventory_error` says why).
-Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory, const std::string& inventory_error,
-                         const GatherOptions& options);
+Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
+                         const std::string& inventory_error, const GatherOptions& options);
 
 // The helper behind --probe: a child process joins the container's devices cgroup and opens
 // each GPU node (the container's own, or a temporary node for one it does not have); EPERM means
 // denied, ENXIO or success allowed. The child exits and every temporary node is removed.
-Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid, const std::string& cgroup_procs_file,
+Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
+                                            const std::string& cgroup_procs_file,
                                             const std::set<unsigned>& minors);
 
 // PodResources v1 over the kubelet's socket: List and GetAllocatableResources.
@@ -45,6 +48,7 @@ struct PodResourcesView {
   std::vector<KubeletAllocation> allocations;
   std::vector<std::string> allocatable;
 };
-Result<PodResourcesView> read_pod_resources(const std::string& socket_path, const std::string& resource_name);
+Result<PodResourcesView> read_pod_resources(const std::string& socket_path,
+                                            const std::string& resource_name);
 
 }  // namespace gpufence

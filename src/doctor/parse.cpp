@@ -11,7 +11,8 @@ namespace gpufence {
 namespace {
 
 bool is_hex64(std::string_view s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isxdigit(c); });
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isxdigit(c); });
 }
 
 }  // namespace
@@ -38,7 +39,8 @@ std::optional<std::string> cgroup_path(std::string_view proc_cgroup, std::string
     auto c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
     if (c2 == std::string_view::npos) continue;
     std::string_view controllers = line.substr(c1 + 1, c2 - c1 - 1);
-    if (controller.empty() ? controllers.empty() && line.starts_with("0:") : false) return std::string(line.substr(c2 + 1));
+    if (controller.empty() ? controllers.empty() && line.starts_with("0:") : false)
+      return std::string(line.substr(c2 + 1));
     for (std::string_view c : split(controllers, ',')) {
       if (!controller.empty() && c == controller) return std::string(line.substr(c2 + 1));
     }
@@ -68,8 +70,8 @@ std::optional<unsigned long long> bounding_caps(std::string_view status) {
   return std::nullopt;
 }
 
-std::optional<std::set<unsigned>> openable_gpu_minors_from_devices_list(std::string_view list,
-                                                                         const std::set<unsigned>& gpu_minors) {
+std::optional<std::set<unsigned>> openable_gpu_minors_from_devices_list(
+    std::string_view list, const std::set<unsigned>& gpu_minors) {
   std::set<unsigned> out;
   for (std::string_view line : split(list, '\n')) {
     line = trim(line);
@@ -89,7 +91,8 @@ std::optional<std::set<unsigned>> openable_gpu_minors_from_devices_list(std::str
   return out;
 }
 
-std::set<unsigned> openable_gpu_minors_from_oci_rules(std::string_view config_json, const std::set<unsigned>& gpu_minors) {
+std::set<unsigned> openable_gpu_minors_from_oci_rules(std::string_view config_json,
+                                                      const std::set<unsigned>& gpu_minors) {
   std::set<unsigned> out;
   nlohmann::json spec;
   try {
@@ -108,10 +111,13 @@ std::set<unsigned> openable_gpu_minors_from_oci_rules(std::string_view config_js
     for (const auto& r : *rules) {
       if (!r.is_object()) continue;
       auto t = r.find("type");
-      bool char_or_all = t == r.end() || !t->is_string() || t->get_ref<const std::string&>().empty() ||
-                         t->get_ref<const std::string&>() == "a" || t->get_ref<const std::string&>() == "c";
+      bool char_or_all =
+          t == r.end() || !t->is_string() || t->get_ref<const std::string&>().empty() ||
+          t->get_ref<const std::string&>() == "a" || t->get_ref<const std::string&>() == "c";
       if (!char_or_all) continue;
-      auto num = [&](const char* k) -> long { return r.contains(k) && r[k].is_number_integer() ? r[k].get<long>() : -1; };
+      auto num = [&](const char* k) -> long {
+        return r.contains(k) && r[k].is_number_integer() ? r[k].get<long>() : -1;
+      };
       long major = num("major"), mnr = num("minor");
       if ((major != -1 && major != 195) || (mnr != -1 && mnr != static_cast<long>(minor))) continue;
       std::string access = r.value("access", std::string("rwm"));
@@ -138,7 +144,8 @@ std::vector<GpuIdKey> deepstream_gpu_ids(std::string_view config) {
     auto eq = line.find('=');
     if (eq == std::string_view::npos || trim(line.substr(0, eq)) != "gpu-id") continue;
     std::string_view value = trim(line.substr(eq + 1));
-    if (auto hash = value.find('#'); hash != std::string_view::npos) value = trim(value.substr(0, hash));
+    if (auto hash = value.find('#'); hash != std::string_view::npos)
+      value = trim(value.substr(0, hash));
     if (auto v = parse_number<int>(value)) out.push_back({section, *v, line_no});
   }
   return out;

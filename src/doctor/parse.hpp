@@ -31,12 +31,13 @@ inline constexpr int kCapSysAdmin = 21;
 
 // v1 devices.list: which major-195 minors can be opened (r or w), or nullopt when the list
 // starts with allow-all ("a *:* rwm"), where v1 hides later denies and only a probe can tell.
-std::optional<std::set<unsigned>> openable_gpu_minors_from_devices_list(std::string_view list,
-                                                                         const std::set<unsigned>& gpu_minors);
+std::optional<std::set<unsigned>> openable_gpu_minors_from_devices_list(
+    std::string_view list, const std::set<unsigned>& gpu_minors);
 
 // The OCI spec's devices cgroup rules replayed for each GPU minor (allow-all then denies, or
 // default-deny then allows), as runc applies them.
-std::set<unsigned> openable_gpu_minors_from_oci_rules(std::string_view config_json, const std::set<unsigned>& gpu_minors);
+std::set<unsigned> openable_gpu_minors_from_oci_rules(std::string_view config_json,
+                                                      const std::set<unsigned>& gpu_minors);
 
 // DeepStream configs (deepstream-app and nvinfer, INI-like): every "gpu-id=N" with its section.
 struct GpuIdKey {

@@ -11,7 +11,8 @@
 
 namespace gpufence {
 
-Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid, const std::string& cgroup_procs_file,
+Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
+                                            const std::string& cgroup_procs_file,
                                             const std::set<unsigned>& minors) {
   // Temporary nodes for GPUs the container has no node for, made here (host cgroup) and opened
   // by the child (container cgroup): the open is what the container's cgroup would allow.

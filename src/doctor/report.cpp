@@ -38,15 +38,17 @@ nlohmann::ordered_json minors_json(const std::set<unsigned>& m) {
 
 std::string render_doctor_text(const Snapshot& s, const std::vector<Finding>& findings) {
   std::string out;
-  out += cat("gpufence doctor: ", s.gpus.size(), " GPU(s), ", s.containers.size(), " container(s)\n\n");
+  out += cat("gpufence doctor: ", s.gpus.size(), " GPU(s), ", s.containers.size(),
+             " container(s)\n\n");
   out += "Containers (allocated by the kubelet / can open / used by processes):\n";
   if (s.containers.empty()) out += "  none found\n";
   for (const auto& c : s.containers) {
     auto alloc = allocated_minors(s, c);
     out += cat("  ", c.label(), c.privileged ? " [privileged]" : "", ": allocated ",
                alloc ? minors_text(s, *alloc) : std::string("?"), " | can open ",
-               c.openable ? minors_text(s, *c.openable) + " (" + c.openable_source + ")" : std::string("?"), " | uses ",
-               minors_text(s, used(s, c)), "\n");
+               c.openable ? minors_text(s, *c.openable) + " (" + c.openable_source + ")"
+                          : std::string("?"),
+               " | uses ", minors_text(s, used(s, c)), "\n");
   }
   out += "\n";
   for (Severity sev : {Severity::error, Severity::warning, Severity::info}) {
@@ -54,10 +56,14 @@ std::string render_doctor_text(const Snapshot& s, const std::vector<Finding>& fi
     for (const auto& f : findings) {
       if (f.severity != sev) continue;
       if (!header) {
-        out += cat(sev == Severity::error ? "ERRORS" : sev == Severity::warning ? "WARNINGS" : "INFO", ":\n");
+        out += cat(sev == Severity::error     ? "ERRORS"
+                   : sev == Severity::warning ? "WARNINGS"
+                                              : "INFO",
+                   ":\n");
         header = true;
       }
-      out += cat("- [", f.id, "] ", f.summary, "\n    evidence: ", f.evidence, "\n    fix:      ", f.fix, "\n");
+      out += cat("- [", f.id, "] ", f.summary, "\n    evidence: ", f.evidence,
+                 "\n    fix:      ", f.fix, "\n");
     }
     if (header) out += "\n";
   }
@@ -76,7 +82,8 @@ nlohmann::ordered_json render_doctor_json(const Snapshot& s, const std::vector<F
   for (const auto& g : s.gpus) {
     nlohmann::ordered_json pids = nlohmann::ordered_json::array();
     for (const auto& p : g.processes) pids.push_back(p.pid);
-    doc["gpus"].push_back({{"index", g.gpu.index}, {"uuid", g.gpu.uuid}, {"minor", g.gpu.minor}, {"pids", pids}});
+    doc["gpus"].push_back(
+        {{"index", g.gpu.index}, {"uuid", g.gpu.uuid}, {"minor", g.gpu.minor}, {"pids", pids}});
   }
   doc["containers"] = nlohmann::ordered_json::array();
   for (const auto& c : s.containers) {
@@ -93,19 +100,26 @@ nlohmann::ordered_json render_doctor_json(const Snapshot& s, const std::vector<F
     j["openable_source"] = c.openable_source;
     j["nodes_present_minors"] = minors_json(c.gpu_nodes_present);
     j["used_minors"] = minors_json(used(s, c));
-    j["nvidia_visible_devices"] = c.nvidia_visible_devices ? nlohmann::ordered_json(*c.nvidia_visible_devices) : nullptr;
-    j["cuda_visible_devices"] = c.cuda_visible_devices ? nlohmann::ordered_json(*c.cuda_visible_devices) : nullptr;
+    j["nvidia_visible_devices"] =
+        c.nvidia_visible_devices ? nlohmann::ordered_json(*c.nvidia_visible_devices) : nullptr;
+    j["cuda_visible_devices"] =
+        c.cuda_visible_devices ? nlohmann::ordered_json(*c.cuda_visible_devices) : nullptr;
     doc["containers"].push_back(j);
   }
   doc["findings"] = nlohmann::ordered_json::array();
   for (const auto& f : findings) {
-    doc["findings"].push_back({{"id", f.id}, {"severity", severity_name(f.severity)}, {"summary", f.summary},
-                               {"evidence", f.evidence}, {"fix", f.fix}});
+    doc["findings"].push_back({{"id", f.id},
+                               {"severity", severity_name(f.severity)},
+                               {"summary", f.summary},
+                               {"evidence", f.evidence},
+                               {"fix", f.fix}});
   }
   doc["skipped"] = s.skipped;
   return doc;
 }
 
-int doctor_exit_code(const std::vector<Finding>& findings) { return has_errors(findings) ? 1 : 0; }
+int doctor_exit_code(const std::vector<Finding>& findings) {
+  return has_errors(findings) ? 1 : 0;
+}
 
 }  // namespace gpufence

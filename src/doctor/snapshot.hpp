@@ -25,11 +25,11 @@ struct NodeContainer {
   std::vector<unsigned> pids;
   std::optional<std::string> nvidia_visible_devices, cuda_visible_devices;
   bool privileged = false;
-  std::set<unsigned> gpu_nodes_present;           // minors of /dev/nvidiaN in its /dev
-  std::optional<std::set<unsigned>> openable;     // minors its cgroup lets it open; nullopt = unknown
-  std::string openable_source;                    // "probe", "devices.list", "oci-spec"
+  std::set<unsigned> gpu_nodes_present;        // minors of /dev/nvidiaN in its /dev
+  std::optional<std::set<unsigned>> openable;  // minors its cgroup lets it open; nullopt = unknown
+  std::string openable_source;                 // "probe", "devices.list", "oci-spec"
   std::map<std::string, std::vector<int>> app_gpu_ids;  // DeepStream config path -> gpu-id values
-  std::string label() const;  // "namespace/pod/container" or the short id
+  std::string label() const;                            // "namespace/pod/container" or the short id
 };
 
 struct KubeletAllocation {
@@ -41,10 +41,10 @@ struct Snapshot {
   std::vector<NodeGpu> gpus;
   std::vector<NodeContainer> containers;
   std::optional<std::vector<KubeletAllocation>> allocations;  // nullopt: PodResources unreadable
-  std::optional<std::vector<std::string>> allocatable;        // nvidia.com/gpu ids the kubelet can give
+  std::optional<std::vector<std::string>> allocatable;  // nvidia.com/gpu ids the kubelet can give
   std::string resource_name = "nvidia.com/gpu";
   std::vector<Finding> containerd_findings;
-  std::string containerd_config;  // path read, "" if none
+  std::string containerd_config;            // path read, "" if none
   std::vector<std::string> plugin_sockets;  // device plugin sockets present
   std::vector<std::string> skipped;         // "NVML: cannot load ...", "kubelet: ..."
 };

@@ -15,7 +15,8 @@ Result<Gpu> parse_driver_gpu_information(std::string_view text) {
     if (key == "Model") {
       gpu.name = std::string(value);
     } else if (key == "GPU UUID") {
-      if (!value.starts_with("GPU-")) return fail(Errc::parse, "GPU UUID '", value, "' does not start with GPU-");
+      if (!value.starts_with("GPU-"))
+        return fail(Errc::parse, "GPU UUID '", value, "' does not start with GPU-");
       gpu.uuid = std::string(value);
       has_uuid = true;
     } else if (key == "Bus Location") {

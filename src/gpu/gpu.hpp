@@ -13,13 +13,13 @@
 namespace gpufence {
 
 struct Gpu {
-  unsigned index = 0;            // NVML index: not stable across reboots, key on uuid instead
-  std::string uuid;              // "GPU-xxxxxxxx-xxxx-..."
-  std::string name;              // "NVIDIA GeForce RTX 3080"
-  unsigned minor = 0;            // /dev/nvidia<minor>
-  std::string pci_bus_id;        // "00000000:01:00.0"
+  unsigned index = 0;              // NVML index: not stable across reboots, key on uuid instead
+  std::string uuid;                // "GPU-xxxxxxxx-xxxx-..."
+  std::string name;                // "NVIDIA GeForce RTX 3080"
+  unsigned minor = 0;              // /dev/nvidia<minor>
+  std::string pci_bus_id;          // "00000000:01:00.0"
   std::uint64_t memory_total = 0;  // bytes
-  std::optional<int> numa_node;  // host NUMA node of the PCI device; nullopt when unknown
+  std::optional<int> numa_node;    // host NUMA node of the PCI device; nullopt when unknown
   std::string driver_version;
 
   std::string device_path() const { return "/dev/nvidia" + std::to_string(minor); }
@@ -32,13 +32,13 @@ struct GpuProcess {
 
 // How two GPUs are connected, best first. Values follow NVML's nvmlGpuTopologyLevel_t order.
 enum class Link {
-  nvlink,            // at least one active NVLink between them
-  internal,          // same board (multi-GPU card)
-  single_switch,     // one PCIe switch
-  multiple_switch,   // several PCIe switches, no host bridge
-  host_bridge,       // same host bridge
-  numa_node,         // same NUMA node, across host bridges
-  system,            // across NUMA nodes (SMP interconnect)
+  nvlink,           // at least one active NVLink between them
+  internal,         // same board (multi-GPU card)
+  single_switch,    // one PCIe switch
+  multiple_switch,  // several PCIe switches, no host bridge
+  host_bridge,      // same host bridge
+  numa_node,        // same NUMA node, across host bridges
+  system,           // across NUMA nodes (SMP interconnect)
   unknown,
 };
 
@@ -49,7 +49,7 @@ struct Topology {
 
 // A health event from the driver: a critical XID or a GPU that fell off the bus.
 struct GpuEvent {
-  std::string uuid;   // empty when the driver could not say which GPU
+  std::string uuid;  // empty when the driver could not say which GPU
   std::uint64_t xid = 0;
   bool gpu_lost = false;
 };

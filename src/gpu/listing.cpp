@@ -3,7 +3,9 @@
 namespace gpufence {
 namespace {
 
-std::string mib(std::uint64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
+std::string mib(std::uint64_t bytes) {
+  return std::to_string(bytes / (1024 * 1024)) + " MiB";
+}
 
 }  // namespace
 
@@ -15,8 +17,10 @@ Result<GpuListing> gather_listing(GpuInventory& inventory) {
   for (const auto& gpu : out.gpus) {
     if (out.driver_version.empty()) out.driver_version = gpu.driver_version;
     // One GPU's failing process query must not hide the others.
-    if (auto procs = inventory.processes(gpu.uuid)) out.processes[gpu.uuid] = std::move(*procs);
-    else out.process_errors[gpu.uuid] = procs.error().message;
+    if (auto procs = inventory.processes(gpu.uuid))
+      out.processes[gpu.uuid] = std::move(*procs);
+    else
+      out.process_errors[gpu.uuid] = procs.error().message;
   }
   return out;
 }
@@ -26,9 +30,9 @@ std::string render_listing_text(const GpuListing& listing) {
   if (listing.gpus.empty()) return "No GPUs found.\n";
   for (const auto& gpu : listing.gpus) {
     out += cat("GPU ", gpu.index, ": ", gpu.name, " (UUID: ", gpu.uuid, ")\n");
-    out += cat("    minor ", gpu.minor, " (", gpu.device_path(), ")  bus ", gpu.pci_bus_id, "  numa ",
-               gpu.numa_node ? std::to_string(*gpu.numa_node) : std::string("-"), "  memory ",
-               mib(gpu.memory_total), "\n");
+    out += cat("    minor ", gpu.minor, " (", gpu.device_path(), ")  bus ", gpu.pci_bus_id,
+               "  numa ", gpu.numa_node ? std::to_string(*gpu.numa_node) : std::string("-"),
+               "  memory ", mib(gpu.memory_total), "\n");
     if (auto err = listing.process_errors.find(gpu.uuid); err != listing.process_errors.end()) {
       out += cat("    processes: unknown (", err->second, ")\n");
       continue;
@@ -39,7 +43,8 @@ std::string render_listing_text(const GpuListing& listing) {
       continue;
     }
     for (const auto& p : it->second) {
-      out += cat("    process ", p.pid, "  ", p.used_memory ? mib(*p.used_memory) : std::string("n/a"), "\n");
+      out += cat("    process ", p.pid, "  ",
+                 p.used_memory ? mib(*p.used_memory) : std::string("n/a"), "\n");
     }
   }
   return out;
@@ -58,14 +63,16 @@ nlohmann::ordered_json render_listing_json(const GpuListing& listing) {
     g["minor"] = gpu.minor;
     g["device_path"] = gpu.device_path();
     g["pci_bus_id"] = gpu.pci_bus_id;
-    g["numa_node"] = gpu.numa_node ? nlohmann::ordered_json(*gpu.numa_node) : nlohmann::ordered_json();
+    g["numa_node"] =
+        gpu.numa_node ? nlohmann::ordered_json(*gpu.numa_node) : nlohmann::ordered_json();
     g["memory_total_bytes"] = gpu.memory_total;
     auto procs = nlohmann::ordered_json::array();
     if (auto it = listing.processes.find(gpu.uuid); it != listing.processes.end()) {
       for (const auto& p : it->second) {
         nlohmann::ordered_json rec;
         rec["pid"] = p.pid;
-        rec["used_memory_bytes"] = p.used_memory ? nlohmann::ordered_json(*p.used_memory) : nlohmann::ordered_json();
+        rec["used_memory_bytes"] =
+            p.used_memory ? nlohmann::ordered_json(*p.used_memory) : nlohmann::ordered_json();
         procs.push_back(std::move(rec));
       }
     }

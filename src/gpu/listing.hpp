@@ -15,7 +15,7 @@ struct GpuListing {
   std::string driver_version;
   std::vector<Gpu> gpus;
   std::map<std::string, std::vector<GpuProcess>> processes;  // by UUID
-  std::map<std::string, std::string> process_errors;        // by UUID, when the query failed
+  std::map<std::string, std::string> process_errors;         // by UUID, when the query failed
 };
 
 Result<GpuListing> gather_listing(GpuInventory& inventory);

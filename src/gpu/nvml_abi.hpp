@@ -59,7 +59,8 @@ struct nvmlEventData_t {
 static_assert(sizeof(nvmlPciInfo_t) == 68 && offsetof(nvmlPciInfo_t, busId) == 36);
 static_assert(sizeof(nvmlMemory_t) == 24);
 static_assert(sizeof(nvmlProcessInfo_v1_t) == 16);
-static_assert(sizeof(nvmlProcessInfo_v2_t) == 24 && offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16);
+static_assert(sizeof(nvmlProcessInfo_v2_t) == 24 &&
+              offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16);
 static_assert(sizeof(nvmlEventData_t) == 32 && offsetof(nvmlEventData_t, eventData) == 16);
 
 namespace gpufence::nvml {
@@ -78,10 +79,10 @@ inline constexpr nvmlReturn_t ERROR_FUNCTION_NOT_FOUND = 13;
 inline constexpr nvmlReturn_t ERROR_GPU_IS_LOST = 15;
 inline constexpr nvmlReturn_t ERROR_UNKNOWN = 999;
 
-inline constexpr unsigned kUuidBufferSize = 96;        // NVML_DEVICE_UUID_V2_BUFFER_SIZE
-inline constexpr unsigned kNameBufferSize = 96;        // NVML_DEVICE_NAME_V2_BUFFER_SIZE
-inline constexpr unsigned kVersionBufferSize = 80;     // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
-inline constexpr unsigned kMaxNvLinks = 36;            // NVML_NVLINK_MAX_LINKS in the CUDA 13.3 header
+inline constexpr unsigned kUuidBufferSize = 96;     // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+inline constexpr unsigned kNameBufferSize = 96;     // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+inline constexpr unsigned kVersionBufferSize = 80;  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+inline constexpr unsigned kMaxNvLinks = 36;         // NVML_NVLINK_MAX_LINKS in the CUDA 13.3 header
 inline constexpr unsigned long long kValueNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
 
 inline constexpr unsigned long long kEventSingleBitEcc = 0x1;

@@ -78,7 +78,9 @@ Fn symbol(void* handle, const char* name) {
   return reinterpret_cast<Fn>(::dlsym(handle, name));
 }
 
-std::string from_buffer(const char* buf, size_t size) { return std::string(buf, ::strnlen(buf, size)); }
+std::string from_buffer(const char* buf, size_t size) {
+  return std::string(buf, ::strnlen(buf, size));
+}
 
 // The 535.43.02-535.86.05 libraries wrote 32-byte records through _v3 (nvml-abi.md §3.4).
 bool has_broken_v3_processes(std::string_view driver) {
@@ -94,13 +96,20 @@ std::string sysfs_pci_name(std::string_view bus_id) {
 
 Link link_from_level(int level) {
   switch (level) {
-    case nvml::TOPOLOGY_INTERNAL: return Link::internal;
-    case nvml::TOPOLOGY_SINGLE: return Link::single_switch;
-    case nvml::TOPOLOGY_MULTIPLE: return Link::multiple_switch;
-    case nvml::TOPOLOGY_HOSTBRIDGE: return Link::host_bridge;
-    case nvml::TOPOLOGY_NODE: return Link::numa_node;
-    case nvml::TOPOLOGY_SYSTEM: return Link::system;
-    default: return Link::unknown;
+    case nvml::TOPOLOGY_INTERNAL:
+      return Link::internal;
+    case nvml::TOPOLOGY_SINGLE:
+      return Link::single_switch;
+    case nvml::TOPOLOGY_MULTIPLE:
+      return Link::multiple_switch;
+    case nvml::TOPOLOGY_HOSTBRIDGE:
+      return Link::host_bridge;
+    case nvml::TOPOLOGY_NODE:
+      return Link::numa_node;
+    case nvml::TOPOLOGY_SYSTEM:
+      return Link::system;
+    default:
+      return Link::unknown;
   }
 }
 
@@ -168,7 +177,8 @@ Result<std::unique_ptr<NvmlInventory>> NvmlInventory::open(const std::string& li
   if (!has_broken_v3_processes(inv->m_driver_version)) {
     a.processes = symbol<ProcessesFn>(handle, "nvmlDeviceGetComputeRunningProcesses_v3");
   }
-  if (!a.processes) a.processes = symbol<ProcessesFn>(handle, "nvmlDeviceGetComputeRunningProcesses_v2");
+  if (!a.processes)
+    a.processes = symbol<ProcessesFn>(handle, "nvmlDeviceGetComputeRunningProcesses_v2");
   a.process_record_size = sizeof(nvmlProcessInfo_v2_t);
   if (!a.processes) {
     a.processes = symbol<ProcessesFn>(handle, "nvmlDeviceGetComputeRunningProcesses");
@@ -188,7 +198,8 @@ NvmlInventory::~NvmlInventory() {
 
 Error NvmlInventory::error(std::string_view op, int code) const {
   const char* text = m_api->error_string(code);
-  return Error{Errc::nvml, cat(op, ": ", text ? text : "unknown error", " (NVML error ", code, ")")};
+  return Error{Errc::nvml,
+               cat(op, ": ", text ? text : "unknown error", " (NVML error ", code, ")")};
 }
 
 Result<nvmlDevice_t> NvmlInventory::handle(const std::string& uuid) const {
@@ -245,7 +256,8 @@ Result<std::vector<Gpu>> NvmlInventory::gpus() {
     unsigned numa = 0;
     if (m_api->numa_node && m_api->numa_node(dev, &numa) == nvml::SUCCESS) {
       gpu.numa_node = static_cast<int>(numa);
-    } else if (auto text = m_host.read("/sys/bus/pci/devices/" + sysfs_pci_name(gpu.pci_bus_id) + "/numa_node")) {
+    } else if (auto text = m_host.read("/sys/bus/pci/devices/" + sysfs_pci_name(gpu.pci_bus_id) +
+                                       "/numa_node")) {
       if (auto node = parse_number<int>(trim(*text)); node && *node >= 0) gpu.numa_node = *node;
     }
     gpu.driver_version = m_driver_version;
@@ -315,7 +327,8 @@ Result<Topology> NvmlInventory::topology(const std::string& uuid_a, const std::s
   if (m_api->common_ancestor) {
     nvmlGpuTopologyLevel_t level = 0;
     int rc = m_api->common_ancestor(*a, *b, &level);
-    if (rc == nvml::SUCCESS) topo.link = link_from_level(level);
+    if (rc == nvml::SUCCESS)
+      topo.link = link_from_level(level);
     else if (rc != nvml::ERROR_NOT_SUPPORTED) {
       return std::unexpected(error("nvmlDeviceGetTopologyCommonAncestor", rc));
     }
@@ -371,7 +384,8 @@ Result<std::optional<GpuEvent>> NvmlInventory::wait_event(std::chrono::milliseco
   if (!(data.eventType & nvml::kEventXidCritical)) return std::optional<GpuEvent>{};
   GpuEvent ev;
   ev.xid = data.eventData;
-  if (auto it = m_events->uuids.find(data.device); it != m_events->uuids.end()) ev.uuid = it->second;
+  if (auto it = m_events->uuids.find(data.device); it != m_events->uuids.end())
+    ev.uuid = it->second;
   return std::optional<GpuEvent>{ev};
 }
 

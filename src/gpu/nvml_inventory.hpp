@@ -23,7 +23,8 @@ class NvmlInventory final : public GpuInventory {
  public:
   // dlopens `library`, resolves the versioned symbols and calls nvmlInit_v2. `host` is used to
   // read a PCI device's NUMA node from sysfs when NVML cannot tell.
-  static Result<std::unique_ptr<NvmlInventory>> open(const std::string& library, const HostFs& host);
+  static Result<std::unique_ptr<NvmlInventory>> open(const std::string& library,
+                                                     const HostFs& host);
   ~NvmlInventory() override;
 
   const std::string& driver_version() const { return m_driver_version; }

@@ -9,13 +9,13 @@ namespace gpufence {
 namespace {
 
 bool all_digits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
 bool is_uuid_body(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
-           return std::isxdigit(c) || c == '-';
-         });
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](unsigned char c) { return std::isxdigit(c) || c == '-'; });
 }
 
 // "<gpu>:<mig>" as nvidia-container-runtime reads MIG devices by index.
@@ -45,11 +45,12 @@ Result<DeviceToken> parse_device_token(std::string_view raw) {
   if (auto eq = token.find('='); eq != std::string_view::npos) {
     std::string_view kind = token.substr(0, eq);
     if (kind != kCdiKind) {
-      return fail(Errc::invalid_argument, "device '", token, "': CDI kind '", kind,
-                  "' is not ", kCdiKind);
+      return fail(Errc::invalid_argument, "device '", token, "': CDI kind '", kind, "' is not ",
+                  kCdiKind);
     }
     body = token.substr(eq + 1);
-    if (body.empty()) return fail(Errc::invalid_argument, "device '", token, "': empty CDI device name");
+    if (body.empty())
+      return fail(Errc::invalid_argument, "device '", token, "': empty CDI device name");
     if (body == "all") {
       out.kind = DeviceToken::Kind::all;
       return out;
@@ -68,9 +69,11 @@ Result<DeviceToken> parse_device_token(std::string_view raw) {
   }
   if (starts_with_ci(body, "GPU-")) {
     std::string_view rest = body.substr(4);
-    if (rest.empty()) return fail(Errc::invalid_argument, "device '", token, "': UUID is empty after 'GPU-'");
+    if (rest.empty())
+      return fail(Errc::invalid_argument, "device '", token, "': UUID is empty after 'GPU-'");
     if (!is_uuid_body(rest)) {
-      return fail(Errc::invalid_argument, "device '", token, "': UUID may hold only hex digits and '-'");
+      return fail(Errc::invalid_argument, "device '", token,
+                  "': UUID may hold only hex digits and '-'");
     }
     out.kind = DeviceToken::Kind::uuid;
     out.uuid = "GPU-" + to_lower(rest);
@@ -112,7 +115,8 @@ Result<DeviceSelector> parse_device_selector(std::string_view raw) {
   return out;
 }
 
-Result<std::vector<Gpu>> resolve_token(const DeviceToken& token, const std::vector<Gpu>& inventory) {
+Result<std::vector<Gpu>> resolve_token(const DeviceToken& token,
+                                       const std::vector<Gpu>& inventory) {
   switch (token.kind) {
     case DeviceToken::Kind::all:
       return inventory;
@@ -131,7 +135,8 @@ Result<std::vector<Gpu>> resolve_token(const DeviceToken& token, const std::vect
         if (uuid.starts_with(wanted)) {
           if (match) {
             return fail(Errc::invalid_argument, "device '", token.text,
-                        "': UUID prefix is ambiguous (matches ", match->uuid, " and ", gpu.uuid, ")");
+                        "': UUID prefix is ambiguous (matches ", match->uuid, " and ", gpu.uuid,
+                        ")");
           }
           match = &gpu;
         }
@@ -152,14 +157,16 @@ Result<std::vector<Gpu>> resolve_selector(const DeviceSelector& selector,
       return std::vector<Gpu>{};
     case DeviceSelector::Kind::all:
       return inventory;
-    case DeviceSelector::Kind::list: break;
+    case DeviceSelector::Kind::list:
+      break;
   }
   std::vector<Gpu> out;
   for (const auto& token : selector.tokens) {
     auto gpus = resolve_token(token, inventory);
     if (!gpus) return std::unexpected(gpus.error());
     for (auto& gpu : *gpus) {
-      bool seen = std::any_of(out.begin(), out.end(), [&](const Gpu& g) { return g.uuid == gpu.uuid; });
+      bool seen =
+          std::any_of(out.begin(), out.end(), [&](const Gpu& g) { return g.uuid == gpu.uuid; });
       if (seen) {
         return fail(Errc::invalid_argument, "device '", token.text, "': ", gpu.uuid,
                     " is named more than once");

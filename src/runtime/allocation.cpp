@@ -6,10 +6,14 @@ namespace gpufence {
 
 std::string_view channel_name(Channel channel) {
   switch (channel) {
-    case Channel::none: return "none";
-    case Channel::cdi_annotations: return "cdi-annotations";
-    case Channel::mount_markers: return "mount-markers";
-    case Channel::envvar: return "envvar";
+    case Channel::none:
+      return "none";
+    case Channel::cdi_annotations:
+      return "cdi-annotations";
+    case Channel::mount_markers:
+      return "mount-markers";
+    case Channel::envvar:
+      return "envvar";
   }
   return "none";
 }
@@ -103,7 +107,8 @@ Result<AllocationRequest> find_allocation_request(const Json& spec, const Runtim
     case DeviceSelector::Kind::list:
       for (const auto& t : selector->tokens) {
         if (t.kind == DeviceToken::Kind::all && !env_trusted) {
-          req.ignored = "NVIDIA_VISIBLE_DEVICES=" + *env + " (all GPUs by env is not an allocation)";
+          req.ignored =
+              "NVIDIA_VISIBLE_DEVICES=" + *env + " (all GPUs by env is not an allocation)";
           return req;
         }
       }

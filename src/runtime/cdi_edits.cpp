@@ -9,7 +9,8 @@
 
 namespace gpufence {
 
-Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs, std::string_view kind) {
+Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
+                                                std::string_view kind) {
   std::vector<CdiSpecFile> out;
   for (const auto& dir : dirs) {
     std::error_code ec;
@@ -34,7 +35,8 @@ Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& 
 namespace {
 
 Result<DeviceNode> resolve_node(const CdiDeviceNode& n, const HostFs& host) {
-  if (n.major && n.minor) return DeviceNode{n.path, static_cast<unsigned>(*n.major), static_cast<unsigned>(*n.minor)};
+  if (n.major && n.minor)
+    return DeviceNode{n.path, static_cast<unsigned>(*n.major), static_cast<unsigned>(*n.minor)};
   // hostPath is a host path as the spec writes it; without one the node sits at the same path.
   std::string source = n.host_path.empty() ? n.path : n.host_path;
   auto info = host.stat(source);
@@ -54,7 +56,8 @@ void add_mount(Json& oci, const CdiMount& m) {
   entry["destination"] = m.container_path;
   entry["type"] = m.type.empty() ? "bind" : m.type;
   entry["source"] = m.host_path;
-  entry["options"] = m.options.empty() ? std::vector<std::string>{"ro", "nosuid", "nodev", "bind"} : m.options;
+  entry["options"] =
+      m.options.empty() ? std::vector<std::string>{"ro", "nosuid", "nodev", "bind"} : m.options;
   mounts.push_back(entry);
 }
 
@@ -76,7 +79,8 @@ Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostFs& host, Cd
   for (const auto& n : e.device_nodes) {
     auto node = resolve_node(n, host);
     if (!node) return std::unexpected(node.error().wrap(where + ": device node " + n.path));
-    if (std::none_of(applied.nodes.begin(), applied.nodes.end(), [&](const DeviceNode& d) { return d.path == node->path; })) {
+    if (std::none_of(applied.nodes.begin(), applied.nodes.end(),
+                     [&](const DeviceNode& d) { return d.path == node->path; })) {
       applied.nodes.push_back(*node);
     }
   }
@@ -99,8 +103,8 @@ Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& 
       for (const auto& d : file.spec.devices) {
         if (d.name != name) continue;
         if (owner) {
-          return fail(Errc::denied, "CDI device nvidia.com/gpu=", name, " is defined by both ", owner->path, " and ",
-                      file.path);
+          return fail(Errc::denied, "CDI device nvidia.com/gpu=", name, " is defined by both ",
+                      owner->path, " and ", file.path);
         }
         owner = &file;
         device = &d;
@@ -109,7 +113,8 @@ Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& 
     if (!owner) {
       std::vector<std::string> paths;
       for (const auto& f : specs) paths.push_back(f.path);
-      return fail(Errc::not_found, "unknown CDI device nvidia.com/gpu=", name, " (not in ", join(paths, ", "), ")");
+      return fail(Errc::not_found, "unknown CDI device nvidia.com/gpu=", name, " (not in ",
+                  join(paths, ", "), ")");
     }
     used.insert(owner);
     devices.emplace_back(owner, device);
@@ -117,10 +122,12 @@ Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& 
   }
   // Spec-wide edits once per spec used, then each device's.
   for (const auto* file : used) {
-    if (auto st = apply_edits(oci, file->spec.edits, host, applied, file->path); !st) return std::unexpected(st.error());
+    if (auto st = apply_edits(oci, file->spec.edits, host, applied, file->path); !st)
+      return std::unexpected(st.error());
   }
   for (const auto& [file, device] : devices) {
-    if (auto st = apply_edits(oci, device->edits, host, applied, file->path); !st) return std::unexpected(st.error());
+    if (auto st = apply_edits(oci, device->edits, host, applied, file->path); !st)
+      return std::unexpected(st.error());
   }
   return applied;
 }

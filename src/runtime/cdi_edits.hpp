@@ -20,7 +20,8 @@ struct CdiSpecFile {
 
 // Every *.yaml, *.yml and *.json in `dirs` whose kind is `kind` (missing dirs are skipped).
 // Any unreadable or malformed file is an error naming it: its kind cannot be known.
-Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs, std::string_view kind);
+Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
+                                                std::string_view kind);
 
 struct CdiApplied {
   std::vector<DeviceNode> nodes;  // every device node the edits added, with major/minor

@@ -63,78 +63,93 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
   };
   for (const auto& [section, node] : doc) {
     const toml::table* table = node.as_table();
-    if (!table) return fail(Errc::parse, origin, ": top-level key '", section.str(), "' must be a table");
+    if (!table)
+      return fail(Errc::parse, origin, ": top-level key '", section.str(), "' must be a table");
     Status st;
     if (section == "runtime") {
-      st = apply_table(*table, "runtime", {"low_level"}, [&](std::string_view, const toml::node& n) -> Status {
-        auto v = string_value(n, "value");
-        if (!v) return std::unexpected(v.error());
-        if (v->empty()) return fail(Errc::parse, "must not be empty");
-        cfg.low_level_runtime = *v;
-        return {};
-      });
+      st = apply_table(*table, "runtime", {"low_level"},
+                       [&](std::string_view, const toml::node& n) -> Status {
+                         auto v = string_value(n, "value");
+                         if (!v) return std::unexpected(v.error());
+                         if (v->empty()) return fail(Errc::parse, "must not be empty");
+                         cfg.low_level_runtime = *v;
+                         return {};
+                       });
     } else if (section == "log") {
-      st = apply_table(*table, "log", {"file", "level"}, [&](std::string_view key, const toml::node& n) -> Status {
-        auto v = string_value(n, "value");
-        if (!v) return std::unexpected(v.error());
-        (key == "file" ? cfg.log_file : cfg.log_level) = *v;
-        return {};
-      });
-    } else if (section == "allocation") {
-      st = apply_table(*table, "allocation", {"trusted_channels", "privileged", "annotation_prefixes"},
+      st = apply_table(*table, "log", {"file", "level"},
                        [&](std::string_view key, const toml::node& n) -> Status {
-        if (key == "privileged") {
-          auto v = string_value(n, "value");
-          if (!v) return std::unexpected(v.error());
-          if (*v == "isolate") cfg.privileged_policy = PrivilegedPolicy::isolate;
-          else if (*v == "passthrough") cfg.privileged_policy = PrivilegedPolicy::passthrough;
-          else return fail(Errc::parse, "'", *v, "' is not isolate or passthrough");
-          return {};
-        }
-        auto list = string_array(n, "value");
-        if (!list) return std::unexpected(list.error());
-        if (key == "annotation_prefixes") {
-          cfg.annotation_prefixes = *list;
-          return {};
-        }
-        cfg.trusted_channels.clear();
-        for (const auto& c : *list) {
-          if (c == "cdi-annotations") cfg.trusted_channels.push_back(TrustedChannel::cdi_annotations);
-          else if (c == "mount-markers") cfg.trusted_channels.push_back(TrustedChannel::mount_markers);
-          else if (c == "envvar") cfg.trusted_channels.push_back(TrustedChannel::envvar);
-          else return fail(Errc::parse, "unknown channel '", c, "' (cdi-annotations, mount-markers, envvar)");
-        }
-        return {};
-      });
+                         auto v = string_value(n, "value");
+                         if (!v) return std::unexpected(v.error());
+                         (key == "file" ? cfg.log_file : cfg.log_level) = *v;
+                         return {};
+                       });
+    } else if (section == "allocation") {
+      st = apply_table(*table, "allocation",
+                       {"trusted_channels", "privileged", "annotation_prefixes"},
+                       [&](std::string_view key, const toml::node& n) -> Status {
+                         if (key == "privileged") {
+                           auto v = string_value(n, "value");
+                           if (!v) return std::unexpected(v.error());
+                           if (*v == "isolate")
+                             cfg.privileged_policy = PrivilegedPolicy::isolate;
+                           else if (*v == "passthrough")
+                             cfg.privileged_policy = PrivilegedPolicy::passthrough;
+                           else
+                             return fail(Errc::parse, "'", *v, "' is not isolate or passthrough");
+                           return {};
+                         }
+                         auto list = string_array(n, "value");
+                         if (!list) return std::unexpected(list.error());
+                         if (key == "annotation_prefixes") {
+                           cfg.annotation_prefixes = *list;
+                           return {};
+                         }
+                         cfg.trusted_channels.clear();
+                         for (const auto& c : *list) {
+                           if (c == "cdi-annotations")
+                             cfg.trusted_channels.push_back(TrustedChannel::cdi_annotations);
+                           else if (c == "mount-markers")
+                             cfg.trusted_channels.push_back(TrustedChannel::mount_markers);
+                           else if (c == "envvar")
+                             cfg.trusted_channels.push_back(TrustedChannel::envvar);
+                           else
+                             return fail(Errc::parse, "unknown channel '", c,
+                                         "' (cdi-annotations, mount-markers, envvar)");
+                         }
+                         return {};
+                       });
     } else if (section == "devices") {
       st = apply_table(*table, "devices", {"root", "control_nodes", "nvml_library"},
                        [&](std::string_view key, const toml::node& n) -> Status {
-        if (key == "control_nodes") {
-          auto list = string_array(n, "value");
-          if (!list) return std::unexpected(list.error());
-          cfg.control_nodes = *list;
-          return {};
-        }
-        auto v = string_value(n, "value");
-        if (!v) return std::unexpected(v.error());
-        (key == "root" ? cfg.device_root : cfg.nvml_library) = *v;
-        return {};
-      });
+                         if (key == "control_nodes") {
+                           auto list = string_array(n, "value");
+                           if (!list) return std::unexpected(list.error());
+                           cfg.control_nodes = *list;
+                           return {};
+                         }
+                         auto v = string_value(n, "value");
+                         if (!v) return std::unexpected(v.error());
+                         (key == "root" ? cfg.device_root : cfg.nvml_library) = *v;
+                         return {};
+                       });
     } else if (section == "cdi") {
-      st = apply_table(*table, "cdi", {"spec_dirs"}, [&](std::string_view, const toml::node& n) -> Status {
-        auto list = string_array(n, "value");
-        if (!list) return std::unexpected(list.error());
-        cfg.cdi_spec_dirs = *list;
-        return {};
-      });
+      st = apply_table(*table, "cdi", {"spec_dirs"},
+                       [&](std::string_view, const toml::node& n) -> Status {
+                         auto list = string_array(n, "value");
+                         if (!list) return std::unexpected(list.error());
+                         cfg.cdi_spec_dirs = *list;
+                         return {};
+                       });
     } else if (section == "driver") {
-      st = apply_table(*table, "driver", {"procfs_gpus_dir"}, [&](std::string_view, const toml::node& n) -> Status {
-        auto v = string_value(n, "value");
-        if (!v) return std::unexpected(v.error());
-        if (v->empty() || v->front() != '/') return fail(Errc::parse, "must be an absolute path");
-        cfg.procfs_gpus_dir = *v;
-        return {};
-      });
+      st = apply_table(*table, "driver", {"procfs_gpus_dir"},
+                       [&](std::string_view, const toml::node& n) -> Status {
+                         auto v = string_value(n, "value");
+                         if (!v) return std::unexpected(v.error());
+                         if (v->empty() || v->front() != '/')
+                           return fail(Errc::parse, "must be an absolute path");
+                         cfg.procfs_gpus_dir = *v;
+                         return {};
+                       });
     } else {
       return fail(Errc::parse, origin, ": unknown section [", section.str(), "]");
     }

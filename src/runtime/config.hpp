@@ -17,7 +17,7 @@ enum class TrustedChannel { cdi_annotations, mount_markers, envvar };
 enum class PrivilegedPolicy { isolate, passthrough };
 
 struct RuntimeConfig {
-  std::string low_level_runtime = "runc";  // a path, or a name looked up on PATH
+  std::string low_level_runtime = "runc";                  // a path, or a name looked up on PATH
   std::string log_file = "/var/log/gpufence-runtime.log";  // "" logs to stderr
   std::string log_level = "info";
   std::vector<TrustedChannel> trusted_channels = {TrustedChannel::cdi_annotations,
@@ -25,8 +25,8 @@ struct RuntimeConfig {
   PrivilegedPolicy privileged_policy = PrivilegedPolicy::isolate;
   std::vector<std::string> annotation_prefixes = {"cdi.k8s.io/"};
   std::string device_root = "/";  // host root under which /dev/nvidia* are found
-  std::vector<std::string> control_nodes = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-                                            "/dev/nvidia-modeset"};
+  std::vector<std::string> control_nodes = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                            "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
   std::string nvml_library;  // "" = $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1
   std::vector<std::string> cdi_spec_dirs = {"/etc/cdi", "/var/run/cdi"};
   // The driver's per-GPU directory; inside a container it is narrowed to the granted GPUs.

@@ -67,7 +67,8 @@ Status narrow_directory(const std::filesystem::path& dir, const std::vector<std:
     ::fstat(fd, &est);
     kept.push_back({name, fd, S_ISDIR(est.st_mode)});
   }
-  if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555,size=64k") != 0) {
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "mode=0555,size=64k") != 0) {
     close_all();
     return fail_errno("mount tmpfs on", dir.native());
   }
@@ -93,24 +94,29 @@ Status narrow_directory(const std::filesystem::path& dir, const std::vector<std:
     }
   }
   close_all();
-  if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555") != 0) {
+  if (::mount("tmpfs", dir.c_str(), "tmpfs",
+              MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555") != 0) {
     return fail_errno("remount read-only", dir.native());
   }
   return {};
 }
 
-Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std::string>& folders) {
+Status update_ldcache(const std::filesystem::path& rootfs,
+                      const std::vector<std::string>& folders) {
   std::string conf;
   for (const auto& f : folders) conf += f + "\n";
   std::error_code ec;
   std::filesystem::create_directories(rootfs / "etc/ld.so.conf.d", ec);
-  if (auto st = write_file_atomic(rootfs / "etc/ld.so.conf.d/00-gpufence-cdi.conf", conf, Durability::none); !st) {
+  if (auto st = write_file_atomic(rootfs / "etc/ld.so.conf.d/00-gpufence-cdi.conf", conf,
+                                  Durability::none);
+      !st) {
     return st;
   }
   std::string ldconfig = ::access("/sbin/ldconfig", X_OK) == 0 ? "/sbin/ldconfig" : "ldconfig";
   auto r = run_process({ldconfig, "-r", rootfs.string()});
   if (!r) return std::unexpected(r.error());
-  if (r->exit_code != 0) return fail(Errc::io, "ldconfig -r ", rootfs.string(), " failed: ", trim(r->out));
+  if (r->exit_code != 0)
+    return fail(Errc::io, "ldconfig -r ", rootfs.string(), " failed: ", trim(r->out));
   return {};
 }
 
@@ -128,8 +134,10 @@ int run_hook(const std::vector<std::string>& args) {
   std::vector<std::string> values;
   std::string dir;
   for (size_t i = 1; i + 1 < args.size(); i += 2) {
-    if (args[i] == "--dir") dir = args[i + 1];
-    else if (args[i] == "--keep" || args[i] == "--folder") values.push_back(args[i + 1]);
+    if (args[i] == "--dir")
+      dir = args[i + 1];
+    else if (args[i] == "--keep" || args[i] == "--folder")
+      values.push_back(args[i + 1]);
     else {
       std::cerr << "gpufence-runtime hook " << args[0] << ": unknown flag " << args[i] << "\n";
       return 2;
@@ -148,7 +156,8 @@ int run_hook(const std::vector<std::string>& args) {
     // Convenience, not isolation: a read-only root or a missing ldconfig must not stop the
     // container (the libraries sit in standard directories anyway).
     auto st = update_ldcache(*rootfs, values);
-    if (!st) std::cerr << "gpufence-runtime hook update-ldcache: warning: " << st.error().message << "\n";
+    if (!st)
+      std::cerr << "gpufence-runtime hook update-ldcache: warning: " << st.error().message << "\n";
     return 0;
   }
   std::cerr << "gpufence-runtime hook: unknown hook '" << args[0] << "'\n";

@@ -30,7 +30,9 @@ std::string rule_type(const Json& rule) {
   return it->get<std::string>();
 }
 
-bool rule_allows(const Json& rule) { return rule.value("allow", false); }
+bool rule_allows(const Json& rule) {
+  return rule.value("allow", false);
+}
 
 bool grants_read_or_write(const Json& rule) {
   std::string access = rule.value("access", "rwm");
@@ -53,8 +55,8 @@ std::string describe_rule(const Json& rule) {
     auto v = rule_number(rule, k);
     return v ? std::to_string(*v) : std::string("*");
   };
-  return cat(rule_allows(rule) ? "allow " : "deny ", rule_type(rule), " ", num("major"), ":", num("minor"), " ",
-             rule.value("access", "rwm"));
+  return cat(rule_allows(rule) ? "allow " : "deny ", rule_type(rule), " ", num("major"), ":",
+             num("minor"), " ", rule.value("access", "rwm"));
 }
 
 Json device_entry(const DeviceNode& node) {
@@ -126,7 +128,8 @@ Result<IsolationResult> isolate_spec(Json& spec, const IsolationPlan& plan) {
 
   Json new_rules = Json::array();
   for (const auto& r : rules) {
-    if (!r.is_object() || !rule_allows(r) || is_everything(r) || !covers_char_major(r, kNvidiaMajor)) {
+    if (!r.is_object() || !rule_allows(r) || is_everything(r) ||
+        !covers_char_major(r, kNvidiaMajor)) {
       new_rules.push_back(r);
       continue;
     }
@@ -159,7 +162,8 @@ Result<IsolationResult> isolate_spec(Json& spec, const IsolationPlan& plan) {
   }
   for (const auto& n : plan.grant) {
     Json allow = cgroup_rule(true, n.major, n.minor);
-    if (std::find(new_rules.begin(), new_rules.end(), allow) == new_rules.end()) new_rules.push_back(allow);
+    if (std::find(new_rules.begin(), new_rules.end(), allow) == new_rules.end())
+      new_rules.push_back(allow);
   }
   if (allow_all) {
     // Denies go last so nothing after them re-opens a GPU.

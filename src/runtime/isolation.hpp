@@ -26,10 +26,10 @@ struct DeviceNode {
 };
 
 struct IsolationPlan {
-  std::vector<DeviceNode> grant;     // granted GPU nodes, then the control nodes present
-  std::set<unsigned> deny_minors;    // major-195 minors of every GPU not granted
-  std::vector<std::string> uuids;    // granted GPUs, for NVIDIA_/CUDA_VISIBLE_DEVICES
-  bool explicit_none = false;        // the request said "none"
+  std::vector<DeviceNode> grant;   // granted GPU nodes, then the control nodes present
+  std::set<unsigned> deny_minors;  // major-195 minors of every GPU not granted
+  std::vector<std::string> uuids;  // granted GPUs, for NVIDIA_/CUDA_VISIBLE_DEVICES
+  bool explicit_none = false;      // the request said "none"
 };
 
 struct IsolationResult {

@@ -8,10 +8,11 @@ namespace gpufence {
 namespace {
 
 // runc 1.1 global flags that take a value (main.go).
-const std::set<std::string, std::less<>> kGlobalValueFlags = {"root", "log", "log-format", "criu", "rootless"};
+const std::set<std::string, std::less<>> kGlobalValueFlags = {"root", "log", "log-format", "criu",
+                                                              "rootless"};
 // create/run flags that take a value (create.go, run.go); the rest are booleans.
-const std::set<std::string, std::less<>> kCreateValueFlags = {"bundle", "b", "console-socket", "pid-file",
-                                                              "preserve-fds"};
+const std::set<std::string, std::less<>> kCreateValueFlags = {"bundle", "b", "console-socket",
+                                                              "pid-file", "preserve-fds"};
 
 struct Flag {
   std::string name;
@@ -33,7 +34,9 @@ Flag read_flag(std::string_view arg) {
   return f;
 }
 
-bool is_flag(std::string_view arg) { return arg.size() > 1 && arg.front() == '-' && arg != "--"; }
+bool is_flag(std::string_view arg) {
+  return arg.size() > 1 && arg.front() == '-' && arg != "--";
+}
 
 std::string current_dir() {
   char buf[4096];
@@ -68,15 +71,18 @@ Result<RuncInvocation> parse_runc_args(const std::vector<std::string>& args) {
     if (!kCreateValueFlags.contains(f.name)) continue;
     if (!f.has_inline_value) {
       if (i + 1 >= args.size()) {
-        return fail(Errc::invalid_argument, "flag --", f.name, " of '", inv.subcommand, "' needs a value");
+        return fail(Errc::invalid_argument, "flag --", f.name, " of '", inv.subcommand,
+                    "' needs a value");
       }
       f.value = args[++i];
     }
     if (f.name == "bundle" || f.name == "b") inv.bundle = f.value;
   }
   if (i < args.size()) inv.container_id = args[i];
-  if (inv.bundle.empty()) inv.bundle = current_dir();
-  else if (inv.bundle.front() != '/') inv.bundle = current_dir() + "/" + inv.bundle;
+  if (inv.bundle.empty())
+    inv.bundle = current_dir();
+  else if (inv.bundle.front() != '/')
+    inv.bundle = current_dir() + "/" + inv.bundle;
   return inv;
 }
 

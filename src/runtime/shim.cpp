@@ -52,7 +52,8 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   } catch (const Json::parse_error& e) {
     return fail(Errc::parse, "malformed ", spec_path.native(), ": ", e.what());
   }
-  if (!spec.is_object()) return fail(Errc::parse, "malformed ", spec_path.native(), ": not a JSON object");
+  if (!spec.is_object())
+    return fail(Errc::parse, "malformed ", spec_path.native(), ": not a JSON object");
 
   // Which GPUs were allocated, from trusted channels only.
   decision.privileged = is_privileged(spec);
@@ -75,9 +76,9 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   HostFs host(ctx.config.device_root);
   std::vector<Gpu> inventory;
   if (!request->tokens.empty() || decision.privileged) {
-    bool uuids_only = std::all_of(request->tokens.begin(), request->tokens.end(), [](const DeviceToken& t) {
-      return t.kind != DeviceToken::Kind::index;
-    });
+    bool uuids_only =
+        std::all_of(request->tokens.begin(), request->tokens.end(),
+                    [](const DeviceToken& t) { return t.kind != DeviceToken::Kind::index; });
     bool have_inventory = false;
     if (uuids_only) {
       if (auto gpus = read_driver_gpus(host)) {
@@ -90,7 +91,8 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
     }
     if (!have_inventory) {
       auto inv_or = ctx.open_inventory();
-      auto gpus = inv_or ? (*inv_or)->gpus() : Result<std::vector<Gpu>>(std::unexpected(inv_or.error()));
+      auto gpus =
+          inv_or ? (*inv_or)->gpus() : Result<std::vector<Gpu>>(std::unexpected(inv_or.error()));
       if (gpus) {
         inventory = std::move(*gpus);
         decision.inventory_source = "nvml";
@@ -98,7 +100,8 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
         return std::unexpected(gpus.error().wrap("GPUs were requested but"));
       } else {
         ctx.log.warn("runtime.nvml_unavailable",
-                     {{"container", inv.container_id}, {"error", gpus.error().message},
+                     {{"container", inv.container_id},
+                      {"error", gpus.error().message},
                       {"fallback", "deny every /dev/nvidiaN on the host"}});
       }
     }
@@ -106,9 +109,11 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   std::vector<Gpu> granted;
   for (const auto& token : request->tokens) {
     auto gpus = resolve_token(token, inventory);
-    if (!gpus) return std::unexpected(gpus.error().wrap(std::string(channel_name(request->channel))));
+    if (!gpus)
+      return std::unexpected(gpus.error().wrap(std::string(channel_name(request->channel))));
     for (auto& g : *gpus) {
-      if (std::none_of(granted.begin(), granted.end(), [&](const Gpu& x) { return x.uuid == g.uuid; })) {
+      if (std::none_of(granted.begin(), granted.end(),
+                       [&](const Gpu& x) { return x.uuid == g.uuid; })) {
         granted.push_back(std::move(g));
       }
     }
@@ -120,21 +125,25 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   std::vector<std::string> cdi_names;
   const std::string cdi_prefix = std::string(kCdiKind) + "=";
   for (const auto& token : request->tokens) {
-    if (token.text.starts_with(cdi_prefix)) cdi_names.push_back(token.text.substr(cdi_prefix.size()));
+    if (token.text.starts_with(cdi_prefix))
+      cdi_names.push_back(token.text.substr(cdi_prefix.size()));
   }
   if (!cdi_names.empty()) {
     auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kCdiKind);
     if (!specs) return std::unexpected(specs.error());
     if (specs->empty()) {
-      ctx.log.debug("runtime.no_cdi_spec", {{"container", inv.container_id}, {"dirs", join(ctx.config.cdi_spec_dirs, ",")}});
+      ctx.log.debug("runtime.no_cdi_spec", {{"container", inv.container_id},
+                                            {"dirs", join(ctx.config.cdi_spec_dirs, ",")}});
     } else {
       auto applied = apply_cdi_devices(spec, *specs, cdi_names, host);
       if (!applied) return std::unexpected(applied.error());
       for (const auto& node : applied->nodes) {
         if (auto minor = gpu_node_minor(node.path)) {
-          bool granted_minor = std::any_of(granted.begin(), granted.end(), [&](const Gpu& g) { return g.minor == *minor; });
+          bool granted_minor = std::any_of(granted.begin(), granted.end(),
+                                           [&](const Gpu& g) { return g.minor == *minor; });
           if (!granted_minor) {
-            return fail(Errc::denied, "CDI spec gives ", node.path, " for ", join(applied->from, ", "),
+            return fail(Errc::denied, "CDI spec gives ", node.path, " for ",
+                        join(applied->from, ", "),
                         ", which is not the GPU this host knows by that name");
           }
           continue;
@@ -161,14 +170,16 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
     }
   }
   for (const auto& node : cdi_nodes) {
-    if (std::none_of(plan.grant.begin(), plan.grant.end(), [&](const DeviceNode& d) { return d.path == node.path; })) {
+    if (std::none_of(plan.grant.begin(), plan.grant.end(),
+                     [&](const DeviceNode& d) { return d.path == node.path; })) {
       plan.grant.push_back(node);
     }
   }
   plan.deny_minors = host_gpu_minors(host);
   for (const auto& gpu : inventory) plan.deny_minors.insert(gpu.minor);
   for (const auto& gpu : granted) plan.deny_minors.erase(gpu.minor);
-  plan.explicit_none = get_env(spec, "NVIDIA_VISIBLE_DEVICES") == std::optional<std::string>("none");
+  plan.explicit_none =
+      get_env(spec, "NVIDIA_VISIBLE_DEVICES") == std::optional<std::string>("none");
 
   auto result = isolate_spec(spec, plan);
   if (!result) return std::unexpected(result.error().wrap(spec_path.native()));
@@ -176,7 +187,8 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
 
   // The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
   if ((!granted.empty() || decision.privileged) && host.exists(ctx.config.procfs_gpus_dir)) {
-    std::vector<std::string> args = {"gpufence-runtime", "hook", "driver-procfs", "--dir", ctx.config.procfs_gpus_dir};
+    std::vector<std::string> args = {"gpufence-runtime", "hook", "driver-procfs", "--dir",
+                                     ctx.config.procfs_gpus_dir};
     for (const auto& gpu : granted) {
       args.push_back("--keep");
       args.push_back(driver_gpu_entry_name(gpu.pci_bus_id));
@@ -211,7 +223,9 @@ Result<std::string> resolve_low_level_runtime(const std::string& configured) {
     path = configured;
   } else {
     const char* env_path = std::getenv("PATH");
-    std::string search = env_path && *env_path ? env_path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    std::string search = env_path && *env_path
+                             ? env_path
+                             : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
     for (std::string_view dir : split(search, ':')) {
       if (dir.empty()) continue;
       std::string candidate = std::string(dir) + "/" + configured;
@@ -220,7 +234,8 @@ Result<std::string> resolve_low_level_runtime(const std::string& configured) {
         break;
       }
     }
-    if (path.empty()) return fail(Errc::not_found, "low-level runtime '", configured, "' not found on PATH");
+    if (path.empty())
+      return fail(Errc::not_found, "low-level runtime '", configured, "' not found on PATH");
   }
   if (::access(path.c_str(), X_OK) != 0) return fail_errno("low-level runtime", path);
   std::error_code ec1, ec2;

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <regex>
 
-#include "test_kubelet.hpp"
 #include "support/test_support.hpp"
+#include "test_kubelet.hpp"
 
 using namespace gpufence;
 using namespace std::chrono_literals;
@@ -41,20 +41,30 @@ class PluginScenario : public ::testing::Test {
     m_config = m_dir.write("nvml.json", cfg.dump());
   }
   void start_plugin(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {test::bin_path("gpufence-device-plugin"), "--plugin-dir", m_plugin_dir.string(),
-                                     "--log-level", "debug", "--metrics-address", "127.0.0.1:0"};
+    std::vector<std::string> argv = {test::bin_path("gpufence-device-plugin"),
+                                     "--plugin-dir",
+                                     m_plugin_dir.string(),
+                                     "--log-level",
+                                     "debug",
+                                     "--metrics-address",
+                                     "127.0.0.1:0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     m_plugin = std::make_unique<test::Subprocess>(
-        argv, std::vector<std::string>{"MOCK_NVML_CONFIG=" + m_config.string(), "GPUFENCE_NVML_LIBRARY=" + test::mock_nvml_library()},
+        argv,
+        std::vector<std::string>{"MOCK_NVML_CONFIG=" + m_config.string(),
+                                 "GPUFENCE_NVML_LIBRARY=" + test::mock_nvml_library()},
         (m_dir / "plugin.log").string());
   }
   void inject(const std::string& line) { std::ofstream(m_events, std::ios::app) << line << "\n"; }
   bool all_healthy(size_t n) {
-    return m_kubelet->wait_devices([&](const auto& d) {
-      if (d.size() != n) return false;
-      for (const auto& [id, h] : d) if (h != "Healthy") return false;
-      return true;
-    }, 5s);
+    return m_kubelet->wait_devices(
+        [&](const auto& d) {
+          if (d.size() != n) return false;
+          for (const auto& [id, h] : d)
+            if (h != "Healthy") return false;
+          return true;
+        },
+        5s);
   }
   std::string health_of(const std::string& id) {
     auto d = m_kubelet->devices();
@@ -127,7 +137,8 @@ TEST_F(PluginScenario, TwoContainersEachGetOneOfTwoGpusDisjointly) {
   // Each answer names only its own GPU, through every default channel.
   auto gpu_nodes = [](const v1beta1::ContainerAllocateResponse& r) {
     std::vector<std::string> out;
-    for (const auto& d : r.devices()) if (d.container_path() != "/dev/nvidiactl") out.push_back(d.container_path());
+    for (const auto& d : r.devices())
+      if (d.container_path() != "/dev/nvidiactl") out.push_back(d.container_path());
     return out;
   };
   EXPECT_EQ(gpu_nodes(a).size(), 1u);
@@ -148,7 +159,8 @@ TEST_F(PluginScenario, CriticalXidMakesGpuUnhealthyWithinASecondAndAllocateRefus
   inject("{\"gpu\": 0, \"xid\": 13}");  // application-level: ignored
   inject("{\"gpu\": 1, \"xid\": 48}");  // double-bit ECC: critical
   auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(1)) == "Unhealthy"; }, 5s));
+  ASSERT_TRUE(m_kubelet->wait_devices(
+      [&](const auto& d) { return d.at(test::mock_uuid(1)) == "Unhealthy"; }, 5s));
   auto seen = std::chrono::steady_clock::now() - t0;
   EXPECT_LT(seen, 1s) << "health changes must reach the kubelet within a second";
   EXPECT_EQ(health_of(test::mock_uuid(0)), "Healthy");
@@ -157,8 +169,9 @@ TEST_F(PluginScenario, CriticalXidMakesGpuUnhealthyWithinASecondAndAllocateRefus
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.error_message().find(test::mock_uuid(1)), std::string::npos);
   EXPECT_NE(st.error_message().find("Unhealthy"), std::string::npos);
-  EXPECT_NE(log_text().find("event=plugin.health id=" + test::mock_uuid(1) + " uuid=" + test::mock_uuid(1) +
-                            " health=Unhealthy reason=\"xid 48\""), std::string::npos);
+  EXPECT_NE(log_text().find("event=plugin.health id=" + test::mock_uuid(1) +
+                            " uuid=" + test::mock_uuid(1) + " health=Unhealthy reason=\"xid 48\""),
+            std::string::npos);
 }
 
 TEST_F(PluginScenario, UnhealthyGpuRecoversAfterQuietPeriodAndLostGpuWhenItAnswers) {
@@ -166,13 +179,17 @@ TEST_F(PluginScenario, UnhealthyGpuRecoversAfterQuietPeriodAndLostGpuWhenItAnswe
   start_plugin({"--health-recovery", "1s"});
   ASSERT_TRUE(all_healthy(2));
   inject("{\"gpu\": 0, \"xid\": 79}");
-  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(0)) == "Unhealthy"; }, 5s));
-  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(0)) == "Healthy"; }, 5s));
+  ASSERT_TRUE(m_kubelet->wait_devices(
+      [&](const auto& d) { return d.at(test::mock_uuid(0)) == "Unhealthy"; }, 5s));
+  ASSERT_TRUE(m_kubelet->wait_devices(
+      [&](const auto& d) { return d.at(test::mock_uuid(0)) == "Healthy"; }, 5s));
   inject("{\"gpu\": 1, \"lost\": true}");
-  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(1)) == "Unhealthy"; }, 5s));
+  ASSERT_TRUE(m_kubelet->wait_devices(
+      [&](const auto& d) { return d.at(test::mock_uuid(1)) == "Unhealthy"; }, 5s));
   EXPECT_EQ(health_of(test::mock_uuid(0)), "Healthy") << "only the lost GPU";
   inject("{\"gpu\": 1, \"lost\": false}");
-  ASSERT_TRUE(m_kubelet->wait_devices([&](const auto& d) { return d.at(test::mock_uuid(1)) == "Healthy"; }, 5s));
+  ASSERT_TRUE(m_kubelet->wait_devices(
+      [&](const auto& d) { return d.at(test::mock_uuid(1)) == "Healthy"; }, 5s));
   v1beta1::AllocateResponse resp;
   EXPECT_TRUE(m_kubelet->allocate({{test::mock_uuid(1)}}, &resp).ok());
 }
@@ -201,7 +218,9 @@ TEST_F(PluginScenario, ReRegistersAfterTwentyKubeletRestartsInARow) {
   EXPECT_TRUE(std::filesystem::exists(m_plugin_dir / "gpufence-nvidia-gpu.sock"));
   auto metrics = http_get("/metrics");
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(metrics, m, std::regex("gpufence_registrations_total\\{resource=\"nvidia.com/gpu\"\\} (\\d+)")));
+  ASSERT_TRUE(std::regex_search(
+      metrics, m,
+      std::regex("gpufence_registrations_total\\{resource=\"nvidia.com/gpu\"\\} (\\d+)")));
   EXPECT_GE(std::stoi(m[1]), 21);
 }
 
@@ -261,23 +280,29 @@ TEST_F(PluginScenario, MetricsAndHealthz) {
   ASSERT_TRUE(m_kubelet->admit(1, &r).ok());
   auto metrics = http_get("/metrics");
   EXPECT_NE(metrics.find("HTTP/1.0 200 OK"), std::string::npos);
-  EXPECT_NE(metrics.find("gpufence_devices{resource=\"nvidia.com/gpu\",health=\"Healthy\"} 2"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("gpufence_allocations_total{resource=\"nvidia.com/gpu\"} 1"), std::string::npos);
-  EXPECT_NE(metrics.find("gpufence_allocate_duration_seconds_count{resource=\"nvidia.com/gpu\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("gpufence_devices{resource=\"nvidia.com/gpu\",health=\"Healthy\"} 2"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("gpufence_allocations_total{resource=\"nvidia.com/gpu\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("gpufence_allocate_duration_seconds_count{resource=\"nvidia.com/gpu\"} 1"),
+            std::string::npos);
   EXPECT_NE(http_get("/healthz").find("200 OK"), std::string::npos);
   EXPECT_NE(http_get("/nope").find("404"), std::string::npos);
 }
 
 TEST_F(PluginScenario, WithoutNvmlItExitsWithAClearError) {
-  test::Subprocess p({test::bin_path("gpufence-device-plugin"), "--plugin-dir", m_plugin_dir.string(), "--nvml-library",
-                      "/nonexistent/libnvidia-ml.so.1"},
+  test::Subprocess p({test::bin_path("gpufence-device-plugin"), "--plugin-dir",
+                      m_plugin_dir.string(), "--nvml-library", "/nonexistent/libnvidia-ml.so.1"},
                      {}, (m_dir / "plugin.log").string());
   EXPECT_EQ(p.signal_and_wait(0, 5s), 2);
-  EXPECT_NE(log_text().find("cannot load NVML library /nonexistent/libnvidia-ml.so.1"), std::string::npos);
+  EXPECT_NE(log_text().find("cannot load NVML library /nonexistent/libnvidia-ml.so.1"),
+            std::string::npos);
 }
 
 TEST_F(PluginScenario, BadFlagsAreRejected) {
-  auto r = test::run_command({test::bin_path("gpufence-device-plugin"), "--device-list-strategy", "volumes"});
+  auto r = test::run_command(
+      {test::bin_path("gpufence-device-plugin"), "--device-list-strategy", "volumes"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("unknown device list strategy 'volumes'"), std::string::npos) << r.err;
 }

@@ -24,10 +24,12 @@ std::string FakeNode::add(const FakeContainer& c) {
   std::string cgroup;
   switch (c.form) {
     case FakeContainer::CgroupForm::cgroupfs:
-      cgroup = "12:pids:" + cg_path + "\n5:devices:" + cg_path + "\n1:name=systemd:" + cg_path + "\n";
+      cgroup =
+          "12:pids:" + cg_path + "\n5:devices:" + cg_path + "\n1:name=systemd:" + cg_path + "\n";
       break;
     case FakeContainer::CgroupForm::systemd:
-      cg_path = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + c.pod + ".slice/cri-containerd-" + cid + ".scope";
+      cg_path = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + c.pod +
+                ".slice/cri-containerd-" + cid + ".scope";
       cgroup = "5:devices:" + cg_path + "\n";
       break;
     case FakeContainer::CgroupForm::v2:
@@ -39,14 +41,18 @@ std::string FakeNode::add(const FakeContainer& c) {
     std::string p = "proc/" + std::to_string(pid);
     write(p + "/cgroup", cgroup);
     write(p + "/environ", c.env);
-    write(p + "/status", std::string("Name:\tapp\nCapBnd:\t") + (c.privileged ? "000001ffffffffff" : "00000000a80425fb") + "\n");
+    write(p + "/status", std::string("Name:\tapp\nCapBnd:\t") +
+                             (c.privileged ? "000001ffffffffff" : "00000000a80425fb") + "\n");
     for (unsigned m : c.dev_minors) write(p + "/root/dev/nvidia" + std::to_string(m), "");
     for (const auto& [path, content] : c.files) write(p + "/root" + path, content);
   }
-  if (c.form != FakeContainer::CgroupForm::v2) write("sys/fs/cgroup/devices" + cg_path + "/devices.list", c.devices_list);
-  std::string config = "{\"ociVersion\":\"1.0.2\",\"annotations\":{\"io.kubernetes.cri.sandbox-name\":\"" + c.pod +
-                       "\",\"io.kubernetes.cri.sandbox-namespace\":\"" + c.ns + "\",\"io.kubernetes.cri.container-name\":\"" +
-                       c.name + "\"},\"linux\":{\"resources\":{\"devices\":" + c.oci_rules + "}}}";
+  if (c.form != FakeContainer::CgroupForm::v2)
+    write("sys/fs/cgroup/devices" + cg_path + "/devices.list", c.devices_list);
+  std::string config =
+      "{\"ociVersion\":\"1.0.2\",\"annotations\":{\"io.kubernetes.cri.sandbox-name\":\"" + c.pod +
+      "\",\"io.kubernetes.cri.sandbox-namespace\":\"" + c.ns +
+      "\",\"io.kubernetes.cri.container-name\":\"" + c.name +
+      "\"},\"linux\":{\"resources\":{\"devices\":" + c.oci_rules + "}}}";
   write("run/containerd/io.containerd.runtime.v2.task/k8s.io/" + cid + "/config.json", config);
   return cid;
 }

@@ -18,10 +18,14 @@ class FakeInventory final : public GpuInventory {
   std::vector<Gpu> list;
   std::map<std::string, std::vector<GpuProcess>> procs;
   Result<std::vector<Gpu>> gpus() override { return list; }
-  Result<std::vector<GpuProcess>> processes(const std::string& uuid) override { return procs[uuid]; }
+  Result<std::vector<GpuProcess>> processes(const std::string& uuid) override {
+    return procs[uuid];
+  }
   Result<Topology> topology(const std::string&, const std::string&) override { return Topology{}; }
   Status check_alive(const std::string&) override { return {}; }
-  Result<std::optional<GpuEvent>> wait_event(std::chrono::milliseconds) override { return std::optional<GpuEvent>{}; }
+  Result<std::optional<GpuEvent>> wait_event(std::chrono::milliseconds) override {
+    return std::optional<GpuEvent>{};
+  }
 };
 
 struct FakeContainer {

@@ -35,8 +35,12 @@ std::filesystem::path TempDir::write(const std::string& rel, const std::string& 
 std::string mock_nvml_library(const std::string& variant) {
   return std::string(GPUFENCE_MOCK_NVML_DIR) + "/" + variant + "/libnvidia-ml.so.1";
 }
-std::string source_path(const std::string& rel) { return std::string(GPUFENCE_SOURCE_DIR) + "/" + rel; }
-std::string bin_path(const std::string& name) { return std::string(GPUFENCE_BIN_DIR) + "/" + name; }
+std::string source_path(const std::string& rel) {
+  return std::string(GPUFENCE_SOURCE_DIR) + "/" + rel;
+}
+std::string bin_path(const std::string& name) {
+  return std::string(GPUFENCE_BIN_DIR) + "/" + name;
+}
 
 std::string mock_uuid(unsigned i) {
   char buf[64];

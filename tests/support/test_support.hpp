@@ -40,7 +40,8 @@ struct CommandResult {
 };
 
 // Runs argv with extra environment entries ("K=V"), capturing stdout and stderr.
-CommandResult run_command(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+CommandResult run_command(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& env = {},
                           const std::string& stdin_data = "");
 
 }  // namespace gpufence::test

@@ -37,10 +37,12 @@ std::vector<Gpu> two_gpus() {
 void make_operator_tree(const test::TempDir& root) {
   const std::string d = "run/nvidia/driver/";
   root.write(d + "etc/ld.so.cache", fixture("ld.so.cache"));
-  for (std::string lib : {"libcuda", "libnvidia-ml", "libnvcuvid", "libnvidia-encode", "libnvidia-ptxjitcompiler", "libnvidia-nvvm"}) {
+  for (std::string lib : {"libcuda", "libnvidia-ml", "libnvcuvid", "libnvidia-encode",
+                          "libnvidia-ptxjitcompiler", "libnvidia-nvvm"}) {
     std::string so = lib == "libnvidia-nvvm" ? ".so.4" : ".so.1";
     root.write(d + "usr/lib/x86_64-linux-gnu/" + lib + ".so.550.54.15", "elf");
-    std::filesystem::create_symlink(lib + ".so.550.54.15", root / (d + "usr/lib/x86_64-linux-gnu/" + lib + so));
+    std::filesystem::create_symlink(lib + ".so.550.54.15",
+                                    root / (d + "usr/lib/x86_64-linux-gnu/" + lib + so));
   }
   root.write(d + "usr/bin/nvidia-smi", "#!/bin/sh\n");
   root.write(d + "lib/firmware/nvidia/550.54.15/gsp_ga10x.bin", "fw");
@@ -70,7 +72,8 @@ TEST(LdCache, ParsesThisHostsCache) {
   if (!bytes) GTEST_SKIP() << "this host has no /etc/ld.so.cache: " << bytes.error().message;
   auto entries = parse_ld_so_cache(*bytes);
   ASSERT_TRUE(entries) << entries.error().message;
-  EXPECT_TRUE(std::any_of(entries->begin(), entries->end(), [](const LdCacheEntry& e) { return e.name == "libc.so.6"; }));
+  EXPECT_TRUE(std::any_of(entries->begin(), entries->end(),
+                          [](const LdCacheEntry& e) { return e.name == "libc.so.6"; }));
 }
 
 TEST(LdCache, MalformedCachesAreErrorsNotCrashes) {
@@ -100,7 +103,8 @@ TEST(CdiGenerate, GpuOperatorDriverRootMatchesTheGoldenSpec) {
   EXPECT_EQ(r->warnings, (std::vector<std::string>{"utility /usr/bin/nvidia-debugdump not found"}));
   // GPUFENCE_UPDATE_GOLDEN=1 rewrites the golden file; review its diff before committing.
   if (std::getenv("GPUFENCE_UPDATE_GOLDEN")) {
-    ASSERT_TRUE(write_file_atomic(test::source_path("tests/fixtures/cdi/two-gpus-operator.yaml"), cdi_spec_to_yaml(r->spec)));
+    ASSERT_TRUE(write_file_atomic(test::source_path("tests/fixtures/cdi/two-gpus-operator.yaml"),
+                                  cdi_spec_to_yaml(r->spec)));
   }
   EXPECT_EQ(cdi_spec_to_yaml(r->spec), fixture("two-gpus-operator.yaml"));
   // And it reads back as the same spec.
@@ -118,12 +122,15 @@ TEST(CdiGenerate, FallsBackToLibraryDirectoriesAndWarnsAboutMissingLibraries) {
   root.write("usr/lib/x86_64-linux-gnu/libnvidia-container.so.1", "toolkit, not driver");
   auto r = generate_cdi_spec(HostFs(root.path()), two_gpus(), "550.54.15", {});
   ASSERT_TRUE(r) << r.error().message;
-  auto has = [&](const std::string& w) { return std::find(r->warnings.begin(), r->warnings.end(), w) != r->warnings.end(); };
+  auto has = [&](const std::string& w) {
+    return std::find(r->warnings.begin(), r->warnings.end(), w) != r->warnings.end();
+  };
   EXPECT_TRUE(has("driver library libnvidia-ml.so* not found"));
   EXPECT_TRUE(has("driver library libnvcuvid.so* not found"));
   EXPECT_TRUE(has("driver library libnvidia-encode.so* not found"));
   EXPECT_FALSE(has("driver library libcuda.so* not found"));
-  for (const auto& m : r->spec.edits.mounts) EXPECT_EQ(m.container_path.find("libnvidia-container"), std::string::npos);
+  for (const auto& m : r->spec.edits.mounts)
+    EXPECT_EQ(m.container_path.find("libnvidia-container"), std::string::npos);
 }
 
 TEST(CdiGenerate, NoDriverIsAnError) {
@@ -139,27 +146,47 @@ TEST(CdiSpecValidation, RulesAreEnforcedAndNamed) {
     auto s = parse_cdi_spec(yaml, "t.yaml");
     return s ? std::string("(valid)") : s.error().message;
   };
-  const std::string ok = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n";
+  const std::string ok =
+      "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n    "
+      "deviceNodes:\n    - path: /dev/nvidia0\n";
   EXPECT_EQ(error_of(ok), "(valid)");
   auto with = [&](const std::string& from, const std::string& to) {
     std::string s = ok;
     s.replace(s.find(from), from.size(), to);
     return error_of(s);
   };
-  EXPECT_NE(with("0.5.0", "0.4.0").find("too old for what the spec uses (needs 0.5.0)"), std::string::npos);
+  EXPECT_NE(with("0.5.0", "0.4.0").find("too old for what the spec uses (needs 0.5.0)"),
+            std::string::npos);
   EXPECT_NE(with("0.5.0", "2.0.0").find("is not a CDI version"), std::string::npos);
   EXPECT_NE(with("nvidia.com/gpu", "nvidia.com").find("is not vendor/class"), std::string::npos);
   EXPECT_NE(with("nvidia.com/gpu", "-x/gpu").find("is not vendor/class"), std::string::npos);
-  EXPECT_NE(with("name: \"0\"", "name: \"bad name\"").find("device name 'bad name' is invalid"), std::string::npos);
+  EXPECT_NE(with("name: \"0\"", "name: \"bad name\"").find("device name 'bad name' is invalid"),
+            std::string::npos);
   EXPECT_NE(with("/dev/nvidia0", "dev/nvidia0").find("must be absolute"), std::string::npos);
-  EXPECT_NE(with("    deviceNodes:\n    - path: /dev/nvidia0\n", "    env: [\"NOEQUALS\"]\n").find("is not KEY=VALUE"), std::string::npos);
-  EXPECT_NE(with("  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n", "").find("has no containerEdits"), std::string::npos);
-  EXPECT_NE(with("    - path: /dev/nvidia0\n", "    - path: /dev/nvidia0\n      permissions: rwx\n").find("may hold only r, w, m"), std::string::npos);
-  EXPECT_NE(error_of(ok + "- name: \"0\"\n  containerEdits:\n    env: [A=1]\n").find("defined twice"), std::string::npos);
-  EXPECT_NE(error_of(ok + "containerEdits:\n  hooks:\n  - hookName: whenever\n    path: /bin/true\n").find("unknown hookName 'whenever'"), std::string::npos);
-  EXPECT_NE(error_of(ok + "containerEdits:\n  intelRdt: {closID: x}\n").find("field 'intelRdt' is unknown or not supported"), std::string::npos);
-  EXPECT_NE(error_of("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n").find("spec has no devices"), std::string::npos);
-  EXPECT_NE(error_of("kind: nvidia.com/gpu\ndevices: []\n").find("missing required field 'cdiVersion'"), std::string::npos);
+  EXPECT_NE(with("    deviceNodes:\n    - path: /dev/nvidia0\n", "    env: [\"NOEQUALS\"]\n")
+                .find("is not KEY=VALUE"),
+            std::string::npos);
+  EXPECT_NE(with("  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n", "")
+                .find("has no containerEdits"),
+            std::string::npos);
+  EXPECT_NE(with("    - path: /dev/nvidia0\n", "    - path: /dev/nvidia0\n      permissions: rwx\n")
+                .find("may hold only r, w, m"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(ok + "- name: \"0\"\n  containerEdits:\n    env: [A=1]\n").find("defined twice"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(ok + "containerEdits:\n  hooks:\n  - hookName: whenever\n    path: /bin/true\n")
+          .find("unknown hookName 'whenever'"),
+      std::string::npos);
+  EXPECT_NE(error_of(ok + "containerEdits:\n  intelRdt: {closID: x}\n")
+                .find("field 'intelRdt' is unknown or not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n").find("spec has no devices"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of("kind: nvidia.com/gpu\ndevices: []\n").find("missing required field 'cdiVersion'"),
+      std::string::npos);
   auto syntax = error_of("cdiVersion: 0.5.0\nkind: [unclosed\n");
   EXPECT_NE(syntax.find("t.yaml:"), std::string::npos) << syntax;
   EXPECT_NE(error_of("- just\n- a list\n").find("expected a map"), std::string::npos);

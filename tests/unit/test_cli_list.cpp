@@ -14,8 +14,9 @@ std::vector<std::string> mock_env(const std::string& config) {
 }  // namespace
 
 TEST(CliList, JsonListsBothSeedGpusWithUuidsAndMinors) {
-  auto r = test::run_command({test::bin_path("gpufence"), "list", "--json"},
-                             mock_env(test::source_path("tools/mock-nvml/examples/two-rtx3080.json")));
+  auto r =
+      test::run_command({test::bin_path("gpufence"), "list", "--json"},
+                        mock_env(test::source_path("tools/mock-nvml/examples/two-rtx3080.json")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["schema"], "gpufence.list/v1");
@@ -30,20 +31,25 @@ TEST(CliList, JsonListsBothSeedGpusWithUuidsAndMinors) {
 }
 
 TEST(CliList, TextLooksLikeNvidiaSmiL) {
-  auto r = test::run_command({test::bin_path("gpufence"), "list"},
-                             mock_env(test::source_path("tools/mock-nvml/examples/two-rtx3080.json")));
+  auto r =
+      test::run_command({test::bin_path("gpufence"), "list"},
+                        mock_env(test::source_path("tools/mock-nvml/examples/two-rtx3080.json")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("GPU 0: NVIDIA GeForce RTX 3080 (UUID: GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find("GPU 0: NVIDIA GeForce RTX 3080 (UUID: GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01)"),
+      std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("minor 1 (/dev/nvidia1)"), std::string::npos);
 }
 
 TEST(CliList, NvmlLibraryFlagOverridesEnv) {
-  auto r = test::run_command({test::bin_path("gpufence"), "--nvml-library", "/nonexistent/libnvidia-ml.so.1", "list"},
-                             mock_env(test::source_path("tools/mock-nvml/examples/two-rtx3080.json")));
+  auto r = test::run_command(
+      {test::bin_path("gpufence"), "--nvml-library", "/nonexistent/libnvidia-ml.so.1", "list"},
+      mock_env(test::source_path("tools/mock-nvml/examples/two-rtx3080.json")));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("cannot load NVML library /nonexistent/libnvidia-ml.so.1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cannot load NVML library /nonexistent/libnvidia-ml.so.1"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(CliList, FailsClearlyWithoutNvml) {
@@ -57,7 +63,8 @@ TEST(CliList, FailsClearlyWithoutNvml) {
 TEST(CliList, ZeroGpus) {
   test::TempDir dir;
   auto cfg = dir.write("nvml.json", test::mock_gpus(0).dump());
-  auto r = test::run_command({test::bin_path("gpufence"), "list", "--json"}, mock_env(cfg.string()));
+  auto r =
+      test::run_command({test::bin_path("gpufence"), "list", "--json"}, mock_env(cfg.string()));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(nlohmann::json::parse(r.out)["gpus"].empty());
 }

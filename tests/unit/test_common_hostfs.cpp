@@ -51,7 +51,8 @@ TEST(HostFs, ErrorsNameTheRealPathAndTheCause) {
   auto missing = fs.read("/proc/999999/status");
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code, Errc::not_found);
-  EXPECT_NE(missing.error().message.find((root / "proc/999999/status").string()), std::string::npos);
+  EXPECT_NE(missing.error().message.find((root / "proc/999999/status").string()),
+            std::string::npos);
   EXPECT_NE(missing.error().message.find("No such file"), std::string::npos);
   EXPECT_FALSE(fs.list("/nope"));
   EXPECT_FALSE(fs.stat("/nope"));

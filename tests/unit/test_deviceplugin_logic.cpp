@@ -14,7 +14,9 @@ namespace {
 // 8 GPUs: 0-1 and 2-3 NVLinked pairs (2-3 with more links), 0-3 under one host bridge, 4-7 under
 // another on NUMA node 1.
 int score8(const std::string& a, const std::string& b) {
-  auto pair = [&](const char* x, const char* y) { return (a == x && b == y) || (a == y && b == x); };
+  auto pair = [&](const char* x, const char* y) {
+    return (a == x && b == y) || (a == y && b == x);
+  };
   if (pair("0", "1")) return 1020;
   if (pair("2", "3")) return 1040;
   int ia = std::stoi(a), ib = std::stoi(b);
@@ -38,9 +40,11 @@ TEST(Preferred, PicksTheBestConnectedSet) {
   auto four = preferred_allocation(all, {}, 4, score8).value();
   std::sort(four.begin(), four.end());
   EXPECT_EQ(four, (std::vector<std::string>{"0", "1", "2", "3"}));
-  EXPECT_EQ(preferred_allocation(all, {"0"}, 2, score8).value(), (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(preferred_allocation(all, {"0"}, 2, score8).value(),
+            (std::vector<std::string>{"0", "1"}));
   EXPECT_EQ(preferred_allocation({"0", "2", "4"}, {"4"}, 2, score8).value().front(), "4");
-  EXPECT_EQ(preferred_allocation({"5", "6"}, {}, 1, score8).value(), (std::vector<std::string>{"5"}));
+  EXPECT_EQ(preferred_allocation({"5", "6"}, {}, 1, score8).value(),
+            (std::vector<std::string>{"5"}));
 }
 
 TEST(Preferred, HonoursMustIncludeEvenWhenPoorlyConnected) {
@@ -77,7 +81,8 @@ TEST(Allocate, ValidatesEveryIdAndNamesTheBadOne) {
 TEST(Allocate, DefaultStrategiesCarryTheAllocationThreeWays) {
   PluginOptions opt;
   std::vector<HostNode> control = {{"/dev/nvidiactl", "/host/dev/nvidiactl"}};
-  auto resp = build_allocate_response({gpu(1)}, opt, control, [](const std::string& p) { return "/host" + p; });
+  auto resp = build_allocate_response({gpu(1)}, opt, control,
+                                      [](const std::string& p) { return "/host" + p; });
   ASSERT_EQ(resp.devices_size(), 2);
   EXPECT_EQ(resp.devices(0).container_path(), "/dev/nvidia1");
   EXPECT_EQ(resp.devices(0).host_path(), "/host/dev/nvidia1");
@@ -99,7 +104,8 @@ TEST(Allocate, EachStrategyAlone) {
     PluginOptions opt;
     opt.list_strategies = parse_list_strategies(list).value();
     opt.set_cuda_visible_devices = cuda;
-    return build_allocate_response({gpu(0), gpu(1)}, opt, {}, [](const std::string& p) { return p; });
+    return build_allocate_response({gpu(0), gpu(1)}, opt, {},
+                                   [](const std::string& p) { return p; });
   };
   auto cri = with("cdi-cri");
   ASSERT_EQ(cri.cdi_devices_size(), 2);
@@ -120,7 +126,8 @@ TEST(Health, CriticalXidMarksUnhealthyApplicationXidsDoNot) {
   HealthTracker t({"GPU-a", "GPU-b"}, HealthOptions{});
   auto alive = [](const std::string&) { return true; };
   auto now = std::chrono::steady_clock::now();
-  for (std::uint64_t xid : {13, 31, 43, 45, 68, 109}) EXPECT_FALSE(t.on_event({"GPU-a", xid, false}, now, alive));
+  for (std::uint64_t xid : {13, 31, 43, 45, 68, 109})
+    EXPECT_FALSE(t.on_event({"GPU-a", xid, false}, now, alive));
   EXPECT_TRUE(t.healthy("GPU-a"));
   EXPECT_TRUE(t.on_event({"GPU-a", 48, false}, now, alive));
   EXPECT_FALSE(t.healthy("GPU-a"));

@@ -26,20 +26,29 @@ class DoctorChecks : public ::testing::Test {
     m_inv.list = test::fake_gpus(2);
     // A containerd config with a correct handler, so containerd findings stay out of the way.
     m_dir.write("usr/local/bin/gpufence-runtime", "#!/bin/sh\n");
-    std::filesystem::permissions(m_dir / "usr/local/bin/gpufence-runtime", std::filesystem::perms::owner_all);
+    std::filesystem::permissions(m_dir / "usr/local/bin/gpufence-runtime",
+                                 std::filesystem::perms::owner_all);
     m_node->write("etc/containerd/config.toml",
-                  "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\nruntime_type = \"io.containerd.runc.v2\"\n"
-                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = \"io.containerd.runc.v2\"\n"
-                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/local/bin/gpufence-runtime\"\n");
+                  "version = "
+                  "2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\nruntime_"
+                  "type = \"io.containerd.runc.v2\"\n"
+                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_"
+                  "type = \"io.containerd.runc.v2\"\n"
+                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]"
+                  "\nBinaryName = \"/usr/local/bin/gpufence-runtime\"\n");
   }
   std::string uuid(unsigned i) { return m_inv.list[i].uuid; }
-  void kubelet(std::vector<test::PodAllocation> allocations, std::vector<std::string> allocatable = {}) {
+  void kubelet(std::vector<test::PodAllocation> allocations,
+               std::vector<std::string> allocatable = {}) {
     if (allocatable.empty()) allocatable = {uuid(0), uuid(1)};
-    m_server = std::make_unique<test::PodResourcesServer>((m_dir / "var/lib/kubelet/pod-resources/kubelet.sock").string(),
-                                                          "nvidia.com/gpu", allocations, allocatable);
+    m_server = std::make_unique<test::PodResourcesServer>(
+        (m_dir / "var/lib/kubelet/pod-resources/kubelet.sock").string(), "nvidia.com/gpu",
+        allocations, allocatable);
     ASSERT_TRUE(m_server->start());
   }
-  Snapshot snapshot(GatherOptions opt = {}) { return gather_snapshot(HostFs(m_dir.path()), &m_inv, "", opt); }
+  Snapshot snapshot(GatherOptions opt = {}) {
+    return gather_snapshot(HostFs(m_dir.path()), &m_inv, "", opt);
+  }
   std::vector<std::string> ids(const std::vector<Finding>& f) {
     std::vector<std::string> out;
     for (const auto& x : f) out.push_back(x.id);
@@ -58,7 +67,8 @@ class DoctorChecks : public ::testing::Test {
 };
 
 // A container allocated GPU 0 that holds exactly GPU 0.
-test::FakeContainer good(const std::string& pod, unsigned pid, unsigned minor, const std::string& uuid) {
+test::FakeContainer good(const std::string& pod, unsigned pid, unsigned minor,
+                         const std::string& uuid) {
   test::FakeContainer c;
   c.pod = pod;
   c.pids = {pid};
@@ -103,12 +113,14 @@ TEST_F(DoctorChecks, PrivilegedAllowAllReadFromTheOciRules) {
   auto c2 = c;
   c2.pod = "b";
   c2.pids = {300};
-  c2.oci_rules = R"([{"allow":true,"access":"rwm"},{"allow":false,"type":"c","major":195,"minor":1,"access":"rwm"}])";
+  c2.oci_rules =
+      R"([{"allow":true,"access":"rwm"},{"allow":false,"type":"c","major":195,"minor":1,"access":"rwm"}])";
   m_node->add(c2);
   m_server.reset();
   kubelet({{"default", "a", "main", {uuid(0)}}, {"default", "b", "main", {uuid(0)}}});
   auto snap = snapshot();
-  auto b = std::find_if(snap.containers.begin(), snap.containers.end(), [](const NodeContainer& x) { return x.pod == "b"; });
+  auto b = std::find_if(snap.containers.begin(), snap.containers.end(),
+                        [](const NodeContainer& x) { return x.pod == "b"; });
   ASSERT_NE(b, snap.containers.end());
   EXPECT_EQ(b->openable, (std::set<unsigned>{0}));
   EXPECT_EQ(b->openable_source, "oci-spec rules");
@@ -124,7 +136,8 @@ TEST_F(DoctorChecks, NoRequestCanOpen) {
   kubelet({{"default", "cuda-image", "main", {}}});
   EXPECT_EQ(run(), (std::vector<std::string>{"gpu.no-request-can-open"}));
   m_server.reset();
-  EXPECT_FALSE(fired("gpu.no-request-can-open", {})) << "without the kubelet's view, no allocation claims are made";
+  EXPECT_FALSE(fired("gpu.no-request-can-open", {}))
+      << "without the kubelet's view, no allocation claims are made";
 }
 
 TEST_F(DoctorChecks, ProcessOnUnallocatedAndShared) {
@@ -164,12 +177,13 @@ TEST_F(DoctorChecks, NodeCapacityAndUnhealthyGpus) {
   kubelet({{"default", "a", "main", {uuid(0)}}}, {uuid(0)});
   EXPECT_EQ(run(), (std::vector<std::string>{"node.gpu-not-allocatable"}));
   m_server.reset();
-  m_server = std::make_unique<test::PodResourcesServer>((m_dir / "var/lib/kubelet/pod-resources/kubelet.sock").string(),
-                                                        "nvidia.com/gpu", std::vector<test::PodAllocation>{},
-                                                        std::vector<std::string>{});
+  m_server = std::make_unique<test::PodResourcesServer>(
+      (m_dir / "var/lib/kubelet/pod-resources/kubelet.sock").string(), "nvidia.com/gpu",
+      std::vector<test::PodAllocation>{}, std::vector<std::string>{});
   ASSERT_TRUE(m_server->start());
   auto findings = judge(snapshot());
-  auto cap = std::find_if(findings.begin(), findings.end(), [](const Finding& f) { return f.id == "node.gpu-capacity"; });
+  auto cap = std::find_if(findings.begin(), findings.end(),
+                          [](const Finding& f) { return f.id == "node.gpu-capacity"; });
   ASSERT_NE(cap, findings.end());
   EXPECT_NE(cap->fix.find("Init:3/4"), std::string::npos);
 }
@@ -192,15 +206,20 @@ TEST_F(DoctorChecks, ContainerdFindingsAreIncluded) {
   EXPECT_EQ(run(), (std::vector<std::string>{"containerd.handler-missing"}));
   GatherOptions opt;
   opt.handlers = {"gpu"};
-  m_node->write("etc/containerd/config.toml",
-                "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n");
+  m_node->write(
+      "etc/containerd/config.toml",
+      "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = "
+      "\"nvidia\"\n");
   auto found = run(opt);
-  EXPECT_NE(std::find(found.begin(), found.end(), "containerd.default-runtime-undefined"), found.end());
+  EXPECT_NE(std::find(found.begin(), found.end(), "containerd.default-runtime-undefined"),
+            found.end());
 }
 
 TEST_F(DoctorChecks, EveryCgroupFormIsRecognised) {
-  for (auto form : {test::FakeContainer::CgroupForm::systemd, test::FakeContainer::CgroupForm::v2}) {
-    auto c = good(form == test::FakeContainer::CgroupForm::v2 ? "v2" : "sd", form == test::FakeContainer::CgroupForm::v2 ? 400u : 300u, 0, uuid(0));
+  for (auto form :
+       {test::FakeContainer::CgroupForm::systemd, test::FakeContainer::CgroupForm::v2}) {
+    auto c = good(form == test::FakeContainer::CgroupForm::v2 ? "v2" : "sd",
+                  form == test::FakeContainer::CgroupForm::v2 ? 400u : 300u, 0, uuid(0));
     c.form = form;
     m_node->add(c);
   }
@@ -214,10 +233,15 @@ TEST_F(DoctorChecks, EveryCgroupFormIsRecognised) {
 
 TEST_F(DoctorChecks, BrokenInputsNeverCrashAndSkippedLayersAreNamed) {
   m_node->write("proc/777/cgroup", "garbage\n:::\n0::\n");
-  m_node->write("proc/778/cgroup", "5:devices:/kubepods/besteffort/podx/" + std::string(64, 'a') + "\n");  // vanished: no status, environ
+  m_node->write("proc/778/cgroup", "5:devices:/kubepods/besteffort/podx/" + std::string(64, 'a') +
+                                       "\n");  // vanished: no status, environ
   m_node->write("proc/779/environ", std::string("A=1\0B", 5));
-  m_node->write("run/containerd/io.containerd.runtime.v2.task/k8s.io/" + std::string(64, 'a') + "/config.json", "{truncated");
-  m_node->write("sys/fs/cgroup/devices/kubepods/besteffort/podx/" + std::string(64, 'a') + "/devices.list", "c 195");
+  m_node->write("run/containerd/io.containerd.runtime.v2.task/k8s.io/" + std::string(64, 'a') +
+                    "/config.json",
+                "{truncated");
+  m_node->write(
+      "sys/fs/cgroup/devices/kubepods/besteffort/podx/" + std::string(64, 'a') + "/devices.list",
+      "c 195");
   auto snap = gather_snapshot(HostFs(m_dir.path()), nullptr, "cannot load NVML library x", {});
   EXPECT_EQ(snap.containers.size(), 1u);
   auto text = render_doctor_text(snap, judge(snap));

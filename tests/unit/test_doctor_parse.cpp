@@ -10,15 +10,24 @@ const std::string kId = "4b2f6f3c8d1e2a7b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8
 }
 
 TEST(DoctorParse, ContainerIdInEveryCgroupForm) {
-  EXPECT_EQ(container_id_from_cgroup("12:pids:/kubepods/besteffort/pod1234/" + kId + "\n5:devices:/kubepods/besteffort/pod1234/" + kId + "\n"), kId);
-  EXPECT_EQ(container_id_from_cgroup("5:devices:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podab_cd.slice/cri-containerd-" + kId + ".scope\n"), kId);
-  EXPECT_EQ(container_id_from_cgroup("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/cri-containerd-" + kId + ".scope\n"), kId);
+  EXPECT_EQ(container_id_from_cgroup("12:pids:/kubepods/besteffort/pod1234/" + kId +
+                                     "\n5:devices:/kubepods/besteffort/pod1234/" + kId + "\n"),
+            kId);
+  EXPECT_EQ(container_id_from_cgroup("5:devices:/kubepods.slice/kubepods-burstable.slice/"
+                                     "kubepods-burstable-podab_cd.slice/cri-containerd-" +
+                                     kId + ".scope\n"),
+            kId);
+  EXPECT_EQ(container_id_from_cgroup("0::/kubepods.slice/kubepods-besteffort.slice/"
+                                     "kubepods-besteffort-pod1.slice/cri-containerd-" +
+                                     kId + ".scope\n"),
+            kId);
   EXPECT_EQ(container_id_from_cgroup("0::/default/" + kId + "\n"), kId);
   EXPECT_EQ(container_id_from_cgroup("0::/system.slice/containerd.service\n"), std::nullopt);
   EXPECT_EQ(container_id_from_cgroup("0::/\n"), std::nullopt);
   EXPECT_EQ(container_id_from_cgroup("garbage\n\n::\n:x\n"), std::nullopt);
   EXPECT_EQ(container_id_from_cgroup(""), std::nullopt);
-  EXPECT_EQ(container_id_from_cgroup("0::/kubepods/" + kId.substr(0, 63) + "\n"), std::nullopt) << "63 hex is not an id";
+  EXPECT_EQ(container_id_from_cgroup("0::/kubepods/" + kId.substr(0, 63) + "\n"), std::nullopt)
+      << "63 hex is not an id";
 }
 
 TEST(DoctorParse, CgroupPathPerController) {
@@ -31,7 +40,8 @@ TEST(DoctorParse, CgroupPathPerController) {
 }
 
 TEST(DoctorParse, EnvironIncludingTruncated) {
-  auto env = parse_environ(std::string("PATH=/bin\0NVIDIA_VISIBLE_DEVICES=GPU-1\0=bad\0NOEQ\0CUDA_VISIBLE_DEVICES=GPU-", 74));
+  auto env = parse_environ(std::string(
+      "PATH=/bin\0NVIDIA_VISIBLE_DEVICES=GPU-1\0=bad\0NOEQ\0CUDA_VISIBLE_DEVICES=GPU-", 74));
   EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-1");
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "GPU-") << "a truncated last entry keeps what it has";
   EXPECT_FALSE(env.contains("NOEQ"));
@@ -49,26 +59,38 @@ TEST(DoctorParse, BoundingCaps) {
 
 TEST(DoctorParse, DevicesList) {
   std::set<unsigned> gpus = {0, 1};
-  EXPECT_EQ(openable_gpu_minors_from_devices_list("a *:* rwm\n", gpus), std::nullopt) << "allow-all: only a probe can tell";
-  EXPECT_EQ(openable_gpu_minors_from_devices_list("c 1:3 rwm\nc 195:1 rw\nc 195:255 rw\n", gpus), (std::set<unsigned>{1}));
+  EXPECT_EQ(openable_gpu_minors_from_devices_list("a *:* rwm\n", gpus), std::nullopt)
+      << "allow-all: only a probe can tell";
+  EXPECT_EQ(openable_gpu_minors_from_devices_list("c 1:3 rwm\nc 195:1 rw\nc 195:255 rw\n", gpus),
+            (std::set<unsigned>{1}));
   EXPECT_EQ(openable_gpu_minors_from_devices_list("c 195:* rw\n", gpus), gpus);
-  EXPECT_EQ(openable_gpu_minors_from_devices_list("c *:* m\nc 195:0 m\n", gpus), (std::set<unsigned>{})) << "mknod only";
-  EXPECT_EQ(openable_gpu_minors_from_devices_list("junk\nc 195\nc x:y rw\n", gpus), (std::set<unsigned>{}));
+  EXPECT_EQ(openable_gpu_minors_from_devices_list("c *:* m\nc 195:0 m\n", gpus),
+            (std::set<unsigned>{}))
+      << "mknod only";
+  EXPECT_EQ(openable_gpu_minors_from_devices_list("junk\nc 195\nc x:y rw\n", gpus),
+            (std::set<unsigned>{}));
 }
 
 TEST(DoctorParse, OciRulesReplayedAsRuncDoes) {
   std::set<unsigned> gpus = {0, 1, 2};
-  EXPECT_EQ(openable_gpu_minors_from_oci_rules(R"({"linux":{"resources":{"devices":[{"allow":true,"access":"rwm"},{"allow":false,"type":"c","major":195,"minor":0,"access":"rwm"}]}}})", gpus),
-            (std::set<unsigned>{1, 2}));
-  EXPECT_EQ(openable_gpu_minors_from_oci_rules(R"({"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"},{"allow":true,"type":"c","major":195,"minor":2,"access":"rw"}]}}})", gpus),
-            (std::set<unsigned>{2}));
+  EXPECT_EQ(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":true,"access":"rwm"},{"allow":false,"type":"c","major":195,"minor":0,"access":"rwm"}]}}})",
+          gpus),
+      (std::set<unsigned>{1, 2}));
+  EXPECT_EQ(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"},{"allow":true,"type":"c","major":195,"minor":2,"access":"rw"}]}}})",
+          gpus),
+      (std::set<unsigned>{2}));
   EXPECT_TRUE(openable_gpu_minors_from_oci_rules("{not json", gpus).empty());
   EXPECT_TRUE(openable_gpu_minors_from_oci_rules(R"({"linux":{}})", gpus).empty());
 }
 
 TEST(DoctorParse, DeepStreamGpuIds) {
   auto keys = deepstream_gpu_ids(
-      "[application]\nenable-perf-measurement=1\n\n[source0]\ngpu-id=0\n[primary-gie]\n  gpu-id = 1 # second\n#gpu-id=7\n[sink0]\ngpu-id=x\n");
+      "[application]\nenable-perf-measurement=1\n\n[source0]\ngpu-id=0\n[primary-gie]\n  gpu-id = "
+      "1 # second\n#gpu-id=7\n[sink0]\ngpu-id=x\n");
   ASSERT_EQ(keys.size(), 2u);
   EXPECT_EQ(keys[0].section, "source0");
   EXPECT_EQ(keys[0].gpu_id, 0);

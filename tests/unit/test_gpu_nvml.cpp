@@ -74,7 +74,8 @@ TEST_F(NvmlTest, MissingLibraryIsAClearError) {
 TEST_F(NvmlTest, LibraryLackingASymbolIsAClearError) {
   auto inv = open(test::mock_gpus(1), "no-uuid");
   ASSERT_FALSE(inv);
-  EXPECT_NE(inv.error().message.find("lacks required symbol(s) nvmlDeviceGetUUID"), std::string::npos)
+  EXPECT_NE(inv.error().message.find("lacks required symbol(s) nvmlDeviceGetUUID"),
+            std::string::npos)
       << inv.error().message;
 }
 
@@ -159,7 +160,8 @@ TEST_F(NvmlTest, TopologyNvlinkThenCommonAncestor) {
   auto nv = (*inv)->topology(test::mock_uuid(0), test::mock_uuid(1)).value();
   EXPECT_EQ(nv.link, Link::nvlink);
   EXPECT_EQ(nv.nvlinks, 2u);
-  EXPECT_EQ((*inv)->topology(test::mock_uuid(0), test::mock_uuid(2)).value().link, Link::single_switch);
+  EXPECT_EQ((*inv)->topology(test::mock_uuid(0), test::mock_uuid(2)).value().link,
+            Link::single_switch);
   EXPECT_EQ((*inv)->topology(test::mock_uuid(1), test::mock_uuid(2)).value().link, Link::system);
 }
 
@@ -170,7 +172,8 @@ TEST_F(NvmlTest, XidAndLostGpuEvents) {
   auto inv = open(cfg);
   ASSERT_TRUE(inv);
   EXPECT_FALSE((*inv)->wait_event(20ms).value().has_value()) << "timeout gives no event";
-  std::ofstream(events, std::ios::app) << "{\"gpu\": \"" << test::mock_uuid(1) << "\", \"xid\": 48}\n";
+  std::ofstream(events, std::ios::app)
+      << "{\"gpu\": \"" << test::mock_uuid(1) << "\", \"xid\": 48}\n";
   auto ev = (*inv)->wait_event(1000ms).value();
   ASSERT_TRUE(ev.has_value());
   EXPECT_EQ(ev->uuid, test::mock_uuid(1));

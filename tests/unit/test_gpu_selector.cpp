@@ -51,11 +51,15 @@ TEST(Selector, SpecialValues) {
 }
 
 TEST(Selector, IndicesUuidsAndCdiNames) {
-  auto resolve = [](std::string_view v) { return resolve_selector(parse_device_selector(v).value(), inventory()); };
+  auto resolve = [](std::string_view v) {
+    return resolve_selector(parse_device_selector(v).value(), inventory());
+  };
   EXPECT_EQ(indices(resolve("0,1")), (std::vector<unsigned>{0, 1}));
   EXPECT_EQ(indices(resolve(" 1 , 0 ")), (std::vector<unsigned>{1, 0}));
-  EXPECT_EQ(indices(resolve("GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2")), (std::vector<unsigned>{1}));
-  EXPECT_EQ(indices(resolve("GPU-C3E79D42-1B5F-4A08-B6D2-7E9F05A1C3B2")), (std::vector<unsigned>{1}));
+  EXPECT_EQ(indices(resolve("GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2")),
+            (std::vector<unsigned>{1}));
+  EXPECT_EQ(indices(resolve("GPU-C3E79D42-1B5F-4A08-B6D2-7E9F05A1C3B2")),
+            (std::vector<unsigned>{1}));
   EXPECT_EQ(indices(resolve("GPU-c3e7")), (std::vector<unsigned>{1}));  // unique prefix, as CUDA
   EXPECT_EQ(indices(resolve("nvidia.com/gpu=1")), (std::vector<unsigned>{1}));
   EXPECT_EQ(indices(resolve("nvidia.com/gpu=GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01")),
@@ -92,7 +96,8 @@ TEST(Selector, MalformedValuesAreRejectedNamingTheToken) {
 
 TEST(Selector, ResolutionErrorsNameTheToken) {
   EXPECT_NE(error_of("7").find("'7': no GPU with index 7"), std::string::npos);
-  EXPECT_NE(error_of("GPU-deadbeef").find("'GPU-deadbeef': no GPU with this UUID"), std::string::npos);
+  EXPECT_NE(error_of("GPU-deadbeef").find("'GPU-deadbeef': no GPU with this UUID"),
+            std::string::npos);
   EXPECT_NE(error_of("GPU-5a1c").find("'GPU-5a1c': UUID prefix is ambiguous"), std::string::npos);
   EXPECT_NE(error_of("0,0").find("named more than once"), std::string::npos);
   EXPECT_NE(error_of("1,GPU-c3e79d42").find("'GPU-c3e79d42'"), std::string::npos);

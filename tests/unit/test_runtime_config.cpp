@@ -54,7 +54,8 @@ nvml_library = "/opt/libnvidia-ml.so.1"
 spec_dirs = ["/etc/cdi"]
 [driver]
 procfs_gpus_dir = "/fake/gpus"
-)", "x.toml");
+)",
+                                  "x.toml");
   ASSERT_TRUE(cfg) << cfg.error().message;
   EXPECT_EQ(cfg->low_level_runtime, "/usr/bin/crun");
   EXPECT_EQ(cfg->log_file, "");
@@ -74,11 +75,13 @@ procfs_gpus_dir = "/fake/gpus"
 TEST(RuntimeConfig, BadInputNamesFileAndKey) {
   auto broken = parse_runtime_config("[runtime\nlow_level = 1", "/etc/gpufence/runtime.toml");
   ASSERT_FALSE(broken);
-  EXPECT_NE(broken.error().message.find("/etc/gpufence/runtime.toml:1:"), std::string::npos) << broken.error().message;
+  EXPECT_NE(broken.error().message.find("/etc/gpufence/runtime.toml:1:"), std::string::npos)
+      << broken.error().message;
 
   auto typo = parse_runtime_config("[allocation]\ntrusted_chanels = []\n", "r.toml");
   ASSERT_FALSE(typo);
-  EXPECT_NE(typo.error().message.find("unknown key 'allocation.trusted_chanels'"), std::string::npos);
+  EXPECT_NE(typo.error().message.find("unknown key 'allocation.trusted_chanels'"),
+            std::string::npos);
 
   auto channel = parse_runtime_config("[allocation]\ntrusted_channels = [\"env\"]\n", "r.toml");
   ASSERT_FALSE(channel);

@@ -51,7 +51,9 @@ TEST(Isolation, PrivilegedSpecKeepsOnlyTheGrantedGpuAndDeniesTheRest) {
   const Json& rules = spec["linux"]["resources"]["devices"];
   ASSERT_EQ(rules.size(), 5u);
   EXPECT_EQ(rules[0], Json::parse(R"({"allow": true, "access": "rwm"})"));
-  EXPECT_EQ(rules[3], Json::parse(R"({"allow": false, "type": "c", "major": 195, "minor": 0, "access": "rwm"})"));
+  EXPECT_EQ(
+      rules[3],
+      Json::parse(R"({"allow": false, "type": "c", "major": 195, "minor": 0, "access": "rwm"})"));
   EXPECT_EQ(rules[4]["minor"], 2);
   EXPECT_EQ(get_env(spec, "NVIDIA_VISIBLE_DEVICES"), "GPU-bbb");
   EXPECT_EQ(get_env(spec, "CUDA_VISIBLE_DEVICES"), "GPU-bbb");
@@ -78,9 +80,12 @@ TEST(Isolation, DefaultDenySpecLosesAllowsForUnallocatedGpusInsteadOfGainingDeni
   EXPECT_EQ(r->removed_rules, 2u);
   EXPECT_TRUE(r->denied_minors.empty());
   const Json& rules = spec["linux"]["resources"]["devices"];
-  for (const auto& rule : rules) EXPECT_TRUE(rule["allow"] == false || rule.value("minor", -1) != 0) << rule.dump();
+  for (const auto& rule : rules)
+    EXPECT_TRUE(rule["allow"] == false || rule.value("minor", -1) != 0) << rule.dump();
   EXPECT_EQ(rules.size(), 5u);  // deny-all, c *:* m, 1:3, allow 195:1, allow 195:255
-  EXPECT_EQ(rules[3], Json::parse(R"({"allow": true, "type": "c", "major": 195, "minor": 1, "access": "rwm"})"));
+  EXPECT_EQ(
+      rules[3],
+      Json::parse(R"({"allow": true, "type": "c", "major": 195, "minor": 1, "access": "rwm"})"));
 }
 
 TEST(Isolation, WildcardReadWriteAllowInDefaultDenySpecIsRefused) {
@@ -117,7 +122,8 @@ TEST(Isolation, NoGpuGrantedRewritesAllToVoid) {
   EXPECT_EQ(get_env(spec, "NVIDIA_VISIBLE_DEVICES"), "void");
   EXPECT_FALSE(get_env(spec, "CUDA_VISIBLE_DEVICES").has_value());
   EXPECT_EQ(r->denied_minors, (std::vector<unsigned>{0, 1}));
-  for (const auto& d : spec["linux"]["devices"]) EXPECT_FALSE(gpu_node_minor(d["path"].get<std::string>()));
+  for (const auto& d : spec["linux"]["devices"])
+    EXPECT_FALSE(gpu_node_minor(d["path"].get<std::string>()));
 }
 
 TEST(Isolation, GpuNodeMinor) {
@@ -155,21 +161,26 @@ TEST(Allocation, ChannelsInOrderAndEnvTrust) {
   EXPECT_EQ(req->tokens[0].index, 0u);
 
   Json all = Json::parse(R"({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}})");
-  EXPECT_EQ(find_allocation_request(all, cfg, true)->channel, Channel::none) << "image 'all' is not an allocation";
+  EXPECT_EQ(find_allocation_request(all, cfg, true)->channel, Channel::none)
+      << "image 'all' is not an allocation";
   cfg.trusted_channels.push_back(TrustedChannel::envvar);
   EXPECT_EQ(find_allocation_request(all, cfg, false)->channel, Channel::envvar);
 }
 
 TEST(Allocation, MalformedIdsOnTrustedChannelsAreErrors) {
   RuntimeConfig cfg;
-  Json bad_marker = Json::parse(R"({"mounts": [{"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/GPU-"}]})");
+  Json bad_marker = Json::parse(
+      R"({"mounts": [{"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/GPU-"}]})");
   auto r = find_allocation_request(bad_marker, cfg, false);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("mount marker /var/run/nvidia-container-devices/GPU-"), std::string::npos);
+  EXPECT_NE(r.error().message.find("mount marker /var/run/nvidia-container-devices/GPU-"),
+            std::string::npos);
   Json bad_ann = Json::parse(R"({"annotations": {"cdi.k8s.io/a": "nvidia.com/gpu=0:1"}})");
   r = find_allocation_request(bad_ann, cfg, false);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("MIG is not supported yet"), std::string::npos);
-  Json not_marker = Json::parse(R"({"mounts": [{"source": "/tmp/x", "destination": "/var/run/nvidia-container-devices/GPU-zzz"}]})");
-  EXPECT_EQ(find_allocation_request(not_marker, cfg, false)->channel, Channel::none) << "only /dev/null sources are markers";
+  Json not_marker = Json::parse(
+      R"({"mounts": [{"source": "/tmp/x", "destination": "/var/run/nvidia-container-devices/GPU-zzz"}]})");
+  EXPECT_EQ(find_allocation_request(not_marker, cfg, false)->channel, Channel::none)
+      << "only /dev/null sources are markers";
 }

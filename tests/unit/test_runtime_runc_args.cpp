@@ -8,8 +8,8 @@ using namespace gpufence;
 TEST(RuncArgs, ContainerdRuncShimCommandLine) {
   // Exactly what containerd 1.6's runc v2 shim passed to a wrapper binary (field notes).
   auto inv = parse_runc_args({"--root", "/run/containerd/runc/k8s.io", "--log", "/run/x/log.json",
-                              "--log-format", "json", "create", "--bundle", "/run/x/abc", "--pid-file",
-                              "/run/x/init.pid", "abc"});
+                              "--log-format", "json", "create", "--bundle", "/run/x/abc",
+                              "--pid-file", "/run/x/init.pid", "abc"});
   ASSERT_TRUE(inv);
   EXPECT_EQ(inv->subcommand, "create");
   EXPECT_EQ(inv->bundle, "/run/x/abc");
@@ -18,8 +18,8 @@ TEST(RuncArgs, ContainerdRuncShimCommandLine) {
 }
 
 TEST(RuncArgs, FlagFormsAndBooleans) {
-  auto inv = parse_runc_args({"--debug", "--systemd-cgroup", "-root=/r", "run", "-d", "-b", "/b", "--keep",
-                              "--console-socket=/s", "ctr"});
+  auto inv = parse_runc_args({"--debug", "--systemd-cgroup", "-root=/r", "run", "-d", "-b", "/b",
+                              "--keep", "--console-socket=/s", "ctr"});
   ASSERT_TRUE(inv);
   EXPECT_EQ(inv->subcommand, "run");
   EXPECT_EQ(inv->bundle, "/b");

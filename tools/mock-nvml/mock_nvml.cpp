@@ -108,12 +108,14 @@ int load_config(State& s) {
       d->bus_id = g.value("pci_bus_id", std::string("00000000:01:00.0"));
       d->memory_total = g.value("memory_total", 10737418240ULL);
       d->memory_used = g.value("memory_used", 0ULL);
-      d->numa_node = g.contains("numa_node") && !g["numa_node"].is_null() ? g["numa_node"].get<int>() : -1;
+      d->numa_node =
+          g.contains("numa_node") && !g["numa_node"].is_null() ? g["numa_node"].get<int>() : -1;
       d->lost = g.value("lost", false);
       for (const auto& p : g.value("processes", json::array())) {
         d->processes.emplace_back(p.at("pid").get<unsigned>(), p.value("used_memory", 0ULL));
       }
-      for (const auto& link : g.value("nvlinks", json::array())) d->nvlinks.push_back(link.get<std::string>());
+      for (const auto& link : g.value("nvlinks", json::array()))
+        d->nvlinks.push_back(link.get<std::string>());
       s.devices.push_back(std::move(d));
     }
     for (const auto& t : cfg.value("topology", json::array())) {
@@ -139,7 +141,9 @@ int load_config(State& s) {
 }
 
 // An injected failure for `fn` from the config's "fail" map, or SUCCESS.
-int injected(State& s, const char* fn) { return s.fail.value(fn, nvml::SUCCESS); }
+int injected(State& s, const char* fn) {
+  return s.fail.value(fn, nvml::SUCCESS);
+}
 
 nvmlDevice_st* find_device(State& s, const json& ref) {
   for (auto& d : s.devices) {
@@ -202,13 +206,13 @@ int copy_string(const std::string& value, char* buf, unsigned length) {
 }
 
 // Common prologue of every per-device query: initialised, a known handle, not lost.
-#define DEVICE_PROLOGUE(fn, dev)                                   \
-  State& s = state();                                              \
-  std::lock_guard lock(s.mu);                                      \
-  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;         \
-  if (!valid(s, dev)) return nvml::ERROR_INVALID_ARGUMENT;         \
-  if (int rc = injected(s, fn); rc != nvml::SUCCESS) return rc;    \
-  poll_events(s);                                                  \
+#define DEVICE_PROLOGUE(fn, dev)                                \
+  State& s = state();                                           \
+  std::lock_guard lock(s.mu);                                   \
+  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;      \
+  if (!valid(s, dev)) return nvml::ERROR_INVALID_ARGUMENT;      \
+  if (int rc = injected(s, fn); rc != nvml::SUCCESS) return rc; \
+  poll_events(s);                                               \
   if (dev->lost) return nvml::ERROR_GPU_IS_LOST;
 
 void fill_pci(const nvmlDevice_st& d, nvmlPciInfo_t* pci) {
@@ -251,20 +255,34 @@ int running_processes(nvmlDevice_t dev, unsigned* count, Record* infos, const ch
 
 MOCK_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case 0: return "Success";
-    case 1: return "Uninitialized";
-    case 2: return "Invalid Argument";
-    case 3: return "Not Supported";
-    case 4: return "Insufficient Permissions";
-    case 6: return "Not Found";
-    case 7: return "Insufficient Size";
-    case 9: return "Driver Not Loaded";
-    case 10: return "Timeout";
-    case 12: return "NVML Shared Library Not Found";
-    case 13: return "Function Not Found";
-    case 15: return "GPU is lost";
-    case 999: return "Unknown Error";
-    default: return "Unknown Error";
+    case 0:
+      return "Success";
+    case 1:
+      return "Uninitialized";
+    case 2:
+      return "Invalid Argument";
+    case 3:
+      return "Not Supported";
+    case 4:
+      return "Insufficient Permissions";
+    case 6:
+      return "Not Found";
+    case 7:
+      return "Insufficient Size";
+    case 9:
+      return "Driver Not Loaded";
+    case 10:
+      return "Timeout";
+    case 12:
+      return "NVML Shared Library Not Found";
+    case 13:
+      return "Function Not Found";
+    case 15:
+      return "GPU is lost";
+    case 999:
+      return "Unknown Error";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -278,8 +296,12 @@ MOCK_EXPORT nvmlReturn_t nvmlInit_v2() {
   return nvml::SUCCESS;
 }
 
-MOCK_EXPORT nvmlReturn_t nvmlInit() { return nvmlInit_v2(); }
-MOCK_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned) { return nvmlInit_v2(); }
+MOCK_EXPORT nvmlReturn_t nvmlInit() {
+  return nvmlInit_v2();
+}
+MOCK_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned) {
+  return nvmlInit_v2();
+}
 
 MOCK_EXPORT nvmlReturn_t nvmlShutdown() {
   State& s = state();
@@ -308,7 +330,9 @@ MOCK_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* v) {
   *v = s.cuda_driver_version;
   return nvml::SUCCESS;
 }
-MOCK_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) { return nvmlSystemGetCudaDriverVersion(v); }
+MOCK_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) {
+  return nvmlSystemGetCudaDriverVersion(v);
+}
 
 MOCK_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
   State& s = state();
@@ -319,7 +343,9 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
   *count = static_cast<unsigned>(s.devices.size());
   return nvml::SUCCESS;
 }
-MOCK_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned* count) { return nvmlDeviceGetCount_v2(count); }
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned* count) {
+  return nvmlDeviceGetCount_v2(count);
+}
 
 MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t* device) {
   State& s = state();
@@ -350,7 +376,8 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_
   return nvml::ERROR_NOT_FOUND;
 }
 
-MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* device) {
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id,
+                                                          nvmlDevice_t* device) {
   State& s = state();
   std::lock_guard lock(s.mu);
   if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
@@ -462,7 +489,8 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvm
   return nvml::SUCCESS;
 }
 
-MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned link, nvmlEnableState_t* active) {
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned link,
+                                                  nvmlEnableState_t* active) {
   DEVICE_PROLOGUE("nvmlDeviceGetNvLinkState", dev);
   if (!active) return nvml::ERROR_INVALID_ARGUMENT;
   if (dev->nvlinks.empty()) return nvml::ERROR_NOT_SUPPORTED;
@@ -471,7 +499,8 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned lin
   return nvml::SUCCESS;
 }
 
-MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev, unsigned link, nvmlPciInfo_t* pci) {
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev, unsigned link,
+                                                             nvmlPciInfo_t* pci) {
   DEVICE_PROLOGUE("nvmlDeviceGetNvLinkRemotePciInfo_v2", dev);
   if (!pci || link >= dev->nvlinks.size()) return nvml::ERROR_INVALID_ARGUMENT;
   nvmlDevice_st remote;
@@ -490,20 +519,23 @@ MOCK_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
   return nvml::SUCCESS;
 }
 
-MOCK_EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev, unsigned long long* types) {
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t dev,
+                                                          unsigned long long* types) {
   DEVICE_PROLOGUE("nvmlDeviceGetSupportedEventTypes", dev);
   if (!types) return nvml::ERROR_INVALID_ARGUMENT;
   *types = nvml::kEventXidCritical | nvml::kEventSingleBitEcc | nvml::kEventDoubleBitEcc;
   return nvml::SUCCESS;
 }
 
-MOCK_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types, nvmlEventSet_t) {
+MOCK_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned long long types,
+                                                  nvmlEventSet_t) {
   DEVICE_PROLOGUE("nvmlDeviceRegisterEvents", dev);
   dev->registered_events |= types;
   return nvml::SUCCESS;
 }
 
-MOCK_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned timeout_ms) {
+MOCK_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
+                                             unsigned timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     {

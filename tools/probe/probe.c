@@ -9,13 +9,20 @@
 
 static const char* errno_name(int e) {
   switch (e) {
-    case ENXIO: return "ENXIO";
-    case EPERM: return "EPERM";
-    case ENOENT: return "ENOENT";
-    case EACCES: return "EACCES";
-    case ENODEV: return "ENODEV";
-    case EROFS: return "EROFS";
-    default: return strerror(e);
+    case ENXIO:
+      return "ENXIO";
+    case EPERM:
+      return "EPERM";
+    case ENOENT:
+      return "ENOENT";
+    case EACCES:
+      return "EACCES";
+    case ENODEV:
+      return "ENODEV";
+    case EROFS:
+      return "EROFS";
+    default:
+      return strerror(e);
   }
 }
 

@@ -23,17 +23,23 @@
 int main(int argc, char** argv) {
   std::string plugin_dir;
   int containers = 1, per_container = 1, timeout_s = 10;
-  CLI::App app{"gpufence-test-kubelet: a stand-in kubelet that admits containers through a device plugin"};
-  auto* plugin_dir_opt = app.add_option("--plugin-dir", plugin_dir, "Device plugin directory to serve kubelet.sock in");
+  CLI::App app{
+      "gpufence-test-kubelet: a stand-in kubelet that admits containers through a device plugin"};
+  auto* plugin_dir_opt = app.add_option("--plugin-dir", plugin_dir,
+                                        "Device plugin directory to serve kubelet.sock in");
   app.add_option("--admit", containers, "Containers to admit")->capture_default_str();
   app.add_option("--gpus", per_container, "Devices per container")->capture_default_str();
   app.add_option("--timeout", timeout_s, "Seconds to wait for the plugin")->capture_default_str();
-  app.footer("Example:\n  gpufence-test-kubelet --plugin-dir /tmp/dp --admit 2\n  0 ids GPU-5a1c...\n  0 mount /var/run/nvidia-container-devices/GPU-5a1c... /dev/null ro");
+  app.footer(
+      "Example:\n  gpufence-test-kubelet --plugin-dir /tmp/dp --admit 2\n  0 ids GPU-5a1c...\n  0 "
+      "mount /var/run/nvidia-container-devices/GPU-5a1c... /dev/null ro");
   std::string pod_resources;
   std::vector<std::string> pods, allocatable;
   app.add_option("--pod-resources", pod_resources,
-                 "Instead: serve the PodResources API on this socket until SIGTERM, with --pod and --allocatable");
-  app.add_option("--pod", pods, "NAMESPACE/POD/CONTAINER=ID[,ID...] allocation to report (repeatable)");
+                 "Instead: serve the PodResources API on this socket until SIGTERM, with --pod and "
+                 "--allocatable");
+  app.add_option("--pod", pods,
+                 "NAMESPACE/POD/CONTAINER=ID[,ID...] allocation to report (repeatable)");
   app.add_option("--allocatable", allocatable, "Allocatable device id (repeatable)");
   plugin_dir_opt->required(false);
   CLI11_PARSE(app, argc, argv);
@@ -44,10 +50,12 @@ int main(int argc, char** argv) {
       auto eq = p.find('=');
       auto parts = gpufence::split(std::string_view(p).substr(0, eq), '/');
       if (parts.size() != 3) {
-        std::cerr << "gpufence-test-kubelet: --pod wants NAMESPACE/POD/CONTAINER=IDS, got " << p << "\n";
+        std::cerr << "gpufence-test-kubelet: --pod wants NAMESPACE/POD/CONTAINER=IDS, got " << p
+                  << "\n";
         return 2;
       }
-      gpufence::test::PodAllocation a{std::string(parts[0]), std::string(parts[1]), std::string(parts[2]), {}};
+      gpufence::test::PodAllocation a{
+          std::string(parts[0]), std::string(parts[1]), std::string(parts[2]), {}};
       if (eq != std::string::npos) {
         for (auto id : gpufence::split(std::string_view(p).substr(eq + 1), ',')) {
           if (!id.empty()) a.device_ids.emplace_back(id);
@@ -60,7 +68,8 @@ int main(int argc, char** argv) {
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    gpufence::test::PodResourcesServer server(pod_resources, "nvidia.com/gpu", allocations, allocatable);
+    gpufence::test::PodResourcesServer server(pod_resources, "nvidia.com/gpu", allocations,
+                                              allocatable);
     if (!server.start()) {
       std::cerr << "gpufence-test-kubelet: cannot serve " << pod_resources << "\n";
       return 1;
@@ -92,13 +101,16 @@ int main(int argc, char** argv) {
     }
     std::cout << i << " ids " << gpufence::join(ids, ",") << "\n";
     for (const auto& d : r.devices()) {
-      std::cout << i << " device " << d.container_path() << " " << d.host_path() << " " << d.permissions() << "\n";
+      std::cout << i << " device " << d.container_path() << " " << d.host_path() << " "
+                << d.permissions() << "\n";
     }
     for (const auto& m : r.mounts()) {
-      std::cout << i << " mount " << m.container_path() << " " << m.host_path() << " " << (m.read_only() ? "ro" : "rw") << "\n";
+      std::cout << i << " mount " << m.container_path() << " " << m.host_path() << " "
+                << (m.read_only() ? "ro" : "rw") << "\n";
     }
     for (const auto& [k, v] : r.envs()) std::cout << i << " env " << k << "=" << v << "\n";
-    for (const auto& [k, v] : r.annotations()) std::cout << i << " annotation " << k << "=" << v << "\n";
+    for (const auto& [k, v] : r.annotations())
+      std::cout << i << " annotation " << k << "=" << v << "\n";
     for (const auto& c : r.cdi_devices()) std::cout << i << " cdi " << c.name() << "\n";
   }
   kubelet.stop();

@@ -8,10 +8,14 @@ namespace gpufence::test {
 
 class PodResourcesServer::Service final : public v1::PodResourcesLister::Service {
  public:
-  Service(std::string resource, std::vector<PodAllocation> allocations, std::vector<std::string> allocatable)
-      : m_resource(std::move(resource)), m_allocations(std::move(allocations)), m_allocatable(std::move(allocatable)) {}
+  Service(std::string resource, std::vector<PodAllocation> allocations,
+          std::vector<std::string> allocatable)
+      : m_resource(std::move(resource)),
+        m_allocations(std::move(allocations)),
+        m_allocatable(std::move(allocatable)) {}
 
-  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*, v1::ListPodResourcesResponse* out) override {
+  grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
+                    v1::ListPodResourcesResponse* out) override {
     for (const auto& a : m_allocations) {
       v1::PodResources* pod = nullptr;
       for (auto& p : *out->mutable_pod_resources()) {
@@ -50,11 +54,15 @@ class PodResourcesServer::Service final : public v1::PodResourcesLister::Service
 };
 
 PodResourcesServer::PodResourcesServer(std::string socket_path, std::string resource_name,
-                                       std::vector<PodAllocation> allocations, std::vector<std::string> allocatable)
+                                       std::vector<PodAllocation> allocations,
+                                       std::vector<std::string> allocatable)
     : m_socket(std::move(socket_path)),
-      m_service(std::make_unique<Service>(std::move(resource_name), std::move(allocations), std::move(allocatable))) {}
+      m_service(std::make_unique<Service>(std::move(resource_name), std::move(allocations),
+                                          std::move(allocatable))) {}
 
-PodResourcesServer::~PodResourcesServer() { stop(); }
+PodResourcesServer::~PodResourcesServer() {
+  stop();
+}
 
 bool PodResourcesServer::start() {
   std::error_code ec;

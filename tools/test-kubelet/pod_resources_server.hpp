@@ -18,8 +18,8 @@ struct PodAllocation {
 
 class PodResourcesServer {
  public:
-  PodResourcesServer(std::string socket_path, std::string resource_name, std::vector<PodAllocation> allocations,
-                     std::vector<std::string> allocatable);
+  PodResourcesServer(std::string socket_path, std::string resource_name,
+                     std::vector<PodAllocation> allocations, std::vector<std::string> allocatable);
   ~PodResourcesServer();
   bool start();
   void stop();

@@ -15,13 +15,16 @@ namespace gpufence::test {
 class TestKubelet::RegistrationService final : public v1beta1::Registration::Service {
  public:
   explicit RegistrationService(TestKubelet& k) : m_k(k) {}
-  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* req, v1beta1::Empty*) override {
+  grpc::Status Register(grpc::ServerContext*, const v1beta1::RegisterRequest* req,
+                        v1beta1::Empty*) override {
     // The real kubelet refuses versions it does not support and bad resource names.
     if (req->version() != "v1beta1") {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unsupported version " + req->version());
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "unsupported version " + req->version());
     }
     if (req->resource_name().find('/') == std::string::npos) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "invalid resource name " + req->resource_name());
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "invalid resource name " + req->resource_name());
     }
     m_k.on_register(*req);
     return grpc::Status::OK;
@@ -35,7 +38,9 @@ TestKubelet::TestKubelet(std::filesystem::path plugin_dir) : m_dir(std::move(plu
   std::filesystem::create_directories(m_dir);
 }
 
-TestKubelet::~TestKubelet() { stop(); }
+TestKubelet::~TestKubelet() {
+  stop();
+}
 
 void TestKubelet::start() {
   // The kubelet's device manager removes every file in the plugin directory when it starts.
@@ -45,7 +50,8 @@ void TestKubelet::start() {
   }
   m_service = std::make_unique<RegistrationService>(*this);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix://" + (m_dir / "kubelet.sock").string(), grpc::InsecureServerCredentials());
+  builder.AddListeningPort("unix://" + (m_dir / "kubelet.sock").string(),
+                           grpc::InsecureServerCredentials());
   builder.RegisterService(m_service.get());
   m_server = builder.BuildAndStart();
 }
@@ -75,7 +81,8 @@ void TestKubelet::on_register(const v1beta1::RegisterRequest& req) {
   // Dial the plugin back and consume ListAndWatch, as the kubelet's endpoint does.
   if (m_stream_ctx) m_stream_ctx->TryCancel();
   if (m_stream_thread.joinable()) m_stream_thread.join();
-  auto channel = grpc::CreateChannel("unix://" + (m_dir / req.endpoint()).string(), grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel("unix://" + (m_dir / req.endpoint()).string(),
+                                     grpc::InsecureChannelCredentials());
   m_stream_ctx = std::make_unique<grpc::ClientContext>();
   grpc::ClientContext* ctx = m_stream_ctx.get();
   {
@@ -132,7 +139,8 @@ std::map<std::string, std::vector<long>> TestKubelet::numa_nodes() const {
   return m_numa;
 }
 
-bool TestKubelet::wait_devices(const std::function<bool(const Devices&)>& pred, std::chrono::milliseconds timeout) const {
+bool TestKubelet::wait_devices(const std::function<bool(const Devices&)>& pred,
+                               std::chrono::milliseconds timeout) const {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(m_mu);
   while (!pred(m_devices)) {
@@ -148,8 +156,8 @@ std::unique_ptr<v1beta1::DevicePlugin::Stub> TestKubelet::plugin_stub() {
 }
 
 grpc::Status TestKubelet::preferred(const std::vector<std::string>& available,
-                                   const std::vector<std::string>& must_include, int size,
-                                   std::vector<std::string>* out) {
+                                    const std::vector<std::string>& must_include, int size,
+                                    std::vector<std::string>* out) {
   auto stub = plugin_stub();
   if (!stub) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no plugin registered");
   v1beta1::PreferredAllocationRequest req;
@@ -162,7 +170,8 @@ grpc::Status TestKubelet::preferred(const std::vector<std::string>& available,
   v1beta1::PreferredAllocationResponse resp;
   auto st = stub->GetPreferredAllocation(&ctx, req, &resp);
   if (st.ok() && out) {
-    out->assign(resp.container_responses(0).deviceids().begin(), resp.container_responses(0).deviceids().end());
+    out->assign(resp.container_responses(0).deviceids().begin(),
+                resp.container_responses(0).deviceids().end());
   }
   return st;
 }
@@ -181,10 +190,12 @@ grpc::Status TestKubelet::allocate(const std::vector<std::vector<std::string>>& 
   return stub->Allocate(&ctx, req, out);
 }
 
-grpc::Status TestKubelet::admit(int count, v1beta1::ContainerAllocateResponse* out, std::vector<std::string>* ids) {
+grpc::Status TestKubelet::admit(int count, v1beta1::ContainerAllocateResponse* out,
+                                std::vector<std::string>* ids) {
   std::vector<std::string> available;
   for (const auto& [id, health] : devices()) {
-    if (health == "Healthy" && std::find(m_assigned.begin(), m_assigned.end(), id) == m_assigned.end()) {
+    if (health == "Healthy" &&
+        std::find(m_assigned.begin(), m_assigned.end(), id) == m_assigned.end()) {
       available.push_back(id);
     }
   }
@@ -215,7 +226,8 @@ Subprocess::Subprocess(const std::vector<std::string>& argv, const std::vector<s
   cenv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                   0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   // Children start with the default signal mask, whatever the test's threads block.
   posix_spawnattr_t attr;

@@ -40,14 +40,18 @@ class TestKubelet {
   using Devices = std::map<std::string, std::string>;  // id -> "Healthy"/"Unhealthy"
   Devices devices() const;
   std::map<std::string, std::vector<long>> numa_nodes() const;
-  bool wait_devices(const std::function<bool(const Devices&)>& pred, std::chrono::milliseconds timeout) const;
+  bool wait_devices(const std::function<bool(const Devices&)>& pred,
+                    std::chrono::milliseconds timeout) const;
 
-  grpc::Status preferred(const std::vector<std::string>& available, const std::vector<std::string>& must_include,
-                         int size, std::vector<std::string>* out);
-  grpc::Status allocate(const std::vector<std::vector<std::string>>& containers, v1beta1::AllocateResponse* out);
+  grpc::Status preferred(const std::vector<std::string>& available,
+                         const std::vector<std::string>& must_include, int size,
+                         std::vector<std::string>* out);
+  grpc::Status allocate(const std::vector<std::vector<std::string>>& containers,
+                        v1beta1::AllocateResponse* out);
   // What the kubelet does to admit one container asking for `count` devices: preferred
   // allocation among the healthy devices not yet given out, then Allocate.
-  grpc::Status admit(int count, v1beta1::ContainerAllocateResponse* out, std::vector<std::string>* ids = nullptr);
+  grpc::Status admit(int count, v1beta1::ContainerAllocateResponse* out,
+                     std::vector<std::string>* ids = nullptr);
   void release_all() { m_assigned.clear(); }
 
  private:
@@ -74,7 +78,8 @@ class TestKubelet {
 // A child process (the real plugin binary) that tests can signal and wait for.
 class Subprocess {
  public:
-  Subprocess(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log_path);
+  Subprocess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+             const std::string& log_path);
   ~Subprocess();
   pid_t pid() const { return m_pid; }
   bool running();
