@@ -1,4 +1,3 @@
-#include <glob.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -181,19 +180,7 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
       std::cerr << "gpufence setup check-containerd: " << cfg.error().message << "\n";
       return 2;
     }
-    auto merged = merge_imports(
-        *cfg, [&](const std::string& p) { return host.read(p); },
-        [&](const std::string& pattern) {
-          std::vector<std::string> out;
-          glob_t g{};
-          if (::glob(host.resolve(pattern).c_str(), 0, nullptr, &g) == 0) {
-            std::string root = host.root().native() == "/" ? "" : host.root().native();
-            for (size_t i = 0; i < g.gl_pathc; ++i)
-              out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
-          }
-          globfree(&g);
-          return out;
-        });
+    auto merged = merge_imports_from_host(*cfg, host);
     if (!merged) {
       std::cerr << "gpufence setup check-containerd: " << merged.error().message << "\n";
       return 2;

@@ -1,5 +1,6 @@
 #include "containerd/config.hpp"
 
+#include <glob.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -153,6 +154,21 @@ Result<ContainerdConfig> merge_imports(
     }
   }
   return merged;
+}
+
+Result<ContainerdConfig> merge_imports_from_host(const ContainerdConfig& main, const HostFs& host) {
+  return merge_imports(
+      main, [&](const std::string& p) { return host.read(p); },
+      [&](const std::string& pattern) {
+        std::vector<std::string> out;
+        glob_t g{};
+        if (::glob(host.resolve(pattern).c_str(), 0, nullptr, &g) == 0) {
+          std::string root = host.root().native() == "/" ? "" : host.root().native();
+          for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
+        }
+        globfree(&g);
+        return out;
+      });
 }
 
 std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,

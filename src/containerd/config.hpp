@@ -54,6 +54,9 @@ Result<ContainerdConfig> merge_imports(
     const std::function<Result<std::string>(const std::string&)>& read,
     const std::function<std::vector<std::string>(const std::string&)>& glob);
 
+// merge_imports with files read, and import globs expanded, under a HostFs root.
+Result<ContainerdConfig> merge_imports_from_host(const ContainerdConfig& main, const HostFs& host);
+
 struct ContainerdCheckOptions {
   std::vector<std::string> handlers = {"nvidia"};  // names RuntimeClasses use
   const HostFs* host = nullptr;                    // to check BinaryName; skipped when null

@@ -1,6 +1,5 @@
 #include "doctor/gather.hpp"
 
-#include <glob.h>
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -70,19 +69,7 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
       s.containerd_config = path;
       return;
     }
-    auto merged = merge_imports(
-        *cfg, [&](const std::string& p) { return host.read(p); },
-        [&](const std::string& pattern) {
-          std::vector<std::string> out;
-          glob_t g{};
-          if (::glob(host.resolve(pattern).c_str(), 0, nullptr, &g) == 0) {
-            std::string root = host.root().native() == "/" ? "" : host.root().native();
-            for (size_t i = 0; i < g.gl_pathc; ++i)
-              out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
-          }
-          globfree(&g);
-          return out;
-        });
+    auto merged = merge_imports_from_host(*cfg, host);
     ContainerdCheckOptions copt{opt.handlers, &host, true};
     s.containerd_findings = check_containerd_config(merged ? *merged : *cfg, copt);
     s.containerd_config = path;
