@@ -167,8 +167,8 @@ std::vector<Finding> judge(const Snapshot& s) {
                  "; NVIDIA_VISIBLE_DEVICES=", c.nvidia_visible_devices.value_or("(unset)")),
              "set CUDA_VISIBLE_DEVICES to the allocated UUID (gpufence-device-plugin and "
              "gpufence-runtime do), "
-             "and point the app's gpu-id at 0 of what it sees: `gpufence launch` rewrites "
-             "DeepStream configs"});
+             "and set the app's gpu-id to 0: it counts the GPUs the container sees, not the "
+             "node's"});
       }
 
       // The env should name exactly the allocation (or defer to mount markers).
@@ -208,8 +208,8 @@ std::vector<Finding> judge(const Snapshot& s) {
                        cat(path, " inside ", c.label(),
                            "; GPU nodes in its /dev: ", gpu_names(s, c.gpu_nodes_present),
                            "; CUDA_VISIBLE_DEVICES=", c.cuda_visible_devices.value_or("(unset)")),
-                       "gpu-id counts the GPUs the container sees, from 0: set gpu-id=0 (or run "
-                       "the app under `gpufence launch`)"});
+                       "gpu-id counts the GPUs the container sees, from 0: set gpu-id=0 in every "
+                       "[source*], [primary-gie], [sink*] group and nvinfer config"});
       }
     }
   }
