@@ -1,11 +1,16 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "common/file.hpp"
 #include "common/hostfs.hpp"
+#include "common/strings.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/gather.hpp"
 #include "doctor/report.hpp"
 #include "gpu/nvml_inventory.hpp"
+#include "kube/client.hpp"
+
+#include <cstdlib>
 
 namespace gpufence::cli {
 
@@ -14,6 +19,8 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
     GatherOptions gather;
     std::string pod_resources_socket, containerd_config;
     std::vector<std::string> handlers, runc_roots;
+    std::string kubeconfig, node_name;
+    bool in_cluster = false;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -36,6 +43,11 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                 "Extra runc state root to find bundles in (repeatable)");
   d->add_option("--resource-name", args->gather.resource_name, "Extended resource of the GPUs")
       ->capture_default_str();
+  d->add_option("--kubeconfig", args->kubeconfig,
+                "Read this node's pods, RuntimeClasses and capacity from the API server");
+  d->add_flag("--in-cluster", args->in_cluster, "Same, with the pod's service account");
+  d->add_option("--node-name", args->node_name,
+                "This node's name in the API (default: $NODE_NAME, else the host's hostname)");
   d->add_flag("--json", args->json, "JSON report (schema gpufence.doctor/v1)");
   d->footer(
       "Examples:\n"
@@ -60,8 +72,30 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                return 2;
              }
              auto nvml = NvmlInventory::open(nvml_library_path(ctx.nvml_library), host);
+             std::unique_ptr<KubeClient> kube;
+             std::string kube_error;
+             if (!args->kubeconfig.empty() || args->in_cluster) {
+               Result<KubeCredentials> creds = [&]() -> Result<KubeCredentials> {
+                 if (args->in_cluster) return credentials_in_cluster(HostFs("/"));
+                 auto text = read_file(args->kubeconfig);
+                 if (!text) return std::unexpected(text.error());
+                 return credentials_from_kubeconfig(*text, args->kubeconfig);
+               }();
+               if (creds)
+                 kube = make_rest_client(*creds);
+               else
+                 kube_error = creds.error().message;
+             }
+             std::string node = args->node_name;
+             if (node.empty()) {
+               if (const char* env = std::getenv("NODE_NAME"); env && *env)
+                 node = env;
+               else if (auto h = host.read("/etc/hostname"))
+                 node = std::string(trim(*h));
+             }
              Snapshot snap = gather_snapshot(host, nvml ? nvml->get() : nullptr,
-                                             nvml ? "" : nvml.error().message, opt);
+                                             nvml ? "" : nvml.error().message, opt, kube.get(),
+                                             kube_error, node);
              auto findings = judge(snap);
              if (args->json)
                std::cout << render_doctor_json(snap, findings).dump(2) << "\n";

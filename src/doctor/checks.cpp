@@ -1,6 +1,7 @@
 #include "doctor/checks.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "common/strings.hpp"
 #include "gpu/selector.hpp"
@@ -93,6 +94,9 @@ const std::vector<std::string>& doctor_check_ids() {
                                                "node.gpu-capacity",
                                                "node.gpu-not-allocatable",
                                                "deepstream.gpu-id-invisible",
+                                               "pod.runtimeclass-missing",
+                                               "pod.no-gpu-runtime",
+                                               "pod.env-visible-devices",
                                                "containerd.*"};
   return ids;
 }
@@ -231,8 +235,71 @@ std::vector<Finding> judge(const Snapshot& s) {
                    "gpufence-runtime and set CUDA_VISIBLE_DEVICES"});
   }
 
-  // What the kubelet can hand out, against the GPUs present.
-  if (s.allocatable && !s.gpus.empty()) {
+  // The API server's view: GPU pods and the runtime that enforces their allocation.
+  if (s.kube) {
+    std::string default_bin = s.containerd_default_binary;
+    std::string base =
+        default_bin.empty() ? "" : std::filesystem::path(default_bin).filename().string();
+    bool default_enforces =
+        base == "gpufence-runtime" || base.starts_with("nvidia-container-runtime");
+    for (const auto& pod : s.kube->pods) {
+      if (pod.gpus <= 0) continue;
+      std::string label = cat(pod.pod_namespace, "/", pod.name);
+      if (!pod.runtime_class.empty() && !s.kube->runtime_classes.contains(pod.runtime_class)) {
+        out.push_back({"pod.runtimeclass-missing", Severity::error,
+                       cat("pod ", label, " names RuntimeClass '", pod.runtime_class, "', which does not exist"),
+                       cat("spec.runtimeClassName = ", pod.runtime_class, "; RuntimeClasses: ",
+                           s.kube->runtime_classes.empty() ? std::string("none") : [&] {
+                             std::vector<std::string> n;
+                             for (const auto& [k, v] : s.kube->runtime_classes) n.push_back(k);
+                             return join(n, ", ");
+                           }()),
+                       "kubectl apply -f deploy/kubernetes/runtimeclass.yaml (handler nvidia), and run "
+                       "`gpufence setup containerd --runtime-name nvidia` on the node"});
+      }
+      if (pod.runtime_class.empty() && !default_enforces) {
+        out.push_back(
+            {"pod.no-gpu-runtime", pod.privileged ? Severity::error : Severity::warning,
+             cat("GPU pod ", label,
+                 " has no runtimeClassName and containerd's default runtime does not "
+                 "enforce GPU allocation",
+                 pod.privileged ? " (privileged: it sees every GPU)" : ""),
+             cat("requests ", pod.gpus, " ", s.resource_name, "; containerd default runtime runs ",
+                 default_bin.empty() ? std::string("plain runc") : default_bin),
+             "set runtimeClassName: nvidia in the pod spec (and `gpufence setup containerd`), or "
+             "make "
+             "the gpufence handler the default: `gpufence setup containerd --set-as-default`"});
+      }
+      for (const auto& env : pod.env_visible_devices) {
+        out.push_back({"pod.env-visible-devices", Severity::warning,
+                       cat("pod ", label, " sets NVIDIA_VISIBLE_DEVICES in its spec (", env, ")"),
+                       cat("pod spec container ", env),
+                       "remove it: the device plugin's Allocate answer sets the allocation; a "
+                       "pod-set value is "
+                       "either ignored or, with env-trusting runtimes, grants GPUs the kubelet "
+                       "never allocated"});
+      }
+    }
+    if (s.kube->capacity && !s.gpus.empty() &&
+        (*s.kube->capacity == 0 || *s.kube->capacity < static_cast<long>(s.gpus.size()))) {
+      out.push_back(
+          {"node.gpu-capacity", Severity::error,
+           cat("the node advertises ", *s.kube->capacity, " ", s.resource_name, " but ",
+               s.gpus.size(), " GPU(s) are present"),
+           cat("node status capacity ", s.resource_name, "=", *s.kube->capacity,
+               ", allocatable=", s.kube->allocatable.value_or(0), "; device plugin sockets: ",
+               s.plugin_sockets.empty() ? std::string("none") : join(s.plugin_sockets, ", ")),
+           "the device plugin is not registered (what keeps GPU Operator's validator at Init:3/4): "
+           "run "
+           "gpufence-device-plugin (deploy/kubernetes/device-plugin.yaml) with the kubelet's "
+           "plugin "
+           "directory"});
+    }
+  }
+
+  // What the kubelet can hand out, against the GPUs present (when the API did not already say).
+  bool capacity_judged = s.kube && s.kube->capacity;
+  if (!capacity_judged && s.allocatable && !s.gpus.empty()) {
     if (s.allocatable->empty()) {
       out.push_back(
           {"node.gpu-capacity", Severity::error,

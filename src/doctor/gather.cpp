@@ -7,6 +7,7 @@
 #include "common/strings.hpp"
 #include "containerd/config.hpp"
 #include "doctor/parse.hpp"
+#include "kube/client.hpp"
 #include "runtime/isolation.hpp"
 
 namespace gpufence {
@@ -57,6 +58,14 @@ std::vector<unsigned> numeric_pids(const HostFs& host) {
   return pids;
 }
 
+long quantity(const nlohmann::json& list, const std::string& key) {
+  if (!list.is_object() || !list.contains(key)) return 0;
+  const auto& v = list[key];
+  if (v.is_number_integer()) return v.get<long>();
+  if (v.is_string()) return parse_number<long>(v.get<std::string>()).value_or(0);
+  return 0;
+}
+
 void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt) {
   for (const auto& path : opt.containerd_configs) {
     auto text = host.read(path);
@@ -70,9 +79,14 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
       return;
     }
     auto merged = merge_imports_from_host(*cfg, host);
+    const ContainerdConfig& effective = merged ? *merged : *cfg;
     ContainerdCheckOptions copt{opt.handlers, &host, true};
-    s.containerd_findings = check_containerd_config(merged ? *merged : *cfg, copt);
+    s.containerd_findings = check_containerd_config(effective, copt);
     s.containerd_config = path;
+    std::string def = default_runtime_name(effective);
+    for (const auto& r : cri_runtimes(effective)) {
+      if (r.name == def && r.binary_name) s.containerd_default_binary = *r.binary_name;
+    }
     return;
   }
   // No file: containerd runs on built-in defaults, which have no GPU handler.
@@ -86,10 +100,75 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
 
 }  // namespace
 
+Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
+                                const std::string& resource_name) {
+  KubeView view;
+  auto node = kube.get("/api/v1/nodes/" + node_name);
+  if (!node) return std::unexpected(node.error());
+  const auto status = node->value("status", nlohmann::json::object());
+  view.capacity = quantity(status.value("capacity", nlohmann::json::object()), resource_name);
+  view.allocatable = quantity(status.value("allocatable", nlohmann::json::object()), resource_name);
+  auto classes = kube.get("/apis/node.k8s.io/v1/runtimeclasses");
+  if (!classes) return std::unexpected(classes.error());
+  for (const auto& rc : classes->value("items", nlohmann::json::array())) {
+    view.runtime_classes[rc.value("metadata", nlohmann::json::object()).value("name", "")] =
+        rc.value("handler", "");
+  }
+  auto pods = kube.get("/api/v1/pods?fieldSelector=spec.nodeName%3D" + node_name);
+  if (!pods) return std::unexpected(pods.error());
+  for (const auto& p : pods->value("items", nlohmann::json::array())) {
+    KubePod pod;
+    auto meta = p.value("metadata", nlohmann::json::object());
+    auto spec = p.value("spec", nlohmann::json::object());
+    pod.pod_namespace = meta.value("namespace", "");
+    pod.name = meta.value("name", "");
+    pod.runtime_class = spec.value("runtimeClassName", "");
+    for (const auto& c : spec.value("containers", nlohmann::json::array())) {
+      auto resources = c.value("resources", nlohmann::json::object());
+      pod.gpus += quantity(resources.value("limits", nlohmann::json::object()), resource_name);
+      if (c.value("securityContext", nlohmann::json::object()).value("privileged", false))
+        pod.privileged = true;
+      for (const auto& e : c.value("env", nlohmann::json::array())) {
+        if (e.value("name", "") == "NVIDIA_VISIBLE_DEVICES") {
+          pod.env_visible_devices.push_back(c.value("name", "") + ": " + e.value("value", ""));
+        }
+      }
+    }
+    view.pods.push_back(std::move(pod));
+  }
+  return view;
+}
+
 Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
-                         const std::string& inventory_error, const GatherOptions& opt) {
+                         const std::string& inventory_error, const GatherOptions& options,
+                         KubeClient* kube, const std::string& kube_error,
+                         const std::string& node_name) {
   Snapshot s;
+  GatherOptions opt = options;
   s.resource_name = opt.resource_name;
+
+  // The API server's view first: the RuntimeClasses GPU pods use are the handlers to check.
+  if (kube) {
+    auto view = read_kube_view(*kube, node_name, opt.resource_name);
+    if (view) {
+      for (const auto& pod : view->pods) {
+        if (pod.gpus <= 0 || pod.runtime_class.empty()) continue;
+        auto rc = view->runtime_classes.find(pod.runtime_class);
+        if (rc == view->runtime_classes.end()) continue;
+        if (std::find(opt.handlers.begin(), opt.handlers.end(), rc->second) == opt.handlers.end()) {
+          opt.handlers.push_back(rc->second);
+        }
+      }
+      s.kube = std::move(*view);
+    } else {
+      s.skipped.push_back("Kubernetes API: " + view.error().message);
+    }
+  } else {
+    s.skipped.push_back("Kubernetes API: " +
+                        (kube_error.empty()
+                             ? std::string("not asked (--kubeconfig or --in-cluster)")
+                             : kube_error));
+  }
 
   // GPUs and their processes.
   if (!inventory) {

@@ -32,9 +32,18 @@ struct GatherOptions {
   std::string resource_name = "nvidia.com/gpu";
 };
 
-// `inventory` may be null (NVML unavailable: `inventory_error` says why).
+class KubeClient;
+
+// `inventory` may be null (NVML unavailable: `inventory_error` says why); so may `kube` (no API
+// access: `kube_error` says why). `node_name` picks this node's objects in the API.
 Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
-                         const std::string& inventory_error, const GatherOptions& options);
+                         const std::string& inventory_error, const GatherOptions& options,
+                         KubeClient* kube = nullptr, const std::string& kube_error = "",
+                         const std::string& node_name = "");
+
+// The API server's view of one node: its capacity, its pods, the RuntimeClasses.
+Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
+                                const std::string& resource_name);
 
 // The helper behind --probe: a child process joins the container's devices cgroup and opens
 // each GPU node (the container's own, or a temporary node for one it does not have); EPERM means

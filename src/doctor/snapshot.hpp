@@ -37,14 +37,33 @@ struct KubeletAllocation {
   std::vector<std::string> device_ids;  // nvidia.com/gpu ids (UUIDs or indices)
 };
 
+// A pod on this node as the API server describes it.
+struct KubePod {
+  std::string pod_namespace, name;
+  std::string runtime_class;  // spec.runtimeClassName, "" when unset
+  long gpus = 0;              // sum of the resource's limits over its containers
+  bool privileged = false;    // any container with securityContext.privileged
+  std::vector<std::string>
+      env_visible_devices;  // "container: value" of NVIDIA_VISIBLE_DEVICES set in the spec
+};
+
+struct KubeView {
+  std::optional<long> capacity, allocatable;           // the node's, for the resource
+  std::map<std::string, std::string> runtime_classes;  // name -> handler
+  std::vector<KubePod> pods;
+};
+
 struct Snapshot {
   std::vector<NodeGpu> gpus;
   std::vector<NodeContainer> containers;
   std::optional<std::vector<KubeletAllocation>> allocations;  // nullopt: PodResources unreadable
   std::optional<std::vector<std::string>> allocatable;  // nvidia.com/gpu ids the kubelet can give
   std::string resource_name = "nvidia.com/gpu";
+  std::optional<KubeView> kube;  // nullopt: no API access (skipped says why)
   std::vector<Finding> containerd_findings;
-  std::string containerd_config;            // path read, "" if none
+  std::string
+      containerd_default_binary;  // BinaryName of containerd's default runtime, "" = plain runc
+  std::string containerd_config;  // path read, "" if none
   std::vector<std::string> plugin_sockets;  // device plugin sockets present
   std::vector<std::string> skipped;         // "NVML: cannot load ...", "kubelet: ..."
 };

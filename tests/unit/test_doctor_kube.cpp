@@ -1,0 +1,189 @@
+// The doctor with the API server's view, against a test API server (none can be installed here):
+// kubeconfig reading, the pod/RuntimeClass/capacity checks, and API failures.
+#include <gtest/gtest.h>
+
+#include "common/file.hpp"
+#include "doctor/checks.hpp"
+#include "doctor/gather.hpp"
+#include "kube/client.hpp"
+#include "support/fake_node.hpp"
+#include "support/test_api_server.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+
+namespace {
+
+std::string pod(const std::string& name, const std::string& runtime_class, int gpus,
+                bool privileged = false, const std::string& env_value = "") {
+  std::string env = env_value.empty() ? ""
+                                      : R"(,"env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":")" +
+                                            env_value + "\"}]";
+  std::string rc = runtime_class.empty() ? "" : R"("runtimeClassName":")" + runtime_class + "\",";
+  return R"({"metadata":{"name":")" + name + R"(","namespace":"video"},"spec":{)" + rc +
+         R"("containers":[{"name":"deepstream","resources":{"limits":{"nvidia.com/gpu":")" +
+         std::to_string(gpus) + R"("}},"securityContext":{"privileged":)" +
+         (privileged ? "true" : "false") + "}" + env + "}]}}";
+}
+
+class DoctorKube : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_node = std::make_unique<test::FakeNode>(m_dir.path());
+    m_inv.list = test::fake_gpus(2);
+    m_api.set(
+        "/api/v1/nodes/gpu-1", 200,
+        R"({"status":{"capacity":{"nvidia.com/gpu":"2"},"allocatable":{"nvidia.com/gpu":"2"}}})");
+    m_api.set("/apis/node.k8s.io/v1/runtimeclasses", 200,
+              R"({"items":[{"metadata":{"name":"nvidia"},"handler":"nvidia"}]})");
+    pods({});
+    m_dir.write("usr/local/bin/gpufence-runtime", "#!/bin/sh\n");
+    std::filesystem::permissions(m_dir / "usr/local/bin/gpufence-runtime",
+                                 std::filesystem::perms::owner_all);
+    m_node->write("etc/containerd/config.toml",
+                  "version = "
+                  "2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\nruntime_"
+                  "type = \"io.containerd.runc.v2\"\n"
+                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_"
+                  "type = \"io.containerd.runc.v2\"\n"
+                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]"
+                  "\nBinaryName = \"/usr/local/bin/gpufence-runtime\"\n");
+  }
+  void pods(const std::vector<std::string>& items) {
+    std::string body = R"({"items":[)";
+    for (size_t i = 0; i < items.size(); ++i) body += (i ? "," : "") + items[i];
+    m_api.set("/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-1", 200, body + "]}");
+  }
+  std::vector<std::string> run() {
+    auto creds = credentials_from_kubeconfig(m_api.kubeconfig(), (m_dir / "kubeconfig").string());
+    EXPECT_TRUE(creds) << creds.error().message;
+    auto client = make_rest_client(*creds);
+    m_snap = gather_snapshot(HostFs(m_dir.path()), &m_inv, "", {}, client.get(), "", "gpu-1");
+    std::vector<std::string> out;
+    for (const auto& f : judge(m_snap)) out.push_back(f.id);
+    return out;
+  }
+
+  test::TempDir m_dir;
+  std::unique_ptr<test::FakeNode> m_node;
+  test::FakeInventory m_inv;
+  test::TestApiServer m_api;
+  Snapshot m_snap;
+};
+
+}  // namespace
+
+TEST_F(DoctorKube, CleanClusterIsClean) {
+  pods({pod("ds-a", "nvidia", 1), pod("web", "", 0)});
+  EXPECT_TRUE(run().empty());
+  ASSERT_TRUE(m_snap.kube.has_value());
+  EXPECT_EQ(m_snap.kube->pods.size(), 2u);
+  EXPECT_EQ(m_snap.kube->capacity, 2);
+}
+
+TEST_F(DoctorKube, RuntimeClassMissing) {
+  pods({pod("ds-a", "nvidia-gpu", 1)});
+  EXPECT_EQ(run(), (std::vector<std::string>{"pod.runtimeclass-missing"}));
+}
+
+TEST_F(DoctorKube, RuntimeClassHandlerWithoutContainerdRuntime) {
+  m_api.set("/apis/node.k8s.io/v1/runtimeclasses", 200,
+            R"({"items":[{"metadata":{"name":"gpu"},"handler":"gpu-handler"}]})");
+  pods({pod("ds-a", "gpu", 1)});
+  auto found = run();
+  EXPECT_NE(std::find(found.begin(), found.end(), "containerd.handler-missing"), found.end());
+}
+
+TEST_F(DoctorKube, GpuPodWithoutRuntimeClassOnPlainRunc) {
+  pods({pod("ds-a", "", 1, /*privileged=*/true)});
+  auto findings = judge((run(), m_snap));
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].id, "pod.no-gpu-runtime");
+  EXPECT_EQ(findings[0].severity, Severity::error) << "privileged: it sees every GPU";
+  // With the gpufence handler as containerd's default, the same pod is fine.
+  m_node->write(
+      "etc/containerd/config.toml",
+      "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = "
+      "\"nvidia\"\n"
+      "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = "
+      "\"io.containerd.runc.v2\"\n"
+      "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = "
+      "\"/usr/local/bin/gpufence-runtime\"\n");
+  EXPECT_TRUE(run().empty());
+}
+
+TEST_F(DoctorKube, PodSetsVisibleDevices) {
+  pods({pod("ds-a", "nvidia", 1, false, "all")});
+  EXPECT_EQ(run(), (std::vector<std::string>{"pod.env-visible-devices"}));
+}
+
+TEST_F(DoctorKube, NodeCapacityZeroMeansNoPlugin) {
+  m_api.set("/api/v1/nodes/gpu-1", 200,
+            R"({"status":{"capacity":{"cpu":"8"},"allocatable":{"cpu":"8"}}})");
+  auto findings = judge((run(), m_snap));
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].id, "node.gpu-capacity");
+  EXPECT_NE(findings[0].evidence.find("capacity nvidia.com/gpu=0"), std::string::npos);
+}
+
+TEST_F(DoctorKube, ApiFailuresAreSkippedNotFatal) {
+  m_api.set("/api/v1/nodes/gpu-1", 401, R"({"kind":"Status","message":"Unauthorized","code":401})");
+  EXPECT_TRUE(run().empty());
+  EXPECT_FALSE(m_snap.kube.has_value());
+  bool named = false;
+  for (const auto& s : m_snap.skipped)
+    named |= s.find("HTTP 401 (Unauthorized)") != std::string::npos;
+  EXPECT_TRUE(named);
+  m_api.set("/api/v1/nodes/gpu-1", 500, "oops");
+  run();
+  EXPECT_FALSE(m_snap.kube.has_value());
+  m_api.set("/api/v1/nodes/gpu-1", 200, "{not json");
+  run();
+  EXPECT_FALSE(m_snap.kube.has_value());
+}
+
+TEST(KubeConfig, ReadsCurrentContextInlineDataAndFiles) {
+  test::TempDir dir;
+  dir.write("ca.pem", "CA-PEM");
+  std::string cfg = R"(apiVersion: v1
+current-context: b
+clusters:
+- name: ca
+  cluster: {server: "https://a:6443", certificate-authority-data: "QS1DQQ=="}
+- name: cb
+  cluster: {server: "https://b:6443/", certificate-authority: ca.pem}
+contexts:
+- name: a
+  context: {cluster: ca, user: ua}
+- name: b
+  context: {cluster: cb, user: ub}
+users:
+- name: ua
+  user: {token: aaa}
+- name: ub
+  user: {token: bbb, client-certificate-data: "Q0VSVA==", client-key-data: "S0VZ"}
+)";
+  auto c = credentials_from_kubeconfig(cfg, (dir / "config").string());
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->server, "https://b:6443");
+  EXPECT_EQ(c->ca_pem, "CA-PEM");
+  EXPECT_EQ(c->token, "bbb");
+  EXPECT_EQ(c->client_cert_pem, "CERT");
+  EXPECT_EQ(c->client_key_pem, "KEY");
+  EXPECT_FALSE(credentials_from_kubeconfig("current-context: x\n", "k"));
+  EXPECT_FALSE(credentials_from_kubeconfig("{{{", "k"));
+  auto missing_file = credentials_from_kubeconfig(
+      "current-context: a\nclusters: [{name: c, cluster: {server: 'https://x', "
+      "certificate-authority: /nope.pem}}]\n"
+      "contexts: [{name: a, context: {cluster: c, user: u}}]\n",
+      "k");
+  ASSERT_FALSE(missing_file);
+  EXPECT_NE(missing_file.error().message.find("/nope.pem"), std::string::npos);
+}
+
+TEST(KubeConfig, InClusterNeedsTheServiceAccount) {
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  auto c = credentials_in_cluster(HostFs("/"));
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("not in a pod"), std::string::npos);
+}
