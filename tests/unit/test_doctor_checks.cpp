@@ -249,7 +249,8 @@ TEST_F(DoctorChecks, BrokenInputsNeverCrashAndSkippedLayersAreNamed) {
   EXPECT_NE(text.find("kubelet: no PodResources socket"), std::string::npos);
   auto json = render_doctor_json(snap, judge(snap));
   EXPECT_EQ(json["schema"], "gpufence.doctor/v1");
-  EXPECT_EQ(json["skipped"].size(), 2u);
+  EXPECT_EQ(json["skipped"].size(), 3u) << "NVML, kubelet, Kubernetes API";
+  EXPECT_NE(text.find("Kubernetes API: not asked"), std::string::npos);
 }
 
 TEST_F(DoctorChecks, DeadKubeletSocketIsSkippedNotFatal) {
