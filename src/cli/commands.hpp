@@ -18,6 +18,7 @@ struct Context {
   std::string log_file;
   std::string log_level = "warn";
   Logger log{LogLevel::warn};
+  std::vector<std::string> after_double_dash;  // `gpufence launch ... -- APP ARGS`: the app's argv
 };
 
 // A subcommand's body; returns the process exit code.
@@ -31,5 +32,6 @@ std::vector<Command> add_list_command(CLI::App& app, Context& ctx);
 std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx);
 std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx);
 std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx);
+std::vector<Command> add_launch_command(CLI::App& app, Context& ctx);
 
 }  // namespace gpufence::cli

@@ -22,7 +22,20 @@ int main(int argc, char** argv) try {
   for (auto& c : cli::add_setup_commands(app, ctx)) commands.push_back(c);
   for (auto& c : cli::add_cdi_commands(app, ctx)) commands.push_back(c);
   for (auto& c : cli::add_doctor_command(app, ctx)) commands.push_back(c);
+  for (auto& c : cli::add_launch_command(app, ctx)) commands.push_back(c);
 
+  // `launch ... -- APP ARGS`: what follows "--" is the app's own command line, whatever flags it
+  // holds, so it never reaches CLI11.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "launch") continue;
+    for (int j = i + 1; j < argc; ++j) {
+      if (std::string_view(argv[j]) != "--") continue;
+      ctx.after_double_dash.assign(argv + j + 1, argv + argc);
+      argc = j;
+      break;
+    }
+    break;
+  }
   CLI11_PARSE(app, argc, argv);
 
   auto level = parse_log_level(ctx.log_level);

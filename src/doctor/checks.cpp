@@ -172,7 +172,7 @@ std::vector<Finding> judge(const Snapshot& s) {
              "set CUDA_VISIBLE_DEVICES to the allocated UUID (gpufence-device-plugin and "
              "gpufence-runtime do), "
              "and set the app's gpu-id to 0: it counts the GPUs the container sees, not the "
-             "node's"});
+             "node's (`gpufence launch --config <ds config> -- <app>` does both)"});
       }
 
       // The env should name exactly the allocation (or defer to mount markers).
@@ -213,7 +213,8 @@ std::vector<Finding> judge(const Snapshot& s) {
                            "; GPU nodes in its /dev: ", gpu_names(s, c.gpu_nodes_present),
                            "; CUDA_VISIBLE_DEVICES=", c.cuda_visible_devices.value_or("(unset)")),
                        "gpu-id counts the GPUs the container sees, from 0: set gpu-id=0 in every "
-                       "[source*], [primary-gie], [sink*] group and nvinfer config"});
+                       "group and nvinfer config, or start the app with `gpufence launch --config "
+                       "<this file> -- <app>`"});
       }
     }
   }
