@@ -8,6 +8,8 @@ int main(int argc, char** argv) try {
   cli::Context ctx;
   CLI::App app{"gpufence: exclusive, provable GPU allocation on Kubernetes nodes"};
   app.require_subcommand(1);
+  // Global flags work after the subcommand too: `gpufence doctor --host-root /host`.
+  app.fallthrough();
   app.add_option("--host-root", ctx.host_root,
                  "Read the host's /proc, /sys, /dev, /etc under this root")
       ->capture_default_str();

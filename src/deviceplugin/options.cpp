@@ -51,6 +51,7 @@ Result<std::optional<std::chrono::milliseconds>> parse_duration(std::string_view
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
   auto value = parse_number<std::uint64_t>(text.substr(0, digits));
   std::string_view unit = text.substr(digits);
+  if (unit.empty()) unit = "s";  // a bare number is seconds
   if (!value)
     return fail(Errc::invalid_argument, "duration '", text, "' must be like 30s, 5m or 1500ms");
   std::uint64_t ms = 0;

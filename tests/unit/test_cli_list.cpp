@@ -68,3 +68,11 @@ TEST(CliList, ZeroGpus) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(nlohmann::json::parse(r.out)["gpus"].empty());
 }
+
+TEST(CliList, GlobalFlagsWorkAfterTheSubcommand) {
+  auto r = test::run_command({test::bin_path("gpufence"), "list", "--json", "--nvml-library", test::mock_nvml_library()},
+                             {"MOCK_NVML_CONFIG=" + test::source_path("tools/mock-nvml/examples/two-rtx3080.json"),
+                              "GPUFENCE_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["gpus"].size(), 2u);
+}

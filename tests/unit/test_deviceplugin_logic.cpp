@@ -190,6 +190,7 @@ TEST(Options, Parsing) {
   EXPECT_EQ(parse_duration("10m").value(), std::optional<std::chrono::milliseconds>(600000ms));
   EXPECT_EQ(parse_duration("1500ms").value(), std::optional<std::chrono::milliseconds>(1500ms));
   EXPECT_FALSE(parse_duration("off").value().has_value());
-  EXPECT_FALSE(parse_duration("10"));
+  EXPECT_EQ(parse_duration("10").value(), std::optional<std::chrono::milliseconds>(10000ms)) << "bare number: seconds";
+  EXPECT_FALSE(parse_duration("10d"));
   EXPECT_FALSE(parse_duration("ten"));
 }
