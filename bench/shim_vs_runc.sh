@@ -19,13 +19,7 @@ if [ "$where" = tmpfs ]; then mount -t tmpfs -o size=256m gpufence-bench "$work"
 node=$work/node
 gf_make_node_root "$node"
 export MOCK_NVML_CONFIG=$here/tools/mock-nvml/examples/two-rtx3080.json
-cat > "$work/runtime.toml" <<TOML
-[log]
-file = "$work/runtime.log"
-[devices]
-root = "$node"
-nvml_library = "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
-TOML
+gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
 export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 b=$work/bundle
 mkdir -p "$b"

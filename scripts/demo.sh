@@ -39,12 +39,7 @@ GPU=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05
 
 node=$work/node
 gf_make_node_root "$node"
-cat > "$work/runtime.toml" <<TOML
-[log]
-file = "$work/gpufence-runtime.log"
-[devices]
-root = "$node"
-TOML
+gf_write_runtime_config "$work/runtime.toml" "$node" "$work/gpufence-runtime.log"
 export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 
 echo "== The simulated node (gpufence list) =="

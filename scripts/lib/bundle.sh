@@ -84,3 +84,12 @@ JSON
 gf_marker_mount() {  # gf_marker_mount ID -> a kubelet volume-mounts marker
   printf '{"destination":"/var/run/nvidia-container-devices/%s","type":"bind","source":"/dev/null","options":["rbind","ro"]}' "$1"
 }
+
+# gf_write_runtime_config FILE NODE_ROOT LOG_FILE [NVML_LIBRARY]: a gpufence-runtime config for a
+# simulated node (device nodes and driver procfs under NODE_ROOT).
+gf_write_runtime_config() {
+  {
+    printf '[log]\nfile = "%s"\n[devices]\nroot = "%s"\n' "$3" "$2"
+    [ -n "${4:-}" ] && printf 'nvml_library = "%s"\n' "$4"
+  } > "$1"
+}

@@ -39,13 +39,7 @@ gf_make_node_root "$node"
 nvml_cfg=$src/tools/mock-nvml/examples/two-rtx3080.json
 GPU0=GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01
 GPU1=GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2
-cat > "$work/runtime.toml" <<TOML
-[log]
-file = "$work/runtime.log"
-[devices]
-root = "$node"
-nvml_library = "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
-TOML
+gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
 export MOCK_NVML_CONFIG=$nvml_cfg
 export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 shim=$build/bin/gpufence-runtime

@@ -16,6 +16,19 @@ void FakeNode::write(const std::string& rel, const std::string& content) const {
   std::ofstream(p, std::ios::binary) << content;
 }
 
+void FakeNode::install_gpufence_handler() const {
+  write("usr/local/bin/gpufence-runtime", "#!/bin/sh\n");
+  std::filesystem::permissions(m_root / "usr/local/bin/gpufence-runtime", std::filesystem::perms::owner_all);
+  write("etc/containerd/config.toml",
+        "version = 2\n"
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
+        "runtime_type = \"io.containerd.runc.v2\"\n"
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n"
+        "runtime_type = \"io.containerd.runc.v2\"\n"
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
+        "BinaryName = \"/usr/local/bin/gpufence-runtime\"\n");
+}
+
 std::string FakeNode::add(const FakeContainer& c) {
   char id[65];
   std::snprintf(id, sizeof id, "%064x", m_next++);

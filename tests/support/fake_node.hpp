@@ -46,6 +46,9 @@ class FakeNode {
   // Adds a container and returns its 64-hex id.
   std::string add(const FakeContainer& c);
   void write(const std::string& rel, const std::string& content) const;
+  // /usr/local/bin/gpufence-runtime and an /etc/containerd/config.toml whose "nvidia" handler
+  // runs it: a node where containerd is set up right.
+  void install_gpufence_handler() const;
   const std::filesystem::path& root() const { return m_root; }
 
  private:

@@ -25,17 +25,7 @@ class DoctorChecks : public ::testing::Test {
     m_node = std::make_unique<test::FakeNode>(m_dir.path());
     m_inv.list = test::fake_gpus(2);
     // A containerd config with a correct handler, so containerd findings stay out of the way.
-    m_dir.write("usr/local/bin/gpufence-runtime", "#!/bin/sh\n");
-    std::filesystem::permissions(m_dir / "usr/local/bin/gpufence-runtime",
-                                 std::filesystem::perms::owner_all);
-    m_node->write("etc/containerd/config.toml",
-                  "version = "
-                  "2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\nruntime_"
-                  "type = \"io.containerd.runc.v2\"\n"
-                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_"
-                  "type = \"io.containerd.runc.v2\"\n"
-                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]"
-                  "\nBinaryName = \"/usr/local/bin/gpufence-runtime\"\n");
+    m_node->install_gpufence_handler();
   }
   std::string uuid(unsigned i) { return m_inv.list[i].uuid; }
   void kubelet(std::vector<test::PodAllocation> allocations,

@@ -37,17 +37,7 @@ class DoctorKube : public ::testing::Test {
     m_api.set("/apis/node.k8s.io/v1/runtimeclasses", 200,
               R"({"items":[{"metadata":{"name":"nvidia"},"handler":"nvidia"}]})");
     pods({});
-    m_dir.write("usr/local/bin/gpufence-runtime", "#!/bin/sh\n");
-    std::filesystem::permissions(m_dir / "usr/local/bin/gpufence-runtime",
-                                 std::filesystem::perms::owner_all);
-    m_node->write("etc/containerd/config.toml",
-                  "version = "
-                  "2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\nruntime_"
-                  "type = \"io.containerd.runc.v2\"\n"
-                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_"
-                  "type = \"io.containerd.runc.v2\"\n"
-                  "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]"
-                  "\nBinaryName = \"/usr/local/bin/gpufence-runtime\"\n");
+    m_node->install_gpufence_handler();
   }
   void pods(const std::vector<std::string>& items) {
     std::string body = R"({"items":[)";
