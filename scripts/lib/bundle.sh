@@ -90,6 +90,6 @@ gf_marker_mount() {  # gf_marker_mount ID -> a kubelet volume-mounts marker
 gf_write_runtime_config() {
   {
     printf '[log]\nfile = "%s"\n[devices]\nroot = "%s"\n' "$3" "$2"
-    [ -n "${4:-}" ] && printf 'nvml_library = "%s"\n' "$4"
+    if [ -n "${4:-}" ]; then printf 'nvml_library = "%s"\n' "$4"; fi
   } > "$1"
 }
