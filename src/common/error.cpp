@@ -20,6 +20,8 @@ std::string_view errc_name(Errc code) {
       return "denied";
     case Errc::rpc:
       return "rpc";
+    case Errc::conflict:
+      return "conflict";
     case Errc::internal:
       return "internal";
   }

@@ -21,6 +21,7 @@ enum class Errc {
   unsupported,       // valid input that gpufence does not handle yet (MIG)
   denied,            // policy refused: isolation cannot be proven
   rpc,               // a gRPC or HTTP peer failed
+  conflict,          // a write lost a race (HTTP 409): re-read and try again
   internal,          // a broken invariant of our own
 };
 

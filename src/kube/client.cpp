@@ -61,14 +61,22 @@ class RestClient final : public KubeClient {
  public:
   explicit RestClient(KubeCredentials c) : m_c(std::move(c)) {}
 
-  Result<nlohmann::json> get(const std::string& path) override {
+  Result<nlohmann::json> request(const std::string& method, const std::string& path,
+                                 const std::string& request_body) override {
     CURL* curl = curl_easy_init();
     if (!curl) return fail(Errc::rpc, "curl_easy_init failed");
     std::string body, url = m_c.server + path;
     curl_slist* headers = curl_slist_append(nullptr, "Accept: application/json");
+    if (!request_body.empty())
+      headers = curl_slist_append(headers, "Content-Type: application/json");
     if (!m_c.token.empty())
       headers = curl_slist_append(headers, ("Authorization: Bearer " + m_c.token).c_str());
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+    if (!request_body.empty()) {
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request_body.c_str());
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(request_body.size()));
+    }
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
@@ -93,20 +101,20 @@ class RestClient final : public KubeClient {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
-    if (rc != CURLE_OK) return fail(Errc::rpc, "GET ", url, ": ", curl_easy_strerror(rc));
+    if (rc != CURLE_OK) return fail(Errc::rpc, method, " ", url, ": ", curl_easy_strerror(rc));
     if (status < 200 || status >= 300) {
       std::string reason;
       try {
         reason = nlohmann::json::parse(body).value("message", "");
       } catch (const nlohmann::json::exception&) {
       }
-      return fail(Errc::rpc, "GET ", url, ": HTTP ", status,
+      return fail(status == 409 ? Errc::conflict : Errc::rpc, method, " ", url, ": HTTP ", status,
                   reason.empty() ? "" : " (" + reason + ")");
     }
     try {
       return nlohmann::json::parse(body);
     } catch (const nlohmann::json::exception& e) {
-      return fail(Errc::parse, "GET ", url, ": answer is not JSON: ", e.what());
+      return fail(Errc::parse, method, " ", url, ": answer is not JSON: ", e.what());
     }
   }
 

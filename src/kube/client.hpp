@@ -15,8 +15,11 @@ namespace gpufence {
 class KubeClient {
  public:
   virtual ~KubeClient() = default;
-  // GET `path` ("/api/v1/nodes/x"); non-2xx answers are errors naming the status and path.
-  virtual Result<nlohmann::json> get(const std::string& path) = 0;
+  // `method` ("GET", "PUT") on `path` ("/api/v1/nodes/x") with a JSON `body`; non-2xx answers
+  // are errors naming the status and path (409 is Errc::conflict).
+  virtual Result<nlohmann::json> request(const std::string& method, const std::string& path,
+                                         const std::string& body = "") = 0;
+  Result<nlohmann::json> get(const std::string& path) { return request("GET", path); }
 };
 
 struct KubeCredentials {
