@@ -93,3 +93,20 @@ gf_write_runtime_config() {
     if [ -n "${4:-}" ]; then printf 'nvml_library = "%s"\n' "$4"; fi
   } > "$1"
 }
+
+# gf_runc_preflight PROBE: can this machine run a container at all? Prints why not and returns 1.
+# (A sandbox without namespaces or cgroups is an environment problem, not a gpufence failure.)
+gf_runc_preflight() {
+  local dir out
+  dir=$(mktemp -d /tmp/gpufence-preflight-XXXXXX)
+  mkdir -p "$dir/b"
+  gf_make_rootfs "$dir/b/rootfs" "$1"
+  gf_write_spec "$dir/b" unprivileged '["/bin/true"]' "" "" ""
+  if ! out=$(runc --root "$dir/state" run --bundle "$dir/b" "preflight-$$" 2>&1 </dev/null); then
+    echo "this machine cannot run a plain runc container: $out"
+    runc --root "$dir/state" delete --force "preflight-$$" >/dev/null 2>&1
+    rm -rf "$dir"
+    return 1
+  fi
+  rm -rf "$dir"
+}

@@ -37,6 +37,13 @@ start_containerd() {
 stop_containerd() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=""; }
 cri_ok() { ctr --address "$work/containerd.sock" plugins ls | grep -qE 'io\.containerd\.grpc\.v1 +cri .* ok'; }
 
+# Can a containerd run here at all (private root, state and socket)? If not, say why and skip.
+{ private_header; } > "$work/preflight.toml"
+if ! start_containerd "$work/preflight.toml" >/dev/null; then
+  skip "this machine cannot run containerd: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
+fi
+stop_containerd
+
 case ${1:?usage: containerd.sh CASE} in
   setup-default-config)
     # containerd config default has its own [grpc] table: take root/state from our header only.

@@ -4,6 +4,8 @@ set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:?}
 [ "$(id -u)" = 0 ] || { echo "SKIP: the demo needs root (runc, mknod)"; exit 77; }
 command -v runc >/dev/null || { echo "SKIP: runc is not installed"; exit 77; }
+. "$src/scripts/lib/bundle.sh"
+why=$(gf_runc_preflight "${GPUFENCE_BUILD_DIR:?}/bin/gpufence-probe") || { echo "SKIP: $why"; exit 77; }
 before_dirs=$(ls -d /tmp/gpufence-demo-* 2>/dev/null | wc -l)
 out=$(bash "$src/scripts/demo.sh" 2>&1)
 rc=$?

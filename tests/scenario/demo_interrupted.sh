@@ -5,6 +5,8 @@ set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:?}
 [ "$(id -u)" = 0 ] || { echo "SKIP: the demo needs root (runc, mknod)"; exit 77; }
 command -v runc >/dev/null || { echo "SKIP: runc is not installed"; exit 77; }
+. "$src/scripts/lib/bundle.sh"
+why=$(gf_runc_preflight "${GPUFENCE_BUILD_DIR:?}/bin/gpufence-probe") || { echo "SKIP: $why"; exit 77; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 setsid bash "$src/scripts/demo.sh" > "$log" 2>&1 &

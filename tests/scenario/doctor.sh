@@ -11,6 +11,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run runc"
 command -v runc >/dev/null || skip "runc is not installed"
 [ -d /sys/fs/cgroup/devices ] || skip "needs the cgroup v1 devices controller (this test reads devices.list)"
+why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
 
 work=$(mktemp -d /tmp/gpufence-doc-XXXXXX)
 state=$work/state

@@ -14,6 +14,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 command -v runc >/dev/null || skip "runc is not installed (apt-get install runc)"
 command -v busybox >/dev/null || [ -x /bin/busybox ] || skip "busybox-static is not installed"
 
+why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
 case_name=${1:?usage: runtime.sh CASE}
 work=$(mktemp -d /tmp/gpufence-scn-XXXXXX)
 state=$work/state
