@@ -8,14 +8,6 @@
 namespace gpufence {
 namespace {
 
-long quantity(const nlohmann::json& list, const std::string& key) {
-  if (!list.is_object() || !list.contains(key)) return 0;
-  const auto& v = list[key];
-  if (v.is_number_integer()) return v.get<long>();
-  if (v.is_string()) return parse_number<long>(v.get<std::string>()).value_or(0);
-  return 0;
-}
-
 std::string url_escape(std::string_view s) {
   std::string out;
   for (unsigned char c : s) {
@@ -39,7 +31,7 @@ Result<long> free_gpus(KubeClient& kube, const std::string& node_selector,
   std::set<std::string> names;
   for (const auto& n : nodes->value("items", nlohmann::json::array())) {
     names.insert(n.value("metadata", nlohmann::json::object()).value("name", ""));
-    allocatable += quantity(
+    allocatable += resource_quantity(
         n.value("status", nlohmann::json::object()).value("allocatable", nlohmann::json::object()),
         resource);
   }
@@ -53,7 +45,7 @@ Result<long> free_gpus(KubeClient& kube, const std::string& node_selector,
     std::string node = spec.value("nodeName", "");
     if (!node.empty() && !names.contains(node)) continue;
     for (const auto& c : spec.value("containers", nlohmann::json::array())) {
-      used += quantity(
+      used += resource_quantity(
           c.value("resources", nlohmann::json::object()).value("limits", nlohmann::json::object()),
           resource);
     }

@@ -71,13 +71,7 @@ std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
                             "--streams-configmap\n";
                return 2;
              }
-             Result<KubeCredentials> creds = [&]() -> Result<KubeCredentials> {
-               if (args->in_cluster || args->kubeconfig.empty())
-                 return credentials_in_cluster(HostFs("/"));
-               auto text = read_file(args->kubeconfig);
-               if (!text) return std::unexpected(text.error());
-               return credentials_from_kubeconfig(*text, args->kubeconfig);
-             }();
+             auto creds = load_credentials(args->in_cluster ? std::string() : args->kubeconfig);
              if (!creds) {
                std::cerr << "gpufence autoscale: " << creds.error().message << "\n";
                return 2;

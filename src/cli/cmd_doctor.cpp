@@ -75,12 +75,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
              std::unique_ptr<KubeClient> kube;
              std::string kube_error;
              if (!args->kubeconfig.empty() || args->in_cluster) {
-               Result<KubeCredentials> creds = [&]() -> Result<KubeCredentials> {
-                 if (args->in_cluster) return credentials_in_cluster(HostFs("/"));
-                 auto text = read_file(args->kubeconfig);
-                 if (!text) return std::unexpected(text.error());
-                 return credentials_from_kubeconfig(*text, args->kubeconfig);
-               }();
+               auto creds = load_credentials(args->in_cluster ? std::string() : args->kubeconfig);
                if (creds)
                  kube = make_rest_client(*creds);
                else

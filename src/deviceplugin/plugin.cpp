@@ -340,7 +340,6 @@ Status DevicePlugin::run(int stop_fd) {
 
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<PluginService> service;
-  int self_deletions = 0;  // our own socket removals, which inotify reports too
 
   auto stop_server = [&] {
     if (!server) return;
@@ -353,11 +352,11 @@ Status DevicePlugin::run(int stop_fd) {
     server.reset();
     service.reset();
     s.registered = false;
-    if (std::filesystem::remove(own_socket, ec)) ++self_deletions;
+    std::filesystem::remove(own_socket, ec);
   };
 
   auto start_server = [&]() -> Status {
-    if (std::filesystem::remove(own_socket, ec)) ++self_deletions;  // a stale socket from a crash
+    std::filesystem::remove(own_socket, ec);  // a stale socket from a crash
     std::uint64_t gen;
     {
       std::lock_guard lock(s.mu);
@@ -425,9 +424,10 @@ Status DevicePlugin::run(int stop_fd) {
           s.ctx.log.info("plugin.kubelet_restarted", {{"socket", kubelet_socket}});
           restart = true;
         } else if (name == opt.socket_name && (ev->mask & (IN_DELETE | IN_MOVED_FROM))) {
-          if (self_deletions > 0) {
-            --self_deletions;
-          } else {
+          // Judge by the state now, not by the event: our own stop/start and gRPC itself
+          // unlink this path too. Only a socket gone from under a running server means the
+          // kubelet wiped the directory.
+          if (server && !std::filesystem::exists(own_socket, ec)) {
             s.ctx.log.info("plugin.socket_removed", {{"socket", own_socket}});
             restart = true;
           }

@@ -58,14 +58,6 @@ std::vector<unsigned> numeric_pids(const HostFs& host) {
   return pids;
 }
 
-long quantity(const nlohmann::json& list, const std::string& key) {
-  if (!list.is_object() || !list.contains(key)) return 0;
-  const auto& v = list[key];
-  if (v.is_number_integer()) return v.get<long>();
-  if (v.is_string()) return parse_number<long>(v.get<std::string>()).value_or(0);
-  return 0;
-}
-
 void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt) {
   for (const auto& path : opt.containerd_configs) {
     auto text = host.read(path);
@@ -106,8 +98,10 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
   auto node = kube.get("/api/v1/nodes/" + node_name);
   if (!node) return std::unexpected(node.error());
   const auto status = node->value("status", nlohmann::json::object());
-  view.capacity = quantity(status.value("capacity", nlohmann::json::object()), resource_name);
-  view.allocatable = quantity(status.value("allocatable", nlohmann::json::object()), resource_name);
+  view.capacity =
+      resource_quantity(status.value("capacity", nlohmann::json::object()), resource_name);
+  view.allocatable =
+      resource_quantity(status.value("allocatable", nlohmann::json::object()), resource_name);
   auto classes = kube.get("/apis/node.k8s.io/v1/runtimeclasses");
   if (!classes) return std::unexpected(classes.error());
   for (const auto& rc : classes->value("items", nlohmann::json::array())) {
@@ -125,7 +119,8 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
     pod.runtime_class = spec.value("runtimeClassName", "");
     for (const auto& c : spec.value("containers", nlohmann::json::array())) {
       auto resources = c.value("resources", nlohmann::json::object());
-      pod.gpus += quantity(resources.value("limits", nlohmann::json::object()), resource_name);
+      pod.gpus +=
+          resource_quantity(resources.value("limits", nlohmann::json::object()), resource_name);
       if (c.value("securityContext", nlohmann::json::object()).value("privileged", false))
         pod.privileged = true;
       for (const auto& e : c.value("env", nlohmann::json::array())) {

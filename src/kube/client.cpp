@@ -186,6 +186,21 @@ Result<KubeCredentials> credentials_in_cluster(const HostFs& pod_fs) {
   return c;
 }
 
+Result<KubeCredentials> load_credentials(const std::string& kubeconfig_path) {
+  if (kubeconfig_path.empty()) return credentials_in_cluster(HostFs("/"));
+  auto text = read_file(kubeconfig_path);
+  if (!text) return std::unexpected(text.error());
+  return credentials_from_kubeconfig(*text, kubeconfig_path);
+}
+
+long resource_quantity(const nlohmann::json& list, const std::string& key) {
+  if (!list.is_object() || !list.contains(key)) return 0;
+  const auto& v = list[key];
+  if (v.is_number_integer()) return v.get<long>();
+  if (v.is_string()) return parse_number<long>(v.get<std::string>()).value_or(0);
+  return 0;
+}
+
 std::unique_ptr<KubeClient> make_rest_client(KubeCredentials credentials) {
   static const bool initialised = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   (void)initialised;

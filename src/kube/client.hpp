@@ -37,6 +37,13 @@ Result<KubeCredentials> credentials_from_kubeconfig(std::string_view text, const
 // In a pod: $KUBERNETES_SERVICE_HOST/_PORT and the service account's token and CA.
 Result<KubeCredentials> credentials_in_cluster(const HostFs& pod_fs);
 
+// The kubeconfig at `path` when given, else in-cluster credentials.
+Result<KubeCredentials> load_credentials(const std::string& kubeconfig_path);
+
 std::unique_ptr<KubeClient> make_rest_client(KubeCredentials credentials);
+
+// A resource quantity as the API writes it in capacity/allocatable/limits ("2" or 2); 0 when
+// absent or not a whole number (extended resources such as nvidia.com/gpu are whole numbers).
+long resource_quantity(const nlohmann::json& list, const std::string& key);
 
 }  // namespace gpufence

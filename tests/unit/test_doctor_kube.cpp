@@ -177,3 +177,13 @@ TEST(KubeConfig, InClusterNeedsTheServiceAccount) {
   ASSERT_FALSE(c);
   EXPECT_NE(c.error().message.find("not in a pod"), std::string::npos);
 }
+
+TEST(KubeQuantity, WholeNumbersAsTheApiWritesThem) {
+  auto list = nlohmann::json::parse(R"({"nvidia.com/gpu": "2", "a": 3, "cpu": "500m", "b": null})");
+  EXPECT_EQ(resource_quantity(list, "nvidia.com/gpu"), 2);
+  EXPECT_EQ(resource_quantity(list, "a"), 3);
+  EXPECT_EQ(resource_quantity(list, "cpu"), 0) << "not a whole number";
+  EXPECT_EQ(resource_quantity(list, "b"), 0);
+  EXPECT_EQ(resource_quantity(list, "missing"), 0);
+  EXPECT_EQ(resource_quantity(nlohmann::json::array(), "x"), 0);
+}

@@ -57,12 +57,16 @@ void TestKubelet::start() {
 }
 
 void TestKubelet::stop() {
-  if (m_stream_ctx) m_stream_ctx->TryCancel();
-  if (m_stream_thread.joinable()) m_stream_thread.join();
-  m_stream_ctx.reset();
+  // The server first: once it is down no Register can start another stream behind our back.
   if (m_server) {
     m_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
     m_server.reset();
+  }
+  {
+    std::lock_guard stream_lock(m_stream_mu);
+    if (m_stream_ctx) m_stream_ctx->TryCancel();
+    if (m_stream_thread.joinable()) m_stream_thread.join();
+    m_stream_ctx.reset();
   }
   m_service.reset();
   std::error_code ec;
@@ -79,6 +83,7 @@ void TestKubelet::on_register(const v1beta1::RegisterRequest& req) {
     m_last = req;
   }
   // Dial the plugin back and consume ListAndWatch, as the kubelet's endpoint does.
+  std::lock_guard stream_lock(m_stream_mu);
   if (m_stream_ctx) m_stream_ctx->TryCancel();
   if (m_stream_thread.joinable()) m_stream_thread.join();
   auto channel = grpc::CreateChannel("unix://" + (m_dir / req.endpoint()).string(),

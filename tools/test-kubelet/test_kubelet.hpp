@@ -71,6 +71,7 @@ class TestKubelet {
   std::unique_ptr<RegistrationService> m_service;
   std::unique_ptr<grpc::Server> m_server;
   std::shared_ptr<grpc::Channel> m_plugin_channel;
+  std::mutex m_stream_mu;  // guards the stream below: Register handlers and stop() both touch it
   std::unique_ptr<grpc::ClientContext> m_stream_ctx;
   std::thread m_stream_thread;
 };
