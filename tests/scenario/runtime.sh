@@ -46,12 +46,13 @@ export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 shim=$build/bin/gpufence-runtime
 probe_args='["/bin/sh","-c","gpufence-probe /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; if mknod /tmp/n0 c 195 0 2>/tmp/mknod.err; then gpufence-probe /tmp/n0; else grep -q \"not permitted\" /tmp/mknod.err && echo \"/tmp/n0 MKNOD_EPERM\"; fi; echo NVD=$NVIDIA_VISIBLE_DEVICES; echo CVD=$CUDA_VISIBLE_DEVICES"]'
 
-# new_bundle NAME MODE ENV MOUNTS ANNOTATIONS [ARGS]
+# new_bundle NAME MODE ENV MOUNTS ANNOTATIONS [ARGS] [KUBELET_MINORS]
+#   KUBELET_MINORS: the GPUs the kubelet gave as DeviceSpecs ("1", "0 1"), as containerd writes them.
 new_bundle() {
   local b=$work/$1
   mkdir -p "$b"
   gf_make_rootfs "$b/rootfs" "$build/bin/gpufence-probe"
-  gf_write_spec "$b" "$2" "${6:-$probe_args}" "$3" "$4" "$5" "$node"
+  gf_write_spec "$b" "$2" "${6:-$probe_args}" "$3" "$4" "$5" "$node" "${7:-}"
   echo "$b"
 }
 # run_with RUNTIME BUNDLE ID: runs the container to completion, prints its output.
@@ -62,7 +63,8 @@ run_with() {
 
 case $case_name in
   mount-marker)
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1)" "")
+    # What the kubelet does with the plugin's default answer: device spec + marker for GPU 1.
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1)" "" "" 1)
     out=$(run_with "$shim" "$b" mm1)
     check "allocated GPU 1 opens (ENXIO)" has_line "$out" "/dev/nvidia1 ENXIO"
     check "GPU 0 is absent" has_line "$out" "/dev/nvidia0 ENOENT"
@@ -70,7 +72,7 @@ case $case_name in
     check "mknod'ed GPU 0 is denied by the cgroup" mknod_denied "$out"
     check "NVIDIA_VISIBLE_DEVICES names the UUID" has_line "$out" "NVD=$GPU1"
     check "CUDA_VISIBLE_DEVICES names the UUID" has_line "$out" "CVD=$GPU1"
-    check "decision logged" grep -q "event=runtime.decision container=mm1 command=run channel=mount-markers privileged=false passthrough=false granted=$GPU1 denied=/dev/nvidia0" "$work/runtime.log"
+    check "decision logged" grep -q "event=runtime.decision container=mm1 command=run channel=device-specs privileged=false passthrough=false granted=$GPU1" "$work/runtime.log"
     ;;
   cdi-annotation)
     b=$(new_bundle c1 unprivileged "" "" "\"cdi.k8s.io/gpufence_x\":\"nvidia.com/gpu=0\"")
@@ -83,8 +85,8 @@ case $case_name in
     # Both running at once, each created through the shim; probed with exec; then state, kill,
     # delete all pass through the shim to runc.
     sleeper='["/bin/sleep","60"]'
-    b0=$(new_bundle a unprivileged "" "$(gf_marker_mount $GPU0)" "" "$sleeper")
-    b1=$(new_bundle b unprivileged "" "$(gf_marker_mount $GPU1)" "" "$sleeper")
+    b0=$(new_bundle a unprivileged "" "$(gf_marker_mount $GPU0)" "" "$sleeper" 0)
+    b1=$(new_bundle b unprivileged "" "$(gf_marker_mount $GPU1)" "" "$sleeper" 1)
     ids+=(two-a two-b)
     check "create A" "$shim" --root "$state" create --bundle "$b0" two-a </dev/null >/dev/null 2>"$work/a.err"
     check "create B" "$shim" --root "$state" create --bundle "$b1" two-b </dev/null >/dev/null 2>"$work/b.err"
@@ -143,14 +145,16 @@ case $case_name in
     out=$(run_with runc "$b" seed-runc)
     check "plain runc: GPU 0 reachable (the seed's bug)" has_line "$out" "/dev/nvidia0 ENXIO"
     check "plain runc: GPU 1 reachable" has_line "$out" "/dev/nvidia1 ENXIO"
-    cp "$b/config.orig" "$b/config.json"; rm -f "$b/rootfs/tmp/n0"
+    # The same pod admitted through gpufence-device-plugin: its Allocate answer adds the marker.
+    gf_write_spec "$b" privileged "$probe_args" "\"NVIDIA_VISIBLE_DEVICES=$GPU1\"" "$(gf_marker_mount $GPU1)" "" "$node"
+    rm -f "$b/rootfs/tmp/n0"
     out=$(run_with "$shim" "$b" seed-shim)
     check "gpufence-runtime: GPU 0 gone" has_line "$out" "/dev/nvidia0 ENOENT"
     check "gpufence-runtime: GPU 0 denied even via mknod" mknod_denied "$out"
     check "gpufence-runtime: GPU 1 reachable" has_line "$out" "/dev/nvidia1 ENXIO"
     ;;
   unknown-uuid)
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount GPU-deadbeef-0000-0000-0000-000000000000)" "")
+    b=$(new_bundle c1 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=GPU-deadbeef-0000-0000-0000-000000000000"')
     cp "$b/config.json" "$work/before.json"
     ids+=(unk)
     "$shim" --root "$state" create --bundle "$b" unk </dev/null >/dev/null 2>"$work/err"
@@ -185,12 +189,12 @@ case $case_name in
   nvml-failure)
     sed -i "s|nvml_library = .*|nvml_library = \"$work/missing/libnvidia-ml.so.1\"|" "$work/runtime.toml"
     # With the driver's procfs a UUID resolves without NVML...
-    b0=$(new_bundle c0 unprivileged "" "$(gf_marker_mount $GPU1)" "")
+    b0=$(new_bundle c0 unprivileged "" "$(gf_marker_mount $GPU1)" "" "" 1)
     out=$(run_with "$shim" "$b0" procfs)
     check "UUID resolved from the driver's procfs without NVML" has_line "$out" "/dev/nvidia1 ENXIO"
     check "logged as driver-procfs" grep -q "container=procfs .*gpus_from=driver-procfs" "$work/runtime.log"
     # ...an index needs NVML's numbering: refused when NVML cannot be loaded.
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount 0)" "")
+    b=$(new_bundle c1 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=0"')
     cp "$b/config.json" "$work/before.json"
     "$shim" --root "$state" create --bundle "$b" nonvml </dev/null >/dev/null 2>"$work/err"
     check "create refused" test $? -ne 0
@@ -203,7 +207,7 @@ case $case_name in
     ;;
   index-via-nvml)
     rm -rf "$node/proc"
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount 1)" "")
+    b=$(new_bundle c1 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"')
     out=$(run_with "$shim" "$b" idx1)
     check "index 1 resolved through NVML" has_line "$out" "/dev/nvidia1 ENXIO"
     check "env carries the UUID, not the index" has_line "$out" "NVD=$GPU1"
@@ -218,12 +222,12 @@ case $case_name in
     printf '[driver]\nprocfs_gpus_dir = "/fakeproc/gpus"\n' >> "$work/runtime.toml"
     fake_mount='{"destination":"/fakeproc/gpus","type":"bind","source":"'$node/fakeproc/gpus'","options":["rbind","ro"]}'
     list_args='["/bin/sh","-c","ls /fakeproc/gpus; echo END"]'
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1),$fake_mount" "" "$list_args")
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1),$fake_mount" "" "$list_args" 1)
     out=$(run_with "$shim" "$b" proc1)
     check "GPU 1's entry is listed" has_line "$out" "0000:02:00.0"
     check "GPU 0's entry is hidden" bash -c "! grep -q 0000:01:00.0 <<<'$out'"
     check "the host still sees both" test -d "$node/fakeproc/gpus/0000:01:00.0" -a -d "$node/fakeproc/gpus/0000:02:00.0"
-    check "the hook is in the spec" grep -q '"createContainer":\[{"path":"'"$shim"'","args":\["gpufence-runtime","hook","driver-procfs","--dir","/fakeproc/gpus","--keep","0000:02:00.0"\]' "$b/config.json"
+    check "the hook is in the spec" grep -q '"createContainer":\[{"path":"'"$shim"'","args":\["gpufence-runtime","hook","driver-procfs","--dir","/fakeproc/gpus","--keep","0000:02:00.0"\],"env":\["PATH=/usr/sbin:/usr/bin:/sbin:/bin"\],"timeout":10' "$b/config.json"
     b2=$(new_bundle c2 privileged "" "$fake_mount" "" "$list_args")
     out=$(run_with "$shim" "$b2" proc0)
     check "a privileged container with no GPU lists none" test "$out" = "END"
@@ -280,6 +284,125 @@ devices: [ {name: x' > "$work/cdi/zz-broken.yaml"
         check "config.json unchanged" cmp -s "$b/config.json" "$work/before.json"
         ;;
     esac
+    ;;
+  hook-ld-preload)
+    # The image sets LD_PRELOAD=./evil.so and ships evil.so. runc runs a hook that has no `env`
+    # with the container's environment, as host root, before pivot_root, cwd = the rootfs
+    # (CVE-2025-23266's shape). gpufence's hooks carry their own env, so the library never loads.
+    command -v cc >/dev/null || skip "needs a C compiler (cc) to build the preload library"
+    b=$(new_bundle c1 unprivileged '"LD_PRELOAD=./evil.so"' "$(gf_marker_mount $GPU1)" "" "" 1)
+    marker=$work/evil-ran
+    printf '#include <stdio.h>\n__attribute__((constructor)) static void evil(void) { FILE *f = fopen("%s", "a"); if (f) { fputs("ran as host root\\n", f); fclose(f); } }\n' "$marker" \
+      | cc -shared -fPIC -x c - -o "$b/rootfs/evil.so"
+    out=$(run_with "$shim" "$b" preload)
+    check "the container ran with its GPU" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "the driver-procfs hook was added" grep -q '"driver-procfs"' "$b/config.json"
+    check "the preload library never ran in a hook" test ! -e "$marker"
+    # Control: the same edited spec with the hook's env removed, run by plain runc. The library
+    # does run, so this test sees the attack when it succeeds.
+    sed -i 's/,"env":\["PATH=\/usr\/sbin:\/usr\/bin:\/sbin:\/bin"\]//' "$b/config.json"
+    run_with runc "$b" preload-control >/dev/null
+    check "control: without the hook's env the attack succeeds" test -e "$marker"
+    ;;
+  env-not-an-allocation)
+    # NVIDIA_VISIBLE_DEVICES is the pod's own env: no GPU from it, with CAP_SYS_ADMIN or privileged.
+    for mode in sysadmin privileged; do
+      for val in "$GPU1" 1; do
+        id="env-$mode-${val:0:3}"
+        b=$(new_bundle "$id" "$mode" "\"NVIDIA_VISIBLE_DEVICES=$val\"" "" "")
+        out=$(run_with "$shim" "$b" "$id")
+        check "$mode, NVIDIA_VISIBLE_DEVICES=$val: no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+        check "$mode, NVIDIA_VISIBLE_DEVICES=$val: no GPU 0" has_line "$out" "/dev/nvidia0 ENOENT"
+        check "$mode, NVIDIA_VISIBLE_DEVICES=$val: mknod'ed GPU denied" mknod_denied "$out"
+        check "$mode, NVIDIA_VISIBLE_DEVICES=$val: env says void" has_line "$out" "NVD=void"
+        rm -f "$b/rootfs/tmp/n0"
+      done
+    done
+    check "ignored, and logged as such" grep -q "event=runtime.ignored container=env-sysadmin-GPU what=\"NVIDIA_VISIBLE_DEVICES=$GPU1" "$work/runtime.log"
+    ;;
+  forged-marker)
+    # A pod's own volume: hostPath /dev/null mounted at the marker path, read-write and read-only.
+    rw_marker='{"destination":"/var/run/nvidia-container-devices/'$GPU1'","type":"bind","source":"/dev/null","options":["rbind","rw"]}'
+    b=$(new_bundle c1 unprivileged "" "$rw_marker" "")
+    out=$(run_with "$shim" "$b" forged-rw)
+    check "rw marker: the container runs" has_line "$out" "/dev/nvidiactl ENOENT"
+    check "rw marker: no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+    b=$(new_bundle c2 unprivileged "" "$(gf_marker_mount $GPU1)" "")
+    out=$(run_with "$shim" "$b" forged-ro)
+    check "ro marker: no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+    check "ro marker: mknod'ed GPU denied" mknod_denied "$out"
+    b=$(new_bundle c3 sysadmin "" "$(gf_marker_mount $GPU1)" "")
+    out=$(run_with "$shim" "$b" forged-sa)
+    check "with CAP_SYS_ADMIN too: no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+    check "ignored, and logged" grep -q "event=runtime.ignored container=forged-ro" "$work/runtime.log"
+    # A marker next to the kubelet's device spec for another GPU: only the kubelet's GPU.
+    b=$(new_bundle c4 unprivileged "" "$(gf_marker_mount $GPU1)" "" "" 0)
+    out=$(run_with "$shim" "$b" forged-mix)
+    check "kubelet gave GPU 0: it opens" has_line "$out" "/dev/nvidia0 ENXIO"
+    check "the forged marker's GPU 1 does not" has_line "$out" "/dev/nvidia1 ENOENT"
+    ;;
+  containerd-refusal)
+    # containerd's runc shim argv. The refusal must land in --log the way runc writes errors,
+    # because that file, not stderr, is where containerd reads the reason from.
+    b=$(new_bundle c1 unprivileged "" "" "" "" 7)
+    cp "$b/config.json" "$work/before.json"
+    ids+=(ctrd1 ctrd2)
+    "$shim" --root "$state" --log "$work/log.json" --log-format json create --bundle "$b" \
+      --pid-file "$work/init.pid" ctrd1 </dev/null >/dev/null 2>"$work/err"
+    check "create refused" test $? -ne 0
+    check "log.json holds runc's JSON error line naming the cause" grep -qE '^\{"level":"error","msg":"gpufence-runtime: refusing to create container ctrd1: device spec /dev/nvidia7 \(195:7\) names no GPU of this node","time":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z"\}$' "$work/log.json"
+    check "stderr says it too" grep -q "refusing to create container ctrd1" "$work/err"
+    check "config.json byte-for-byte unchanged" cmp -s "$b/config.json" "$work/before.json"
+    check "runc never ran" bash -c "! runc --root '$state' state ctrd1 >/dev/null 2>&1"
+    "$shim" --root "$state" --log "$work/log.txt" create --bundle "$b" ctrd2 </dev/null >/dev/null 2>&1
+    check "text log format as logrus writes it" grep -q '^time="[0-9T:.-]*Z" level=error msg="gpufence-runtime: refusing to create container ctrd2: ' "$work/log.txt"
+    ;;
+  restore-edited)
+    # runc restore creates a container from the bundle's config.json too: it is edited first.
+    b=$(new_bundle c1 privileged "" "" "")
+    ids+=(rst1)
+    "$shim" --root "$state" restore --image-path "$work/no-checkpoint" --bundle "$b" rst1 \
+      </dev/null >/dev/null 2>"$work/err"
+    check "the GPU nodes were removed before runc saw the spec" bash -c "! grep -q '\"/dev/nvidia[01]\"' '$b/config.json'"
+    check "the device rules became a whitelist" grep -q '"resources":{"devices":\[{"allow":false,"type":"a","access":"rwm"}' "$b/config.json"
+    ;;
+  wrong-json-type)
+    b=$(new_bundle c1 unprivileged "" '{"destination":"/x","type":"bind","source":5}' "")
+    cp "$b/config.json" "$work/before.json"
+    "$shim" --root "$state" create --bundle "$b" wrongtype </dev/null >/dev/null 2>"$work/err"
+    check "create refused" test $? -ne 0
+    check "names the field" grep -q "malformed $b/config.json: mounts\[4\].source must be a string" "$work/err"
+    check "no internal error" bash -c "! grep -q 'internal error\|json.exception' '$work/err'"
+    check "unchanged" cmp -s "$b/config.json" "$work/before.json"
+    ;;
+  systemd-cgroup)
+    # containerd passes --systemd-cgroup when SystemdCgroup = true. runc's systemd driver cannot
+    # express "allow all, then deny", so the rules must be a whitelist. No systemd runs on this
+    # machine: runc's own start fails after the edit; the emitted rules are what is checked here,
+    # and the unit test SystemdDriver.* replays runc's conversion of them.
+    echo "note: no systemd here; checking the rules gpufence-runtime emits, not a systemd unit"
+    b=$(new_bundle c1 privileged "" "$(gf_marker_mount $GPU1)" "")
+    ids+=(sd1)
+    "$shim" --root "$state" --systemd-cgroup create --bundle "$b" sd1 </dev/null >/dev/null 2>"$work/err"
+    check "whitelist: the rules start with deny-all" grep -q '"resources":{"devices":\[{"allow":false,"type":"a","access":"rwm"}' "$b/config.json"
+    check "no wildcard-major rule grants r or w" bash -c "! grep -qE '\{\"allow\":true,\"type\":\"[abc]\",\"access\":\"[^\"]*[rw]' '$b/config.json'"
+    check "GPU 1 has its own allow" grep -q '{"allow":true,"type":"c","major":195,"minor":1,"access":"rwm"}' "$b/config.json"
+    check "no rule admits major 195 as a whole" bash -c "! grep -q '\"major\":195,\"access\"' '$b/config.json'"
+    check "no rule admits GPU 0" bash -c "! grep -q '\"major\":195,\"minor\":0,' '$b/config.json'"
+    ;;
+  privileged-drm)
+    # DRM nodes of unallocated GPUs, GPU minors the driver has not created yet, the cgroupfs.
+    drm_args='["/bin/sh","-c","gpufence-probe /dev/dri/card0 /dev/dri/card1 /dev/dri/card2 /dev/nvidia0 /dev/nvidia1; mknod /tmp/d0 c 226 0 && gpufence-probe /tmp/d0; mknod /tmp/n5 c 195 5 && gpufence-probe /tmp/n5; echo a > /sys/fs/cgroup/devices/devices.allow 2>/dev/null && echo CGROUP=writable || echo CGROUP=refused"]'
+    cg='{"destination":"/sys/fs/cgroup","type":"cgroup","source":"cgroup","options":["nosuid","noexec","nodev","relatime","rw"]}'
+    b=$(new_bundle c1 privileged "" "$(gf_marker_mount $GPU1),$cg" "" "$drm_args")
+    out=$(run_with "$shim" "$b" drm1)
+    check "GPU 1 opens" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "GPU 1's DRM node kept" has_line "$out" "/dev/dri/card1 ENXIO"
+    check "GPU 0's DRM node removed" has_line "$out" "/dev/dri/card0 ENOENT"
+    check "another vendor's DRM node kept" has_line "$out" "/dev/dri/card2 ENXIO"
+    check "GPU 0's DRM node denied via mknod" has_line "$out" "/tmp/d0 EPERM"
+    check "a GPU minor the driver has not created yet is denied" has_line "$out" "/tmp/n5 EPERM"
+    check "the cgroup filesystem is read-only" has_line "$out" "CGROUP=refused"
     ;;
   passthrough-commands)
     check "--version is runc's" test "$("$shim" --version)" = "$(runc --version)"
