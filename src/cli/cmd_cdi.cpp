@@ -8,6 +8,30 @@
 #include "gpu/nvml_inventory.hpp"
 
 namespace gpufence::cli {
+namespace {
+
+// What a valid spec does that gpufence-runtime treats specially (docs/cdi.md).
+std::vector<std::string> cdi_validate_notes(const CdiSpec& spec) {
+  std::vector<std::string> notes;
+  auto edits = [&](const CdiContainerEdits& e, const std::string& where) {
+    if (e.intel_rdt) notes.push_back(where + "intelRdt: gpufence-runtime refuses to apply it");
+    if (!e.net_devices.empty())
+      notes.push_back(where + "netDevices: gpufence-runtime refuses to apply it");
+    for (const auto& h : e.hooks) {
+      if (h.env.empty()) {
+        notes.push_back(where + "hook " + h.path +
+                        " has no env: gpufence-runtime gives it PATH only, other runtimes run it "
+                        "with the container's environment");
+      }
+      if (!h.timeout) notes.push_back(where + "hook " + h.path + " has no timeout");
+    }
+  };
+  edits(spec.edits, "");
+  for (const auto& d : spec.devices) edits(d.edits, "device " + d.name + ": ");
+  return notes;
+}
+
+}  // namespace
 
 std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
   auto* cdi = app.add_subcommand("cdi", "Generate and validate CDI specs for the node's GPUs");
@@ -55,6 +79,11 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
       std::cerr << "gpufence cdi generate: " << gpus.error().message << "\n";
       return 2;
     }
+    if (!gen->hook_path.starts_with("/")) {
+      std::cerr << "gpufence cdi generate: --hook-path must be absolute (runc runs hooks by "
+                   "absolute path)\n";
+      return 2;
+    }
     CdiGenerateOptions opt;
     opt.driver_root = gen->driver_root;
     opt.hook_path = gen->hook_path;
@@ -96,6 +125,7 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
       } else {
         std::cout << "valid: " << f << " (cdiVersion " << spec->cdi_version << ", kind "
                   << spec->kind << ", " << spec->devices.size() << " devices)\n";
+        for (const auto& note : cdi_validate_notes(*spec)) std::cout << "  note: " << note << "\n";
       }
     }
     return rc;
