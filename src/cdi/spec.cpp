@@ -586,8 +586,17 @@ Result<CdiDocument> parse_cdi_document(std::string_view text, std::string_view o
   // reads these files on every create. YAML (a superset) reports syntax errors with a position.
   auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string_view::npos && text[first] == '{') {
-    auto doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!doc.is_discarded()) return doc;
+    try {
+      return Json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      // A .json file is JSON: report where it broke, without the library's exception tag. Any
+      // other file may be YAML in flow style; let the YAML reader judge it.
+      if (origin.ends_with(".json")) {
+        std::string_view what = e.what();
+        if (auto tag = what.find("] "); tag != std::string_view::npos) what.remove_prefix(tag + 2);
+        return fail(Errc::parse, origin, ": not JSON: ", what);
+      }
+    }
   }
   try {
     return yaml_to_json(YAML::Load(std::string(text)));
