@@ -68,6 +68,11 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
       std::cerr << "gpufence cdi generate: --format must be yaml or json\n";
       return 2;
     }
+    if (!gen->hook_path.starts_with("/")) {
+      std::cerr << "gpufence cdi generate: --hook-path must be absolute (runc runs hooks by "
+                   "absolute path)\n";
+      return 2;
+    }
     HostFs host(ctx.host_root);
     auto inventory = NvmlInventory::open(nvml_library_path(ctx.nvml_library), host);
     if (!inventory) {
@@ -77,11 +82,6 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
     auto gpus = (*inventory)->gpus();
     if (!gpus) {
       std::cerr << "gpufence cdi generate: " << gpus.error().message << "\n";
-      return 2;
-    }
-    if (!gen->hook_path.starts_with("/")) {
-      std::cerr << "gpufence cdi generate: --hook-path must be absolute (runc runs hooks by "
-                   "absolute path)\n";
       return 2;
     }
     CdiGenerateOptions opt;

@@ -140,7 +140,8 @@ TEST(RuntimeCdiReader, ALaterDirectoryOverridesAnEarlierOneAsUpstreamDoes) {
   ASSERT_TRUE(apply_cdi_devices(other, *specs, {"1"}, HostFs("/")));
   EXPECT_EQ(get_env(other, "FROM"), "etc");
   std::string lines = read_text(dir / "log");
-  EXPECT_NE(lines.find("runtime.cdi_device_overridden device=\"nvidia.com/gpu=0\""), std::string::npos)
+  EXPECT_NE(lines.find("runtime.cdi_device_overridden device=\"nvidia.com/gpu=0\""),
+            std::string::npos)
       << lines;
 }
 
