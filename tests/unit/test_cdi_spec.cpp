@@ -505,3 +505,17 @@ TEST(CdiSpecRules, JsonAndYamlReadTheSame) {
   ASSERT_TRUE(back) << back.error().message << "\n" << cdi_spec_to_yaml(s);
   EXPECT_EQ(back->edits.hooks[0].args, s.edits.hooks[0].args);
 }
+
+// A spec in the shape NVIDIA's toolkit writes reads strictly, and its argument strings survive.
+TEST(CdiSpecRules, AToolkitShapedSpecIsValid) {
+  auto s = parse_cdi_spec(fixture("nvidia-ctk-shaped.yaml"), "nvidia-ctk-shaped.yaml");
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->devices.size(), 3u);
+  EXPECT_EQ(s->devices[0].name, "0");
+  ASSERT_EQ(s->devices[0].edits.hooks.size(), 2u);
+  EXPECT_EQ(s->devices[0].edits.hooks[0].args[3],
+            "../card1::/dev/dri/by-path/pci-0000:01:00.0-card");
+  EXPECT_EQ(s->devices[0].edits.hooks[1].args[3], "755");
+  EXPECT_TRUE(s->devices[0].edits.hooks[0].env.empty());
+  EXPECT_EQ(minimum_cdi_version(*s), "0.5.0");
+}
