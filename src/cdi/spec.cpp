@@ -44,7 +44,14 @@ Json yaml_to_json(const YAML::Node& node) {
     }
     case YAML::NodeType::Map: {
       Json obj = Json::object();
-      for (const auto& kv : node) obj[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      for (const auto& kv : node) {
+        auto key = kv.first.as<std::string>();
+        // Upstream reads strictly (yaml.UnmarshalStrict): a key given twice is an error, not
+        // "the last one wins".
+        if (obj.contains(key))
+          throw YAML::ParserException(kv.first.Mark(), "duplicate key '" + key + "'");
+        obj[key] = yaml_to_json(kv.second);
+      }
       return obj;
     }
     default:
@@ -586,8 +593,23 @@ Result<CdiDocument> parse_cdi_document(std::string_view text, std::string_view o
   // reads these files on every create. YAML (a superset) reports syntax errors with a position.
   auto first = text.find_first_not_of(" \t\r\n");
   if (first != std::string_view::npos && text[first] == '{') {
+    // Keys of each open object, to refuse a duplicate as the YAML reader does.
+    std::vector<std::set<std::string>> keys;
+    std::string duplicate;
+    auto strict = [&](int, nlohmann::json::parse_event_t event, Json& parsed) {
+      using E = nlohmann::json::parse_event_t;
+      if (event == E::object_start) keys.emplace_back();
+      if (event == E::object_end && !keys.empty()) keys.pop_back();
+      if (event == E::key && !keys.empty() &&
+          !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
+        duplicate = parsed.get<std::string>();
+      }
+      return true;
+    };
     try {
-      return Json::parse(text);
+      Json doc = Json::parse(text, strict);
+      if (!duplicate.empty()) return fail(Errc::parse, origin, ": duplicate key '", duplicate, "'");
+      return doc;
     } catch (const nlohmann::json::parse_error& e) {
       // A .json file is JSON: report where it broke, without the library's exception tag. Any
       // other file may be YAML in flow style; let the YAML reader judge it.

@@ -1,6 +1,7 @@
 #include "runtime/cdi_edits.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "cdi/hook_defaults.hpp"
@@ -52,8 +53,12 @@ std::string cgroup_access(const CdiDeviceNode& n) {
 }
 
 Result<DeviceNode> resolve_node(const CdiDeviceNode& n, const HostFs& host) {
-  if (n.major && n.minor)
+  if (n.major && n.minor) {
+    constexpr long long kMax = std::numeric_limits<unsigned>::max();
+    if (*n.major > kMax || *n.minor > kMax)
+      return fail(Errc::parse, "major ", *n.major, " or minor ", *n.minor, " is out of range");
     return DeviceNode{n.path, static_cast<unsigned>(*n.major), static_cast<unsigned>(*n.minor)};
+  }
   // hostPath is a host path as the spec writes it; without one the node sits at the same path.
   std::string source = n.host_path.empty() ? n.path : n.host_path;
   auto info = host.stat(source);

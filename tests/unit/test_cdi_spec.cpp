@@ -519,3 +519,22 @@ TEST(CdiSpecRules, AToolkitShapedSpecIsValid) {
   EXPECT_TRUE(s->devices[0].edits.hooks[0].env.empty());
   EXPECT_EQ(minimum_cdi_version(*s), "0.5.0");
 }
+
+// yaml.UnmarshalStrict refuses a key given twice; so do both readers here.
+TEST(CdiSpecRules, DuplicateKeysAreErrors) {
+  auto yaml = error_of(kOk + "kind: other.example/x\n");
+  EXPECT_HAS(yaml, "duplicate key 'kind'");
+  EXPECT_HAS(yaml, "t.yaml:");
+  auto json = parse_cdi_spec(
+      "{\"cdiVersion\": \"0.5.0\", \"kind\": \"nvidia.com/gpu\", \"devices\": [{\"name\": \"0\", "
+      "\"name\": \"1\", \"containerEdits\": {\"env\": [\"A=1\"]}}]}",
+      "t.json");
+  ASSERT_FALSE(json);
+  EXPECT_HAS(json.error().message, "t.json: duplicate key 'name'");
+  // The same key in sibling objects is fine.
+  EXPECT_TRUE(
+      parse_cdi_spec("{\"cdiVersion\": \"0.5.0\", \"kind\": \"nvidia.com/gpu\", \"devices\": "
+                     "[{\"name\": \"0\", \"containerEdits\": {\"env\": [\"A=1\"]}}, {\"name\": "
+                     "\"1\", \"containerEdits\": {\"env\": [\"A=1\"]}}]}",
+                     "t.json"));
+}
