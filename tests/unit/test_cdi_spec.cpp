@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 
 #include <fstream>
 
@@ -537,4 +538,46 @@ TEST(CdiSpecRules, DuplicateKeysAreErrors) {
                      "[{\"name\": \"0\", \"containerEdits\": {\"env\": [\"A=1\"]}}, {\"name\": "
                      "\"1\", \"containerEdits\": {\"env\": [\"A=1\"]}}]}",
                      "t.json"));
+}
+
+namespace {
+
+struct Run {
+  int rc;
+  std::string out;
+};
+
+Run run_gpufence(const std::string& args) {
+  std::string cmd = test::bin_path("gpufence") + " " + args + " 2>&1";
+  Run r{-1, ""};
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace
+
+TEST(CdiValidateCommand, ValidSpecsPassWithNotesAndBadOnesNameTheField) {
+  test::TempDir dir;
+  auto bad = dir.write("bad.yaml", with_text("name: \"0\"", "name: 0"));
+  auto foreign = dir.write(
+      "net.yaml",
+      "cdiVersion: 0.6.0\nkind: example.com/net.dev\ncontainerEdits:\ndevices:\n- name: eth0\n"
+      "  containerEdits:\n    env: [A=1]\n");
+  auto ok = run_gpufence("cdi validate " +
+                         test::source_path("tests/fixtures/cdi/nvidia-ctk-shaped.yaml") + " " +
+                         foreign.string());
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_HAS(ok.out, "valid: " + foreign.string() +
+                         " (cdiVersion 0.6.0, kind example.com/net.dev, 1 devices)");
+  EXPECT_HAS(ok.out, "note: hook /usr/bin/nvidia-cdi-hook has no env");
+  auto r = run_gpufence("cdi validate " + bad.string() + " " + foreign.string());
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_HAS(r.out, "invalid: " + bad.string() + ": devices[0].name must be a string");
+  EXPECT_HAS(r.out, "valid: " + foreign.string());
 }
