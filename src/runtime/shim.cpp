@@ -61,7 +61,7 @@ Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const AllocationChannels& 
   for (const auto& t : channels.annotations)
     if (t.text.starts_with(prefix)) names.push_back(t.text.substr(prefix.size()));
   if (names.empty()) return extra;
-  auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kCdiKind);
+  auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kCdiKind, ctx.log);
   if (!specs) return std::unexpected(specs.error());
   if (specs->empty()) {
     ctx.log.debug("runtime.no_cdi_spec", {{"container", decision.container_id},

@@ -232,7 +232,7 @@ case $case_name in
     out=$(run_with "$shim" "$b2" proc0)
     check "a privileged container with no GPU lists none" test "$out" = "END"
     ;;
-  cdi-applied|cdi-malformed|cdi-unknown|cdi-conflict)
+  cdi-applied|cdi-malformed|cdi-unknown|cdi-conflict|cdi-foreign|cdi-two-dirs|cdi-hook-env)
     command -v cc >/dev/null || skip "needs a C compiler (cc) to build stand-in driver libraries"
     drv=$work/driver
     mkdir -p "$drv/usr/lib/x86_64-linux-gnu" "$drv/usr/bin" "$drv/etc" "$work/cdi"
@@ -243,7 +243,9 @@ case $case_name in
     printf '#!/bin/sh\necho stand-in nvidia-smi\n' > "$drv/usr/bin/nvidia-smi"; chmod +x "$drv/usr/bin/nvidia-smi"
     GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1 "$build/bin/gpufence" cdi generate \
       --driver-root "$drv" --hook-path "$shim" --output "$work/cdi/nvidia.yaml" 2>"$work/gen.err"
-    printf '[cdi]\nspec_dirs = ["%s"]\n' "$work/cdi" >> "$work/runtime.toml"
+    cdi_dirs="\"$work/cdi\""
+    [ "$case_name" = cdi-two-dirs ] && cdi_dirs+=",\"$work/cdi-run\""
+    printf '[cdi]\nspec_dirs = [%s]\n' "$cdi_dirs" >> "$work/runtime.toml"
     cdi_args='["/bin/sh","-c","gpufence-probe /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; cat /usr/lib/x86_64-linux-gnu/libcuda.so.1 >/dev/null && echo LIBCUDA=yes; /usr/bin/nvidia-smi; echo NVD=$NVIDIA_VISIBLE_DEVICES"]'
     b=$(new_bundle c1 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' "$cdi_args")
     cp "$b/config.json" "$work/before.json"
@@ -261,13 +263,52 @@ case $case_name in
         check "CDI devices logged" grep -q "cdi=\"nvidia.com/gpu=1 ($work/cdi/nvidia.yaml)\"" "$work/runtime.log"
         ;;
       cdi-malformed)
-        echo 'cdiVersion: 0.5.0
-kind: nvidia.com/gpu
-devices: [ {name: x' > "$work/cdi/zz-broken.yaml"
+        # An nvidia.com/gpu spec is read strictly: a wrong type refuses the create, naming the
+        # file and the field (never an exception's text).
+        echo '{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [{"name": "x",
+  "containerEdits": {"mounts": [{"hostPath": 5, "containerPath": "/x"}]}}]}' > "$work/cdi/zz-broken.json"
         "$shim" --root "$state" create --bundle "$b" cdibad </dev/null >/dev/null 2>"$work/err"
         check "create refused" test $? -ne 0
-        check "names the file" grep -q "malformed CDI spec: $work/cdi/zz-broken.yaml" "$work/err"
+        check "names the file" grep -q "malformed CDI spec: $work/cdi/zz-broken.json" "$work/err"
+        check "names the field" grep -q "devices\[0\].containerEdits.mounts\[0\].hostPath must be a string, not a number" "$work/err"
+        check "no exception text" bash -c "! grep -q 'json.exception\|internal error' '$work/err'"
         check "config.json unchanged" cmp -s "$b/config.json" "$work/before.json"
+        ;;
+      cdi-foreign)
+        # Other vendors' specs never block GPU containers: a valid one using a field gpufence does
+        # not model (additionalGids), a malformed one, and one that is not even YAML.
+        printf 'cdiVersion: 0.7.0\nkind: vendor.example/fpga\ncontainerEdits:\n  additionalGids: [44]\ndevices:\n- name: fpga0\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/fpga0}\n' > "$work/cdi/fpga.yaml"
+        printf 'cdiVersion: 0.5.0\nkind: vendor.example/nic\ndevices: {name: 5}\nunknownField: 1\n' > "$work/cdi/nic.yaml"
+        printf 'cdiVersion: 0.5.0\nkind: [unclosed\n' > "$work/cdi/aa-broken.yaml"
+        out=$(run_with "$shim" "$b" cdifor)
+        check "GPU 1 node" has_line "$out" "/dev/nvidia1 ENXIO"
+        check "driver library mounted" has_line "$out" "LIBCUDA=yes"
+        check "no foreign edits applied" bash -c "! grep -q additionalGids '$b/config.json'"
+        ;;
+      cdi-two-dirs)
+        # As upstream's registry: a later spec directory overrides an earlier one for a device
+        # both define (the GPU Operator's /var/run/cdi over /etc/cdi); no "defined twice".
+        mkdir -p "$work/cdi-run"
+        sed 's/NVIDIA_VISIBLE_DEVICES=void/GF_FROM=run/' "$work/cdi/nvidia.yaml" > "$work/cdi-run/operator.yaml"
+        b=$(new_bundle c2 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' '["/bin/sh","-c","gpufence-probe /dev/nvidia1; echo FROM=$GF_FROM"]')
+        out=$(run_with "$shim" "$b" cdirun)
+        check "GPU 1 node" has_line "$out" "/dev/nvidia1 ENXIO"
+        check "edits came from the later directory" has_line "$out" "FROM=run"
+        check "logged with the later file" grep -q "cdi=\"nvidia.com/gpu=1 ($work/cdi-run/operator.yaml)\"" "$work/runtime.log"
+        ;;
+      cdi-hook-env)
+        # A CDI hook without env must not run with the container's environment (an image's
+        # LD_PRELOAD would run as host root): it gets PATH only, and a timeout.
+        printf '#!/bin/sh\nenv > "%s"\n' "$work/hook-env.txt" > "$work/dump-env"; chmod +x "$work/dump-env"
+        printf 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: "1"\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia1}\n    hooks:\n    - {hookName: createContainer, path: %s}\n' "$work/dump-env" > "$work/cdi/nvidia.yaml"
+        b=$(new_bundle c3 unprivileged '"LD_PRELOAD=/no-such-evil.so","GF_IMAGE_SECRET=1"' "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' '["/bin/sh","-c","gpufence-probe /dev/nvidia1"]')
+        out=$(run_with "$shim" "$b" cdihook)
+        check "GPU 1 node" has_line "$out" "/dev/nvidia1 ENXIO"
+        check "the hook ran" test -s "$work/hook-env.txt"
+        check "without the image's LD_PRELOAD" bash -c "! grep -q LD_PRELOAD '$work/hook-env.txt'"
+        check "without the image's env" bash -c "! grep -q GF_IMAGE_SECRET '$work/hook-env.txt'"
+        check "with the minimal PATH" grep -qx "PATH=/usr/sbin:/usr/bin:/sbin:/bin" "$work/hook-env.txt"
+        check "and a timeout" grep -q '"timeout":30' "$b/config.json"
         ;;
       cdi-unknown)
         sed -i 's/^  - name: "1"$/  - name: "one"/' "$work/cdi/nvidia.yaml"
