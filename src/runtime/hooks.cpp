@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cdi/hook_defaults.hpp"
 #include "common/file.hpp"
 #include "common/process.hpp"
 #include "common/strings.hpp"
@@ -208,7 +209,7 @@ Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std
   if (ldconfig.empty() || ldconfig.front() != '/')
     return fail(Errc::not_found, "no ldconfig at /sbin or /usr/sbin on the host");
   ProcessOptions options;
-  options.env = std::vector<std::string>{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
+  options.env = kMinimalHookEnv;
   options.timeout = std::chrono::seconds(8);
   auto r = run_process({ldconfig, "-r", rootfs.string()}, options);
   if (!r) return std::unexpected(r.error());

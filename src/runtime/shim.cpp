@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cdi/hook_defaults.hpp"
 #include "common/file.hpp"
 #include "common/strings.hpp"
 #include "gpu/driver_procfs.hpp"
@@ -186,8 +187,8 @@ Json driver_procfs_hook(const std::string& self_exe, const std::string& procfs_d
   Json hook = Json::object();
   hook["path"] = self_exe;
   hook["args"] = args;
-  hook["env"] = Json::array({kHookPath});
-  hook["timeout"] = kHookTimeoutSeconds;
+  hook["env"] = Json(kMinimalHookEnv);
+  hook["timeout"] = kDefaultHookTimeoutSeconds;
   return hook;
 }
 
@@ -200,11 +201,11 @@ bool pin_hook_environments(Json& spec) {
     for (auto& hook : list) {
       if (!hook.is_object()) continue;
       if (!hook.contains("env") || hook["env"].is_null()) {
-        hook["env"] = Json::array({kHookPath});
+        hook["env"] = Json(kMinimalHookEnv);
         changed = true;
       }
       if (!hook.contains("timeout") || hook["timeout"].is_null()) {
-        hook["timeout"] = kHookTimeoutSeconds;
+        hook["timeout"] = kDefaultHookTimeoutSeconds;
         changed = true;
       }
     }

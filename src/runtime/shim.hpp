@@ -57,7 +57,8 @@ Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& g
 Json driver_procfs_hook(const std::string& self_exe, const std::string& procfs_dir,
                         const std::vector<Gpu>& granted);
 // Gives every hook without `env` the fixed hook environment and every hook without `timeout`
-// kHookTimeoutSeconds. Returns whether anything changed.
+// kDefaultHookTimeoutSeconds (cdi/hook_defaults.hpp): runc and crun would otherwise run a
+// hook with the container's environment, as host root. Returns whether anything changed.
 bool pin_hook_environments(Json& spec);
 // Atomically replaces config.json (temp + fsync + rename) with the edited spec.
 Status write_spec(const std::filesystem::path& spec_path, const Json& spec);
@@ -69,11 +70,5 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
 // The low-level runtime's absolute path: config value, searched on PATH when it has no '/'.
 // Refuses gpufence-runtime itself, which would loop forever.
 Result<std::string> resolve_low_level_runtime(const std::string& configured);
-
-// The fixed environment of every hook gpufence adds or applies without one: runc and crun would
-// otherwise run a hook with the *container's* environment, as host root (LD_PRELOAD from the
-// image: CVE-2025-23266's shape). docs/trust-model.md
-inline constexpr const char* kHookPath = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
-inline constexpr int kHookTimeoutSeconds = 10;
 
 }  // namespace gpufence

@@ -227,12 +227,12 @@ case $case_name in
     check "GPU 1's entry is listed" has_line "$out" "0000:02:00.0"
     check "GPU 0's entry is hidden" bash -c "! grep -q 0000:01:00.0 <<<'$out'"
     check "the host still sees both" test -d "$node/fakeproc/gpus/0000:01:00.0" -a -d "$node/fakeproc/gpus/0000:02:00.0"
-    check "the hook is in the spec" grep -q '"createContainer":\[{"path":"'"$shim"'","args":\["gpufence-runtime","hook","driver-procfs","--dir","/fakeproc/gpus","--keep","0000:02:00.0"\],"env":\["PATH=/usr/sbin:/usr/bin:/sbin:/bin"\],"timeout":10' "$b/config.json"
+    check "the hook is in the spec" grep -q '"createContainer":\[{"path":"'"$shim"'","args":\["gpufence-runtime","hook","driver-procfs","--dir","/fakeproc/gpus","--keep","0000:02:00.0"\],"env":\["PATH=/usr/sbin:/usr/bin:/sbin:/bin"\],"timeout":30' "$b/config.json"
     b2=$(new_bundle c2 privileged "" "$fake_mount" "" "$list_args")
     out=$(run_with "$shim" "$b2" proc0)
     check "a privileged container with no GPU lists none" test "$out" = "END"
     ;;
-  cdi-applied|cdi-malformed|cdi-unknown|cdi-conflict|cdi-foreign|cdi-two-dirs|cdi-hook-env)
+  cdi-applied|cdi-malformed|cdi-unknown|cdi-conflict|cdi-foreign|cdi-two-dirs|cdi-hook-env|cdi-ldcache-symlinks)
     command -v cc >/dev/null || skip "needs a C compiler (cc) to build stand-in driver libraries"
     drv=$work/driver
     mkdir -p "$drv/usr/lib/x86_64-linux-gnu" "$drv/usr/bin" "$drv/etc" "$work/cdi"
@@ -295,6 +295,35 @@ case $case_name in
         check "GPU 1 node" has_line "$out" "/dev/nvidia1 ENXIO"
         check "edits came from the later directory" has_line "$out" "FROM=run"
         check "logged with the later file" grep -q "cdi=\"nvidia.com/gpu=1 ($work/cdi-run/operator.yaml)\"" "$work/runtime.log"
+        ;;
+      cdi-ldcache-symlinks)
+        # The image's /etc/ld.so.conf.d, /etc and /sbin/ldconfig are symlinks out of its root.
+        # The update-ldcache hook runs as host root before pivot_root: every path it writes must
+        # resolve inside the container's root, and the ldconfig it runs is the host's.
+        host_dir=$work/host-side
+        mkdir -p "$host_dir/conf.d" "$host_dir/etc"
+        ldmark=$work/image-ldconfig-ran
+        mkdir -p "$b/rootfs/etc" "$b/rootfs/sbin"
+        ln -s "$host_dir/conf.d" "$b/rootfs/etc/ld.so.conf.d"
+        printf '#!/bin/sh\necho ran > %s\n' "$ldmark" > "$b/rootfs/sbin/ldconfig"; chmod +x "$b/rootfs/sbin/ldconfig"
+        out=$(run_with "$shim" "$b" ldsym1)
+        check "the container ran" has_line "$out" "LIBCUDA=yes"
+        check "nothing written through /etc/ld.so.conf.d -> host" test -z "$(ls -A "$host_dir/conf.d")"
+        # Resolved inside the root the link dangles, so the hook writes nothing (a warning runc
+        # does not show) and the container runs; case 3 below shows the hook does write.
+        check "nor anywhere inside the root" test -z "$(find "$b/rootfs" -name 00-gpufence-cdi.conf)"
+        check "the image's /sbin/ldconfig never ran" test ! -e "$ldmark"
+        b2=$(new_bundle c2 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' "$cdi_args")
+        ln -s "$host_dir/etc" "$b2/rootfs/etc"
+        out=$(run_with "$shim" "$b2" ldsym2)
+        check "/etc -> host: the container ran" has_line "$out" "LIBCUDA=yes"
+        check "/etc -> host: nothing written on the host" test -z "$(ls -A "$host_dir/etc")"
+        b3=$(new_bundle c3 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' "$cdi_args")
+        mkdir -p "$b3/rootfs/etc"
+        ln -s ../../../../../../../../.. "$b3/rootfs/etc/ld.so.conf.d"
+        out=$(run_with "$shim" "$b3" ldsym3)
+        check "/etc/ld.so.conf.d -> ../../..: nothing at the host's /" test ! -e /00-gpufence-cdi.conf
+        check "it stays inside the root" test -s "$b3/rootfs/00-gpufence-cdi.conf"
         ;;
       cdi-hook-env)
         # A CDI hook without env must not run with the container's environment (an image's
