@@ -31,7 +31,7 @@ using SupportedEventsFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*);
 using EventWaitFn = nvmlReturn_t (*)(nvmlEventSet_t, nvmlEventData_t*, unsigned);
 using EventSetFreeFn = nvmlReturn_t (*)(nvmlEventSet_t);
 
-// Versioned names only: the plain names are legacy ABIs (nvml-abi.md §2.1).
+// Versioned names only: the plain names are legacy ABIs (docs/nvml.md §2.1).
 struct NvmlInventory::Api {
   ErrorStringFn error_string = nullptr;
   VoidFn init = nullptr;
@@ -82,7 +82,7 @@ std::string from_buffer(const char* buf, size_t size) {
   return std::string(buf, ::strnlen(buf, size));
 }
 
-// The 535.43.02-535.86.05 libraries wrote 32-byte records through _v3 (nvml-abi.md §3.4).
+// The 535.43.02-535.86.05 libraries wrote 32-byte records through _v3 (docs/nvml.md §3.4).
 bool has_broken_v3_processes(std::string_view driver) {
   return driver == "535.43.02" || driver == "535.54.03" || driver == "535.86.05";
 }
@@ -363,7 +363,7 @@ Status NvmlInventory::ensure_events() {
   for (const auto& gpu : *list) {
     auto dev = handle(gpu.uuid);
     if (!dev) continue;
-    // Register only what the device supports; "All" differs between headers (nvml-abi.md §4.3).
+    // Register only what the device supports; "All" differs between headers (docs/nvml.md §4.3).
     unsigned long long supported = nvml::kEventXidCritical;
     if (m_api->supported_events) m_api->supported_events(*dev, &supported);
     unsigned long long wanted = nvml::kEventXidCritical & supported;
