@@ -31,8 +31,7 @@ Result<std::vector<Gpu>> validate_allocation(
 
 v1beta1::ContainerAllocateResponse build_allocate_response(
     const std::vector<Gpu>& gpus, const PluginOptions& options,
-    const std::vector<HostNode>& control_nodes,
-    const std::function<std::string(const std::string&)>& gpu_host_path) {
+    const std::vector<HostNode>& control_nodes) {
   v1beta1::ContainerAllocateResponse resp;
   std::vector<std::string> uuids;
   for (const auto& g : gpus) uuids.push_back(g.uuid);
@@ -44,7 +43,7 @@ v1beta1::ContainerAllocateResponse build_allocate_response(
     for (const auto& g : gpus) {
       auto* spec = resp.add_devices();
       spec->set_container_path(g.device_path());
-      spec->set_host_path(gpu_host_path(g.device_path()));
+      spec->set_host_path(g.device_path());
       spec->set_permissions("rw");
     }
     for (const auto& node : control_nodes) {
@@ -79,6 +78,18 @@ v1beta1::ContainerAllocateResponse build_allocate_response(
   // CUDA then uses the allocated GPU even in a container that can see more.
   if (options.set_cuda_visible_devices) envs["CUDA_VISIBLE_DEVICES"] = uuid_list;
   return resp;
+}
+
+std::vector<HostNode> present_control_nodes(const HostFs& host) {
+  // NVIDIA's plugin sends these only when they exist (docs/deviceplugin.md).
+  static const std::vector<std::string> kControlNodes = {
+      "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
+  std::vector<HostNode> out;
+  for (const auto& path : kControlNodes) {
+    auto info = host.stat(path);
+    if (info && info->type == FileType::char_device) out.push_back({path, path});
+  }
+  return out;
 }
 
 }  // namespace gpufence
