@@ -1,10 +1,15 @@
 // The device plugin's pure parts: preferred allocation, the Allocate answer, health, options.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cstring>
 
 #include "deviceplugin/allocate.hpp"
 #include "deviceplugin/health.hpp"
 #include "deviceplugin/options.hpp"
 #include "deviceplugin/preferred.hpp"
+#include "support/test_support.hpp"
 
 using namespace gpufence;
 using namespace std::chrono_literals;
@@ -96,6 +101,18 @@ TEST(Allocate, DefaultStrategiesCarryTheAllocationThreeWays) {
   ASSERT_EQ(resp.annotations_size(), 1);
   EXPECT_EQ(resp.annotations().at("cdi.k8s.io/gpufence_GPU-1aaa"), "nvidia.com/gpu=GPU-1aaa");
   EXPECT_EQ(resp.cdi_devices_size(), 0);
+}
+
+TEST(Allocate, ControlNodesAreFoundUnderTheRootAndNamedByTheirHostPaths) {
+  test::TempDir root;
+  std::filesystem::create_directories(root / "dev");
+  if (::mknod((root / "dev/nvidiactl").c_str(), S_IFCHR | 0666, makedev(195, 255)) != 0)
+    GTEST_SKIP() << "mknod needs root: " << std::strerror(errno);
+  root.write("dev/nvidia-uvm", "a regular file is not a device node");
+  auto nodes = present_control_nodes(HostFs(root.path()));
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].container_path, "/dev/nvidiactl");
+  EXPECT_EQ(nodes[0].host_path, "/dev/nvidiactl") << "not " << (root / "dev/nvidiactl");
 }
 
 TEST(Allocate, EachStrategyAlone) {
