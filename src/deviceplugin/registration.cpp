@@ -82,6 +82,9 @@ Status RegistrationLoop::run(int stop_fd) {
         result = st;
         break;
       }
+    } else if (auto st = check_not_deleted(); !st) {
+      result = st;
+      break;
     }
     try_register();
     check_streams();
@@ -116,20 +119,26 @@ Status RegistrationLoop::arm_watch() {
     m_dir_missing_logged = true;
     return fail(Errc::not_found, "plugin directory ", m_cfg.plugin_dir.native(), " is missing");
   }
-  if (id->links == 0) {
-    // The directory was deleted, yet its path still leads to it: this process sees the host's
-    // directory through a bind mount (a hostPath volume), which keeps the deleted inode and can
-    // never show the kubelet's new one. Only a container restart re-resolves the hostPath.
-    return fail(Errc::denied, "plugin directory ", m_cfg.plugin_dir.native(),
-                " was deleted and this mount cannot see its replacement; exiting so the "
-                "container restarts with the new directory");
-  }
+  if (auto st = check_not_deleted(); !st) return st;
   m_watch = ::inotify_add_watch(m_inotify, m_cfg.plugin_dir.c_str(), kWatchMask);
   if (m_watch < 0) return fail_errno("inotify_add_watch", m_cfg.plugin_dir.native());
   if (m_dir_id) m_log.info("plugin.dir_rewatched", {{"dir", m_cfg.plugin_dir.native()}});
   m_dir_id = id;
   m_dir_missing_logged = false;
   return {};
+}
+
+Status RegistrationLoop::check_not_deleted() const {
+  auto id = identity(m_cfg.plugin_dir);
+  if (!id || id->links > 0) return {};
+  // The directory was deleted, yet its path still leads to it: this process sees the host's
+  // directory through a bind mount (a hostPath volume), which keeps the deleted inode and can
+  // never show the kubelet's new one. No inotify event says so: the mount holds the inode, so
+  // IN_DELETE_SELF/IN_IGNORED wait for the unmount. Only a container restart re-resolves the
+  // hostPath.
+  return fail(Errc::denied, "plugin directory ", m_cfg.plugin_dir.native(),
+              " was deleted and this mount cannot see its replacement; exiting so the "
+              "container restarts with the new directory");
 }
 
 void RegistrationLoop::try_register() {

@@ -84,6 +84,7 @@ class RegistrationLoop {
 
   // The named steps of run().
   Status arm_watch();
+  Status check_not_deleted() const;
   void try_register();
   Status handle_events();
   void check_streams();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -190,4 +191,28 @@ TEST_F(LoopFixture, NeverReRegistersForWantOfAStreamWhenTheFlagIsOff) {
   ASSERT_TRUE(eventually([&] { return m_registrations == 1; }));
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(m_registrations, 1);
+}
+
+TEST_F(LoopFixture, ExitsWhenTheDirectoryIsDeletedUnderABindMount) {
+  // A pod's hostPath volume: the plugin sees the host directory through a bind mount.
+  auto host_dir = m_dir / "host-device-plugins";
+  std::filesystem::create_directories(host_dir);
+  if (::mount(host_dir.c_str(), m_plugin_dir.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    GTEST_SKIP() << "bind mount needs CAP_SYS_ADMIN: " << std::strerror(errno);
+  struct Unmount {
+    std::filesystem::path p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{m_plugin_dir};
+  kubelet_starts();
+  start();
+  ASSERT_TRUE(eventually([&] { return m_registrations == 1; }));
+  std::filesystem::remove_all(host_dir);  // the host's rm -rf
+  std::filesystem::create_directories(host_dir);
+  ASSERT_TRUE(eventually([&] { return !m_loop->registered(); }));
+  m_thread.join();  // run() returned by itself
+  ASSERT_FALSE(m_result);
+  EXPECT_EQ(m_result.error().code, Errc::denied);
+  EXPECT_NE(m_result.error().message.find("was deleted and this mount cannot see its replacement"),
+            std::string::npos)
+      << m_result.error().message;
 }
