@@ -380,6 +380,18 @@ TEST_F(PluginScenario, GpusRecoverWhenTheHungCallReturns) {
   EXPECT_EQ(m_plugin->signal_and_wait(SIGTERM, 3s), 0);
 }
 
+TEST_F(PluginScenario, AHungEventWaitMarksEveryGpuUnhealthyAndSigtermStillEndsIt) {
+  m_kubelet->start();
+  start_plugin({"--nvml-timeout", "300ms"});
+  ASSERT_TRUE(all_healthy(2));
+  inject("{\"hang\": \"nvmlEventSetWait_v2\"}");
+  // No GPU can be shown to answer while NVML is stuck (NVIDIA's plugin, too, marks every device
+  // on a failed wait).
+  ASSERT_TRUE(m_kubelet->wait_devices([](const auto& d) { return both(d, "Unhealthy"); }, 5s));
+  EXPECT_EQ(m_plugin->signal_and_wait(SIGTERM, 3s), 0);
+  EXPECT_FALSE(std::filesystem::exists(m_plugin_dir / "gpufence-nvidia-gpu.sock"));
+}
+
 TEST_F(PluginScenario, SigtermDuringAHungStartUpEndsThePlugin) {
   auto cfg = test::mock_gpus(2);
   cfg["hang"] = {"nvmlDeviceGetCount_v2"};
