@@ -368,14 +368,11 @@ Status NvmlInventory::ensure_events() {
       continue;
     }
     // Register only what the device supports; "All" differs between headers (nvml-abi.md §4.3).
+    // When the GPU cannot say what it supports, try XIDs anyway (only a failed registration
+    // leaves it out).
     unsigned long long supported = nvml::kEventXidCritical;
-    if (m_api->supported_events) {
-      if (int rc = m_api->supported_events(*dev, &supported); rc != nvml::SUCCESS) {
-        events->failures.push_back(
-            {gpu.uuid, error("nvmlDeviceGetSupportedEventTypes " + gpu.uuid, rc).message});
-        supported = nvml::kEventXidCritical;  // try anyway, as before
-      }
-    }
+    if (m_api->supported_events && m_api->supported_events(*dev, &supported) != nvml::SUCCESS)
+      supported = nvml::kEventXidCritical;
     unsigned long long wanted = nvml::kEventXidCritical & supported;
     if (!wanted) {
       events->failures.push_back({gpu.uuid, "the GPU reports no critical XID events"});
