@@ -115,6 +115,5 @@ TEST(HealthMonitor, LogsEachGpuWhoseEventsCouldNotBeRegistered) {
   const std::string line = "event=plugin.gpu_events_unregistered uuid=GPU-b";
   auto first = text.find(line);
   ASSERT_NE(first, std::string::npos) << text;
-  EXPECT_EQ(text.find(line, first + line.size()), std::string::npos)
-      << "reported once";
+  EXPECT_EQ(text.find(line, first + line.size()), std::string::npos) << "reported once";
 }
