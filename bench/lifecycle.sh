@@ -7,6 +7,7 @@
 # the plugin's default answer) or SPEC=privileged (privileged, marker for GPU 1). The baseline
 # runs the spec gpufence-runtime produces, so both sides start the same container.
 # Usage: bench/lifecycle.sh [RUNS] [unprivileged|privileged]   (needs root and runc)
+#   BEFORE=/path/to/an/older/gpufence-runtime adds it as a third side (before/after figures).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${GPUFENCE_BUILD_DIR:-$here/build}
@@ -59,11 +60,14 @@ lifecycle() {
   echo "$((t1 - t0)) $((t2 - t1)) $((t3 - t2)) $((t4 - t3))"
 }
 
+before=${BEFORE:-}
 lifecycle runc warm-a >/dev/null; lifecycle "$shim" warm-b >/dev/null
-: > "$work/runc.txt"; : > "$work/shim.txt"
+[ -n "$before" ] && lifecycle "$before" warm-c >/dev/null
+: > "$work/runc.txt"; : > "$work/shim.txt"; : > "$work/before.txt"
 for i in $(seq "$runs"); do
   lifecycle runc "r$i" >> "$work/runc.txt"
   lifecycle "$shim" "s$i" >> "$work/shim.txt"
+  [ -n "$before" ] && lifecycle "$before" "b$i" >> "$work/before.txt"
 done
 grep -q "granted=GPU-c3e79d42" "$work/runtime.log" || { echo "shim did not grant the GPU: benchmark invalid" >&2; exit 1; }
 med() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
@@ -72,11 +76,16 @@ tot() { awk '{print $1+$2+$3+$4}' "$1" | med; }
 ms() { awk -v v="$1" 'BEGIN{printf "%6.2f ms", v/1000}'; }
 echo "spec: $mode; runs per side: $runs (interleaved); bundle on tmpfs; medians"
 printf '%-22s %-10s %-10s %-10s %-10s %-10s\n' "" create start wait delete lifecycle
-for side in runc shim; do
+sides="runc shim"; [ -n "$before" ] && sides+=" before"
+for side in $sides; do
   f=$work/$side.txt
-  name=$([ "$side" = runc ] && echo "plain runc" || echo "gpufence-runtime")
+  case $side in runc) name="plain runc" ;; shim) name="gpufence-runtime" ;; *) name="gpufence-runtime (before)" ;; esac
   printf '%-22s %s %s %s %s %s\n' "$name" "$(ms "$(col "$f" 1)")" "$(ms "$(col "$f" 2)")" \
     "$(ms "$(col "$f" 3)")" "$(ms "$(col "$f" 4)")" "$(ms "$(tot "$f")")"
 done
 paste -d' ' "$work/shim.txt" "$work/runc.txt" | awk '{print ($1+$2+$3+$4)-($5+$6+$7+$8)}' | med > "$work/added"
 echo "added per lifecycle (median of pairwise differences): $(ms "$(cat "$work/added")")"
+if [ -n "$before" ]; then
+  paste -d' ' "$work/before.txt" "$work/runc.txt" | awk '{print ($1+$2+$3+$4)-($5+$6+$7+$8)}' | med > "$work/added-before"
+  echo "added per lifecycle by the 'before' binary:            $(ms "$(cat "$work/added-before")")"
+fi
