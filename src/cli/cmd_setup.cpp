@@ -149,8 +149,8 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
     opt.runtime_name = args->runtime_name;
     opt.binary = args->binary;
     opt.set_as_default = args->set_as_default;
-    opt.node_agents = args->include_node_agents ? DefaultForNodeAgents::accept
-                                                : DefaultForNodeAgents::refuse;
+    opt.node_agents =
+        args->include_node_agents ? DefaultForNodeAgents::accept : DefaultForNodeAgents::refuse;
     opt.drop_in_path = *drop_in;
     if (args->version) opt.version = args->version;
     HostFs host(ctx.host_root);

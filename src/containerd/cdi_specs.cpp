@@ -15,7 +15,8 @@ std::string sniff_kind(std::string_view text) {
       while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
       if (i < text.size() && text[i] == ':') {
         ++i;
-        while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '"' || text[i] == '\''))
+        while (i < text.size() &&
+               (text[i] == ' ' || text[i] == '\t' || text[i] == '"' || text[i] == '\''))
           ++i;
         size_t e = i;
         while (e < text.size() && text[e] != '"' && text[e] != '\'' && text[e] != ',' &&
@@ -31,7 +32,8 @@ std::string sniff_kind(std::string_view text) {
 
 }  // namespace
 
-std::vector<CdiSpecFile> read_cdi_spec_dirs(const HostFs& host, const std::vector<std::string>& dirs) {
+std::vector<CdiSpecFile> read_cdi_spec_dirs(const HostFs& host,
+                                            const std::vector<std::string>& dirs) {
   std::vector<CdiSpecFile> out;
   for (const auto& dir : dirs) {
     auto names = host.list(dir);

@@ -20,6 +20,7 @@ struct CdiSpecFile {
 
 // Every *.json, *.yaml and *.yml directly in each directory (missing directories are skipped),
 // in directory order, files sorted by name.
-std::vector<CdiSpecFile> read_cdi_spec_dirs(const HostFs& host, const std::vector<std::string>& dirs);
+std::vector<CdiSpecFile> read_cdi_spec_dirs(const HostFs& host,
+                                            const std::vector<std::string>& dirs);
 
 }  // namespace gpufence

@@ -117,7 +117,9 @@ std::vector<RuntimeHandler> runtimes_of(const toml::table* runtimes) {
 
 }  // namespace
 
-bool is_runc_option_key(std::string_view key) { return kRuncOptionKeys.contains(key); }
+bool is_runc_option_key(std::string_view key) {
+  return kRuncOptionKeys.contains(key);
+}
 
 std::vector<RuntimeHandler> cri_runtimes(const ContainerdConfig& cfg) {
   const toml::table* containerd = cri_containerd_table(cfg);
@@ -240,7 +242,8 @@ Result<ContainerdConfig> merge_imports_from_host(const ContainerdConfig& main, c
         glob_t g{};
         if (::glob(host.resolve(pattern).c_str(), 0, nullptr, &g) == 0) {
           std::string root = host.root().native() == "/" ? "" : host.root().native();
-          for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
+          for (size_t i = 0; i < g.gl_pathc; ++i)
+            out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
         }
         globfree(&g);
         return out;
@@ -266,9 +269,9 @@ void check_bypass(const RuntimeHandler& h, const std::string& where, std::vector
   if (type == "io.containerd.runtime.v1.linux") {
     bypass(cat(where, " runtime_type = \"", type, "\""),
            cat("the v1 linux shim ignores options.BinaryName and runs ",
-               h.options_runtime ? *h.options_runtime
-                                 : (h.runtime_engine.empty() ? std::string("runc")
-                                                             : h.runtime_engine)));
+               h.options_runtime
+                   ? *h.options_runtime
+                   : (h.runtime_engine.empty() ? std::string("runc") : h.runtime_engine)));
   } else if (type == "io.containerd.runc.v1") {
     bypass(cat(where, " runtime_type = \"", type, "\""),
            "io.containerd.runc.v1 is deprecated and gone in containerd 2.0, where the handler "
@@ -435,8 +438,7 @@ std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,
     bool gpu_handler = std::find(options.handlers.begin(), options.handlers.end(), h.name) !=
                        options.handlers.end();
     bool runs_gpufence =
-        h.binary_name &&
-        std::filesystem::path(*h.binary_name).filename() == "gpufence-runtime";
+        h.binary_name && std::filesystem::path(*h.binary_name).filename() == "gpufence-runtime";
     if (!gpu_handler && !runs_gpufence) continue;
     check_bypass(h, where, out);
     for (const auto& pattern : h.pod_annotations) {

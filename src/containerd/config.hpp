@@ -38,9 +38,9 @@ struct RuntimeHandler {
   std::string name;
   std::string runtime_type;
   std::string runtime_engine;
-  std::string runtime_root;                // deprecated, runtime.v1.linux only
-  std::string runtime_path;                // containerd 1.7+: the shim binary to run instead
-  std::optional<std::string> binary_name;  // options.BinaryName
+  std::string runtime_root;                    // deprecated, runtime.v1.linux only
+  std::string runtime_path;                    // containerd 1.7+: the shim binary to run instead
+  std::optional<std::string> binary_name;      // options.BinaryName
   std::optional<std::string> options_runtime;  // options.Runtime (runtime.v1.linux's binary)
   std::vector<std::string> option_keys;
   std::vector<std::string> pod_annotations, container_annotations;

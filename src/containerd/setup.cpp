@@ -120,9 +120,10 @@ toml::table handler_table(const toml::table* base, const std::string& base_name,
         "(cgroupfs); set options.SystemdCgroup = true if the kubelet uses the systemd driver");
   }
   if (!dropped.empty()) {
-    notes.push_back(cat("not copied into the handler, since each would bypass or undermine "
-                        "gpufence-runtime: ",
-                        join(dropped, ", ")));
+    notes.push_back(
+        cat("not copied into the handler, since each would bypass or undermine "
+            "gpufence-runtime: ",
+            join(dropped, ", ")));
   }
   return rt;
 }
@@ -214,13 +215,17 @@ std::string rancher_dir(Flavor flavor) {
 struct K3sRuntime {
   std::string_view handler, binary;
 };
-constexpr K3sRuntime kK3sRuntimes[] = {{"nvidia", "nvidia-container-runtime"},
-                                       {"nvidia-experimental", "nvidia-container-runtime-experimental"},
-                                       {"nvidia-cdi", "nvidia-container-runtime.cdi"},
-                                       {"crun", "crun"}};
-constexpr std::string_view kK3sSearchDirs[] = {"/usr/local/nvidia/toolkit", "/usr/local/sbin",
-                                               "/usr/local/bin",            "/usr/sbin",
-                                               "/usr/bin",                  "/sbin",
+constexpr K3sRuntime kK3sRuntimes[] = {
+    {"nvidia", "nvidia-container-runtime"},
+    {"nvidia-experimental", "nvidia-container-runtime-experimental"},
+    {"nvidia-cdi", "nvidia-container-runtime.cdi"},
+    {"crun", "crun"}};
+constexpr std::string_view kK3sSearchDirs[] = {"/usr/local/nvidia/toolkit",
+                                               "/usr/local/sbin",
+                                               "/usr/local/bin",
+                                               "/usr/sbin",
+                                               "/usr/bin",
+                                               "/sbin",
                                                "/bin"};
 
 std::string without_gpufence_block(std::string text, const std::string& path, Status& st) {
@@ -390,8 +395,9 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
     plan.notes.push_back(cat("k3s: set the default runtime with k3s's own flag, --default-runtime ",
                              name, " (default_runtime_name lives in the base template)"));
   }
-  plan.notes.push_back(opt.flavor == Flavor::rke2 ? "restart rke2 to render the new containerd config"
-                                                  : "restart k3s to render the new containerd config");
+  plan.notes.push_back(opt.flavor == Flavor::rke2
+                           ? "restart rke2 to render the new containerd config"
+                           : "restart k3s to render the new containerd config");
   if (text != old_text) plan.changes.push_back({path, existing.has_value(), old_text, text});
   return plan;
 }
@@ -432,12 +438,11 @@ Status plan_in_place(const SetupOptions& opt, const std::string& path, const Con
   if (!old_text.empty()) {
     // Edit the text: cut our old tables, append the new ones, set default_runtime_name in its
     // line. Used only when it parses to exactly the document we want.
-    std::optional<std::string> t =
-        with_newline(had_handler ? remove_toml_tables(old_text, runtime_key(cfg.version, name))
-                                 : old_text);
+    std::optional<std::string> t = with_newline(
+        had_handler ? remove_toml_tables(old_text, runtime_key(cfg.version, name)) : old_text);
     if (add_runc) {
-      *t += cat("\n[", runtime_table_name(cfg.version, "runc"), "]\n  runtime_type = ",
-                "\"io.containerd.runc.v2\"\n");
+      *t += cat("\n[", runtime_table_name(cfg.version, "runc"),
+                "]\n  runtime_type = ", "\"io.containerd.runc.v2\"\n");
     }
     auto block = appendable_handler(cfg.version, name, handler);
     t = block ? std::optional<std::string>(*t + *block) : std::nullopt;
@@ -476,9 +481,8 @@ Status plan_drop_in(const SetupOptions& opt, const std::string& path, const Cont
   ensure_table(cri_containerd(drop, 3), "runtimes")
       .insert_or_assign(name, handler_table(base, base_name, opt.binary, plan.notes));
   if (opt.set_as_default) cri_containerd(drop, 3).insert_or_assign("default_runtime_name", name);
-  std::string drop_text =
-      cat("# Written by gpufence setup containerd (listed in ", path, "'s imports).\n",
-          serialize(drop));
+  std::string drop_text = cat("# Written by gpufence setup containerd (listed in ", path,
+                              "'s imports).\n", serialize(drop));
   if (auto st = verify(drop_text, drop_in, 3, opt, name, true, DefaultRuntimeCheck::no); !st)
     return st;
   if (drop_text != old_drop->value_or(""))
@@ -554,7 +558,8 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
                 " instead; or, if the device plugin and other node agents run with a RuntimeClass "
                 "whose handler is plain runc, add --include-node-agents");
   }
-  if (opt.flavor == Flavor::k3s || opt.flavor == Flavor::rke2) return plan_k3s(opt, read, executable);
+  if (opt.flavor == Flavor::k3s || opt.flavor == Flavor::rke2)
+    return plan_k3s(opt, read, executable);
 
   SetupPlan plan;
   plan.handler_name = opt.runtime_name;

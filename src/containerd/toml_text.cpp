@@ -13,7 +13,9 @@ bool bare_key_char(char c) {
          c == '-';
 }
 
-bool blank(char c) { return c == ' ' || c == '\t'; }
+bool blank(char c) {
+  return c == ' ' || c == '\t';
+}
 
 // Parses one key (dotted) from text[i...], stopping at `stop` (']' for headers, '=' for
 // assignments) outside quotes. Sets i at the stop character.
@@ -29,11 +31,20 @@ std::optional<std::vector<std::string>> parse_key_at(std::string_view t, size_t&
         if (t[i] == '\\' && i + 1 < t.size()) {
           ++i;
           switch (t[i]) {
-            case 'n': part += '\n'; break;
-            case 't': part += '\t'; break;
-            case '"': part += '"'; break;
-            case '\\': part += '\\'; break;
-            default: return std::nullopt;  // \u escapes: not in keys we edit
+            case 'n':
+              part += '\n';
+              break;
+            case 't':
+              part += '\t';
+              break;
+            case '"':
+              part += '"';
+              break;
+            case '\\':
+              part += '\\';
+              break;
+            default:
+              return std::nullopt;  // \u escapes: not in keys we edit
           }
         } else if (t[i] == '\n') {
           return std::nullopt;
@@ -158,8 +169,7 @@ std::string key_text(const std::vector<std::string>& parts) {
 std::optional<std::pair<std::vector<std::string>, size_t>> assignment(std::string_view line) {
   size_t i = 0;
   while (i < line.size() && blank(line[i])) ++i;
-  if (i >= line.size() || line[i] == '#' || line[i] == '[' || line[i] == '\n')
-    return std::nullopt;
+  if (i >= line.size() || line[i] == '#' || line[i] == '[' || line[i] == '\n') return std::nullopt;
   auto key = parse_key_at(line, i, '=');
   if (!key) return std::nullopt;
   return std::make_pair(*key, i + 1);
@@ -171,10 +181,18 @@ std::string toml_quote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += cat("\\u00", "0123456789abcdef"[(c >> 4) & 0xf], "0123456789abcdef"[c & 0xf]);
@@ -236,14 +254,15 @@ std::string remove_toml_tables(std::string_view text, const std::vector<std::str
            comment_or_blank(text.substr(s.body + lines[keep_from - 1].begin,
                                         lines[keep_from - 1].end - lines[keep_from - 1].begin)))
       --keep_from;
-    if (keep_from < lines.size()) out += text.substr(s.body + lines[keep_from].begin, s.end - s.body - lines[keep_from].begin);
+    if (keep_from < lines.size())
+      out += text.substr(s.body + lines[keep_from].begin, s.end - s.body - lines[keep_from].begin);
   }
   return out;
 }
 
 std::optional<std::string> set_toml_key(std::string_view text,
-                                        const std::vector<std::string>& table,
-                                        std::string_view key, std::string_view value_toml) {
+                                        const std::vector<std::string>& table, std::string_view key,
+                                        std::string_view value_toml) {
   auto sections = toml_sections(text);
   const TomlSection* found = nullptr;
   for (const auto& s : sections) {

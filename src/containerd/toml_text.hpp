@@ -31,8 +31,8 @@ std::string remove_toml_tables(std::string_view text, const std::vector<std::str
 // value of an existing one-line assignment, else adds the line under the table's header, else
 // appends the table. nullopt when the key is assigned on several lines or over several lines.
 std::optional<std::string> set_toml_key(std::string_view text,
-                                        const std::vector<std::string>& table,
-                                        std::string_view key, std::string_view value_toml);
+                                        const std::vector<std::string>& table, std::string_view key,
+                                        std::string_view value_toml);
 
 // Adds `entry` to the top-level `imports` array (created after `version = N` when absent).
 // nullopt when the existing array cannot be found on the top level by lines.

@@ -164,17 +164,16 @@ void check_process_on_unallocated(const Snapshot& s, std::vector<Finding>& out) 
         if (container_of_pid(s, p.pid) == &c) pids.push_back(cat(p.pid, " on GPU ", g.gpu.index));
       }
     }
-    out.push_back(
-        {"gpu.process-on-unallocated", Severity::error,
-         cat("container ", c.label(), " was allocated ", gpu_names(s, *allocated),
-             " but its processes run on ", gpu_names(s, wrong)),
-         cat("NVML processes: ", join(pids, ", "),
-             "; CUDA_VISIBLE_DEVICES=", c.cuda_visible_devices.value_or("(unset)"),
-             "; NVIDIA_VISIBLE_DEVICES=", c.nvidia_visible_devices.value_or("(unset)")),
-         "set CUDA_VISIBLE_DEVICES to the allocated UUID (gpufence-device-plugin and "
-         "gpufence-runtime do), "
-         "and set the app's gpu-id to 0: it counts the GPUs the container sees, not the "
-         "node's (`gpufence launch --config <ds config> -- <app>` does both)"});
+    out.push_back({"gpu.process-on-unallocated", Severity::error,
+                   cat("container ", c.label(), " was allocated ", gpu_names(s, *allocated),
+                       " but its processes run on ", gpu_names(s, wrong)),
+                   cat("NVML processes: ", join(pids, ", "),
+                       "; CUDA_VISIBLE_DEVICES=", c.cuda_visible_devices.value_or("(unset)"),
+                       "; NVIDIA_VISIBLE_DEVICES=", c.nvidia_visible_devices.value_or("(unset)")),
+                   "set CUDA_VISIBLE_DEVICES to the allocated UUID (gpufence-device-plugin and "
+                   "gpufence-runtime do), "
+                   "and set the app's gpu-id to 0: it counts the GPUs the container sees, not the "
+                   "node's (`gpufence launch --config <ds config> -- <app>` does both)"});
   }
 }
 
@@ -189,14 +188,14 @@ void check_env_mismatch(const Snapshot& s, std::vector<Finding>& out) {
     auto named = resolve_selector(*sel, inv);
     std::set<unsigned> named_minors = named ? minors_of(*named) : std::set<unsigned>{};
     if (named && named_minors == *allocated) continue;
-    out.push_back({"env.visible-devices-mismatch", Severity::warning,
-                   cat("container ", c.label(), ": NVIDIA_VISIBLE_DEVICES=",
-                       *c.nvidia_visible_devices, " does not match the kubelet's allocation ",
-                       gpu_names(s, *allocated)),
-                   cat("environment of PID ", c.pids.empty() ? 0 : c.pids.front(),
-                       named ? "" : "; " + named.error().message),
-                   "do not set NVIDIA_VISIBLE_DEVICES in the image or pod spec; the device "
-                   "plugin's Allocate answer sets it"});
+    out.push_back(
+        {"env.visible-devices-mismatch", Severity::warning,
+         cat("container ", c.label(), ": NVIDIA_VISIBLE_DEVICES=", *c.nvidia_visible_devices,
+             " does not match the kubelet's allocation ", gpu_names(s, *allocated)),
+         cat("environment of PID ", c.pids.empty() ? 0 : c.pids.front(),
+             named ? "" : "; " + named.error().message),
+         "do not set NVIDIA_VISIBLE_DEVICES in the image or pod spec; the device "
+         "plugin's Allocate answer sets it"});
   }
 }
 
@@ -253,14 +252,13 @@ void check_runtimeclass_missing(const Snapshot& s, std::vector<Finding>& out) {
       continue;
     std::vector<std::string> classes;
     for (const auto& [k, v] : s.kube->runtime_classes) classes.push_back(k);
-    out.push_back(
-        {"pod.runtimeclass-missing", Severity::error,
-         cat("pod ", pod.pod_namespace, "/", pod.name, " names RuntimeClass '", pod.runtime_class,
-             "', which does not exist"),
-         cat("spec.runtimeClassName = ", pod.runtime_class,
-             "; RuntimeClasses: ", classes.empty() ? std::string("none") : join(classes, ", ")),
-         "kubectl apply -f deploy/kubernetes/runtimeclass.yaml (handler nvidia), and run "
-         "`gpufence setup containerd --runtime-name nvidia` on the node"});
+    out.push_back({"pod.runtimeclass-missing", Severity::error,
+                   cat("pod ", pod.pod_namespace, "/", pod.name, " names RuntimeClass '",
+                       pod.runtime_class, "', which does not exist"),
+                   cat("spec.runtimeClassName = ", pod.runtime_class, "; RuntimeClasses: ",
+                       classes.empty() ? std::string("none") : join(classes, ", ")),
+                   "kubectl apply -f deploy/kubernetes/runtimeclass.yaml (handler nvidia), and run "
+                   "`gpufence setup containerd --runtime-name nvidia` on the node"});
   }
 }
 
@@ -320,9 +318,8 @@ void check_gpu_capacity(const Snapshot& s, std::vector<Finding>& out) {
     out.push_back({"node.gpu-capacity", Severity::error,
                    cat("the node advertises ", cap, " ", s.resource_name, " but ", s.gpus.size(),
                        " GPU(s) are present"),
-                   cat("node status capacity ", s.resource_name, "=", cap,
-                       ", allocatable=", s.kube->allocatable.value_or(0),
-                       "; device plugin sockets: ", sockets(s)),
+                   cat("node status capacity ", s.resource_name, "=", cap, ", allocatable=",
+                       s.kube->allocatable.value_or(0), "; device plugin sockets: ", sockets(s)),
                    kFixPlugin});
     return;
   }
@@ -370,8 +367,8 @@ void check_cdi_duplicate_device(const Snapshot& s, std::vector<Finding>& out) {
   for (const auto& [files, devices] : by_files) {
     out.push_back(
         {"cdi.duplicate-device", Severity::error,
-         cat(files.size(), " CDI specs define the same ", kGpuCdiKind, " device(s): ",
-             join(devices, ", ")),
+         cat(files.size(), " CDI specs define the same ", kGpuCdiKind,
+             " device(s): ", join(devices, ", ")),
          cat("spec files: ", join(files, " and ")),
          cat("keep one ", kGpuCdiKind,
              " spec on the node: remove the others (a GPU Operator or nvidia-ctk spec in "
@@ -407,7 +404,9 @@ bool check_id_matches(std::string_view entry, std::string_view id) {
   return id == entry;
 }
 
-const std::vector<DoctorCheck>& doctor_checks() { return kChecks; }
+const std::vector<DoctorCheck>& doctor_checks() {
+  return kChecks;
+}
 
 const std::vector<std::string>& doctor_check_ids() {
   static const std::vector<std::string> ids = [] {

@@ -314,7 +314,8 @@ namespace {
 
 const RuntimeHandler& handler_named(const std::vector<RuntimeHandler>& rts, std::string_view n) {
   static const RuntimeHandler none;
-  auto it = std::find_if(rts.begin(), rts.end(), [&](const RuntimeHandler& h) { return h.name == n; });
+  auto it =
+      std::find_if(rts.begin(), rts.end(), [&](const RuntimeHandler& h) { return h.name == n; });
   return it == rts.end() ? none : *it;
 }
 
@@ -323,7 +324,8 @@ bool has(const std::vector<std::string>& v, std::string_view x) {
 }
 
 // The nvidia handler's table in a planned config text.
-toml::table handler_doc(const std::string& text, int version = 2, std::string_view name = "nvidia") {
+toml::table handler_doc(const std::string& text, int version = 2,
+                        std::string_view name = "nvidia") {
   auto cfg = parse(text);
   auto* t = cfg.doc["plugins"][cri_plugin_name(version)]["containerd"]["runtimes"][name].as_table();
   return t ? *t : toml::table{};
@@ -477,7 +479,8 @@ TEST(ContainerdCheck, HandlersThatBypassBinaryName) {
 )" + runtime_body);
     return check_containerd_config(cfg, {{"nvidia"}, nullptr, false});
   };
-  const std::string bin = R"([plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+  const std::string bin =
+      R"([plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
   BinaryName = "/usr/local/bin/gpufence-runtime"
 )";
   EXPECT_TRUE(check("  runtime_type = \"io.containerd.runc.v2\"\n" + bin).empty());
@@ -507,8 +510,8 @@ TEST(ContainerdCheck, PodAnnotationPatternsAsPathMatchSeesThem) {
   for (auto p : {"cdi.k8s.io/*", "*/*", "cdi.*/*", "cdi.k8s.io/nvidia.com_gpu", "c?i.k8s.io/x",
                  "[c]di.k8s.io/*"})
     EXPECT_TRUE(pod_annotation_pattern_admits_cdi(p)) << p;
-  for (auto p : {"*", "cdi.k8s.io", "io.katacontainers.*", "cdi.k8s.io/", "*/*/*",
-                 "example.com/*", "cdi.k8s.ioo/*"})
+  for (auto p : {"*", "cdi.k8s.io", "io.katacontainers.*", "cdi.k8s.io/", "*/*/*", "example.com/*",
+                 "cdi.k8s.ioo/*"})
     EXPECT_FALSE(pod_annotation_pattern_admits_cdi(p)) << p;
   auto cfg = parse(R"(version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -581,8 +584,9 @@ TEST(ContainerdSetup, Version3AddsItsImportByTextKeepingCommentsByteForByte) {
       << "the drop-in's handler inherits the main file's default runtime";
 
   FakeFiles fresh;
-  const std::string without = "# no imports yet\nversion = 3 # containerd 2.1\n\n[grpc]\n  "
-                              "address = \"/run/containerd/containerd.sock\"\n";
+  const std::string without =
+      "# no imports yet\nversion = 3 # containerd 2.1\n\n[grpc]\n  "
+      "address = \"/run/containerd/containerd.sock\"\n";
   fresh.files["/etc/containerd/config.toml"] = without;
   auto p2 = plan_containerd_setup({}, fresh.reader()).value();
   EXPECT_EQ(p2.changes.at(1).new_text,
@@ -650,7 +654,9 @@ TEST(ContainerdK3s, ARuntimeK3sRendersItselfIsNotDefinedTwice) {
   };
   {
     FakeFiles fs;  // nvidia-container-runtime installed: k3s renders runtimes."nvidia" itself
-    IsExecutable exe = [](const std::string& p) { return p == "/usr/bin/nvidia-container-runtime"; };
+    IsExecutable exe = [](const std::string& p) {
+      return p == "/usr/bin/nvidia-container-runtime";
+    };
     auto plan = plan_containerd_setup(opt, fs.reader(), exe).value();
     EXPECT_EQ(plan.handler_name, "gpufence");
     auto block = block_names(plan.changes.at(0).new_text);
@@ -708,8 +714,10 @@ TEST(ContainerdApply, BackupsAreNeverOverwritten) {
   test::TempDir dir;
   dir.write("etc/containerd/config.toml", "first\n");
   HostFs host(dir.path());
-  ASSERT_TRUE(apply_setup_plan(one_change("/etc/containerd/config.toml", "first\n", "second\n"), host));
-  ASSERT_TRUE(apply_setup_plan(one_change("/etc/containerd/config.toml", "second\n", "third\n"), host));
+  ASSERT_TRUE(
+      apply_setup_plan(one_change("/etc/containerd/config.toml", "first\n", "second\n"), host));
+  ASSERT_TRUE(
+      apply_setup_plan(one_change("/etc/containerd/config.toml", "second\n", "third\n"), host));
   auto backups = backups_in(dir / "etc/containerd");
   ASSERT_EQ(backups.size(), 2u) << "two runs, two backups, even within one second";
   std::set<std::string> contents;
@@ -726,7 +734,8 @@ TEST(ContainerdApply, ASymlinkedConfigStaysASymlinkToAnUpdatedTarget) {
   // An absolute target, as users make them: it must resolve under --host-root.
   std::filesystem::create_symlink("/opt/cfg/containerd.toml", dir / "etc/containerd/config.toml");
   HostFs host(dir.path());
-  auto backups = apply_setup_plan(one_change("/etc/containerd/config.toml", "old\n", "new\n"), host);
+  auto backups =
+      apply_setup_plan(one_change("/etc/containerd/config.toml", "old\n", "new\n"), host);
   ASSERT_TRUE(backups) << backups.error().message;
   EXPECT_TRUE(std::filesystem::is_symlink(dir / "etc/containerd/config.toml"));
   EXPECT_EQ(read_file(dir / "opt/cfg/containerd.toml").value(), "new\n");

@@ -144,8 +144,8 @@ class DoctorContainerd : public ::testing::Test {
     std::string out = "cdiVersion: \"0.5.0\"\nkind: nvidia.com/gpu\ndevices:\n";
     for (std::string_view d : {"0", "1"}) {
       if (devices.find(d) == std::string::npos) continue;
-      out += cat("- name: \"", d, "\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia",
-                 d, "\n");
+      out += cat("- name: \"", d,
+                 "\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia", d, "\n");
     }
     return out;
   }
