@@ -285,11 +285,7 @@ void check_bypass(const RuntimeHandler& h, const std::string& where, std::vector
            cat("runtime_path makes containerd start ", h.runtime_path,
                " as the shim instead of containerd-shim-runc-v2"));
   }
-  if (h.options_runtime && type != "io.containerd.runtime.v1.linux") {
-    bypass(cat(where, ".options Runtime = \"", *h.options_runtime, "\""),
-           "options.Runtime is the v1 linux shim's binary; with the runc shim it is dropped, "
-           "and copied back to a v1 runtime_type it replaces BinaryName");
-  }
+  // options.Runtime under the runc shim is dropped (containerd.unknown-runc-option says so).
 }
 
 // CDI on (enable_cdi, or containerd 2.x's default) with no nvidia.com/gpu spec: containerd
