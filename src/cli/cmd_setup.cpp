@@ -162,8 +162,11 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
     };
     IsExecutable executable = [&host](const std::string& path) {
       auto info = host.stat(path);
-      return info && info->type != FileType::directory &&
-             ::access(host.resolve(path).c_str(), X_OK) == 0;
+      // A link (update-alternatives) may point outside --host-root from here: k3s would follow
+      // it on the host, so it counts.
+      return info &&
+             (info->type == FileType::symlink || (info->type != FileType::directory &&
+                                                  ::access(host.resolve(path).c_str(), X_OK) == 0));
     };
     auto plan = plan_containerd_setup(opt, read, executable);
     if (!plan) {
