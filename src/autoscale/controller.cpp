@@ -106,6 +106,7 @@ Result<ReconcileResult> reconcile(KubeClient& kube, const AutoscaleOptions& opt,
   auto dv = deployment_view(*deployment, opt.resource);
   if (!dv) return std::unexpected(dv.error());
   out.gpus_per_pod = dv->pod.gpus;
+  out.deployment = *dv;
   // 3. Capacity new pods can use: schedulable nodes only, whole pods per node, minus what
   //    pending pods and not-yet-created replicas will take.
   auto view = cluster();
@@ -122,6 +123,7 @@ Result<ReconcileResult> reconcile(KubeClient& kube, const AutoscaleOptions& opt,
     auto rec = recommend({out.streams, opt.streams_per_pod, out.current, opt.min_replicas,
                           opt.max_replicas, out.gpus_per_pod, out.free_gpus, 0.1});
     out.reason = rec.reason;
+    out.capped = rec.capped_by_gpus;
     // Only the first attempt feeds the stabiliser: a retry is the same decision, re-applied.
     out.desired = attempt == 0 ? stabilizer.stabilize(rec.replicas, out.current, now) : out.desired;
     if (out.desired == out.current || opt.dry_run) return out;
@@ -168,10 +170,21 @@ Controller::Step Controller::step(SteadyTime now) {
     if (!s.leader) return s;
   }
   auto r = reconcile(m_kube, m_opt, m_streams, m_cluster, m_stabilizer, now, &m_events);
-  if (r)
-    s.result = std::move(*r);
-  else
+  if (!r) {
     s.error = r.error();
+    return s;
+  }
+  // Demand the GPUs cannot meet is a decision too (not to scale further): one Warning when it
+  // starts, so `kubectl describe` says why the Deployment stays short, without one per period.
+  if (r->capped && !m_capped && !m_opt.dry_run) {
+    ScaleEvent e{"Warning", "ScaleUpCappedByGpus",
+                 cat(r->reason, "; free GPUs ", r->free_gpus, " on ", r->capacity.schedulable_nodes,
+                     " of ", r->capacity.nodes, " node(s)")};
+    if (auto st = post_scale_event(m_kube, r->deployment, m_events, e); !st)
+      r->event_error = st.error().message;
+  }
+  m_capped = r->capped;
+  s.result = std::move(*r);
   return s;
 }
 

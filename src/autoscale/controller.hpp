@@ -30,9 +30,11 @@ struct AutoscaleOptions {
 struct ReconcileResult {
   long streams = 0, current = 0, free_gpus = 0, desired = 0, gpus_per_pod = 0;
   bool scaled = false;
+  bool capped = false;  // demand wanted more pods than the free GPUs hold
   std::string reason;
   Capacity capacity;
-  std::string event_error;  // the Event could not be recorded (the scale itself stands)
+  DeploymentView deployment;  // as read this time
+  std::string event_error;    // the Event could not be recorded (the scale itself stands)
 };
 
 using StreamSource = std::function<Result<long>()>;
@@ -93,6 +95,8 @@ class Controller {
   EventSource m_events;
   std::optional<LeaderElector> m_elector;
   Stabilizer m_stabilizer;
+  bool m_capped =
+      false;  // the last reconcile was capped: warn once when it starts, not each period
 };
 
 // Streams from a ConfigMap key ("ns/name:key") or a file holding a number.

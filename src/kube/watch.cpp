@@ -155,8 +155,17 @@ Status WatchCache::watch_once(const std::atomic<bool>& stop) {
              {"timeoutSeconds", std::to_string(m_opt.watch_timeout.count())}}),
       [&](std::string_view line) { return apply_event(line, error); }, stop,
       m_opt.watch_timeout + std::chrono::seconds(30));
+  // A watch that failed may have missed changes the next one cannot replay (its version may
+  // be compacted by the time it connects): drop the copy and list again, so a reconcile meanwhile
+  // fails ("not listed yet") instead of acting on a copy that silently went stale.
+  auto unsync = [this] {
+    std::lock_guard lock(m_mu);
+    m_synced = false;
+    m_items.clear();
+  };
   if (!answer) {
     set_error(answer.error());
+    unsync();
     return std::unexpected(answer.error());
   }
   if (is_gone(*answer)) {
@@ -171,9 +180,13 @@ Status WatchCache::watch_once(const std::atomic<bool>& stop) {
             cat("watch ", m_path, ": HTTP ", answer->status,
                 status_message(*answer).empty() ? "" : " (" + status_message(*answer) + ")")};
     set_error(e);
+    unsync();
     return std::unexpected(e);
   }
-  if (!error) set_error(error.error());
+  if (!error) {
+    set_error(error.error());
+    unsync();
+  }
   return error;
 }
 

@@ -684,3 +684,37 @@ TEST_F(AutoscaleController, RbacIsExactlyWhatTheCallsNeed) {
                       << a.resource;
   }
 }
+
+TEST_F(AutoscaleController, DemandTheGpusCannotMeetIsOneWarningNotOnePerPeriod) {
+  m_api.apply("/api/v1/nodes", gpu_node("gpu-2", 2, {{"unschedulable", true}}));
+  Controller c(*m_kube, m_opt, streams_from_configmap(*m_kube, "video/streams:count"),
+               cluster_from_lists(*m_kube, m_opt.node_selector), m_events, std::nullopt);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    auto s = c.step(t0 + std::chrono::seconds(15 * i));
+    ASSERT_TRUE(s.result) << s.error->message;
+    EXPECT_TRUE(s.result->capped);
+    EXPECT_FALSE(s.result->scaled);
+  }
+  auto events = m_api.posted(kEvents);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["type"], "Warning");
+  EXPECT_EQ(events[0]["reason"], "ScaleUpCappedByGpus");
+  EXPECT_NE(events[0]["note"].get<std::string>().find("capped at 1 by 0 free GPU(s)"),
+            std::string::npos)
+      << events[0]["note"];
+}
+
+TEST_F(AutoscaleController, AFailedWatchDropsTheCopyRatherThanServeItStale) {
+  WatchCache nodes(*m_kube, "/api/v1/nodes", WatchOptions{"gpu=true", "", 500, 300s, project_node});
+  ASSERT_TRUE(nodes.relist());
+  EXPECT_EQ(nodes.items()->size(), 2u) << "the label selector: gpu-1 and gpu-2";
+  m_api.require_token("someone-else");  // e.g. the token was revoked
+  std::atomic<bool> stop{false};
+  auto st = nodes.watch_once(stop);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("HTTP 401"), std::string::npos) << st.error().message;
+  auto items = nodes.items();
+  ASSERT_FALSE(items) << "changes may have been missed: no answer beats a stale one";
+  EXPECT_NE(items.error().message.find("HTTP 401"), std::string::npos) << items.error().message;
+}
