@@ -6,36 +6,6 @@
 namespace gpufence {
 namespace {
 
-// Every page of a list (limit/continue); one 410 for an expired continue token starts over.
-Result<std::vector<nlohmann::json>> list_all(KubeClient& kube, const std::string& path,
-                                             const std::string& label_selector,
-                                             const std::string& field_selector) {
-  std::vector<nlohmann::json> items;
-  std::string cont;
-  for (int restarts = 0;;) {
-    std::string q = path + "?limit=500";
-    if (!label_selector.empty()) q += "&labelSelector=" + url_escape(label_selector);
-    if (!field_selector.empty()) q += "&fieldSelector=" + url_escape(field_selector);
-    if (!cont.empty()) q += "&continue=" + url_escape(cont);
-    auto answer = kube.call("GET", q);
-    if (!answer) return std::unexpected(answer.error());
-    if (answer->status == 410 && !cont.empty() && restarts++ < 3) {
-      items.clear();
-      cont.clear();
-      continue;
-    }
-    if (answer->status < 200 || answer->status >= 300) {
-      std::string msg = answer->body.is_object() ? answer->body.value("message", "") : "";
-      return fail(Errc::rpc, "GET ", q, ": HTTP ", answer->status,
-                  msg.empty() ? "" : " (" + msg + ")");
-    }
-    for (const auto& item : answer->body.value("items", nlohmann::json::array()))
-      items.push_back(item);
-    cont = answer->body.value("metadata", nlohmann::json::object()).value("continue", "");
-    if (cont.empty()) return items;
-  }
-}
-
 ScaleEvent describe_scale(const ReconcileResult& r) {
   ScaleEvent e;
   e.reason = r.desired > r.current ? "ScaledUp" : "ScaledDown";
@@ -48,15 +18,13 @@ ScaleEvent describe_scale(const ReconcileResult& r) {
 }  // namespace
 
 ClusterSource cluster_from_lists(KubeClient& kube, const std::string& node_selector) {
+  // The watch's own list (every page, restarted on an expired continue token), without the watch.
   return [&kube, node_selector]() -> Result<ClusterView> {
-    ClusterView view;
-    auto nodes = list_all(kube, "/api/v1/nodes", node_selector, "");
-    if (!nodes) return std::unexpected(nodes.error());
-    auto pods = list_all(kube, "/api/v1/pods", "", kLivePods);
-    if (!pods) return std::unexpected(pods.error());
-    view.nodes = std::move(*nodes);
-    view.pods = std::move(*pods);
-    return view;
+    WatchCache nodes(kube, "/api/v1/nodes", WatchOptions{node_selector, "", 500, {}, {}});
+    WatchCache pods(kube, "/api/v1/pods", WatchOptions{"", kLivePods, 500, {}, {}});
+    if (auto st = nodes.relist(); !st) return std::unexpected(st.error());
+    if (auto st = pods.relist(); !st) return std::unexpected(st.error());
+    return ClusterView{nodes.items().value(), pods.items().value()};
   };
 }
 

@@ -330,6 +330,16 @@ void TestApiServer::handle(int conn) {
       ++m_watches[req.path];
   }
   Answer a;
+  if (is_watch && is_collection && m_gone_as_status) {
+    std::lock_guard lock(m_mu);
+    auto rv = req.query.contains("resourceVersion") ? req.query.at("resourceVersion") : "";
+    if (!rv.empty() && std::stol(rv) < m_compacted_rv) {
+      std::string body = status_body(410, "Expired", "too old resource version: " + rv);
+      send_all(conn, "HTTP/1.1 410 Gone\r\nContent-Type: application/json\r\nContent-Length: " +
+                         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+      return;
+    }
+  }
   if (is_watch && is_collection) {
     std::unique_lock lock(m_mu);
     bool authorised = m_token.empty() || req.authorization == "Bearer " + m_token;

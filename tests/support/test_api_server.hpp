@@ -12,6 +12,7 @@
 // Each connection gets its own thread, so a watch stream does not block other clients.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -53,6 +54,9 @@ class TestApiServer {
   // Forget the history so far: a watch from an older resourceVersion gets a 410 ERROR event and
   // a continue token from before gets HTTP 410, as after etcd's compaction.
   void compact();
+  // Answer a watch from a compacted version with HTTP 410 instead of 200 and an ERROR event
+  // (servers and proxies differ; a client must handle both).
+  void gone_as_http_status(bool yes) { m_gone_as_status = yes; }
   // A BOOKMARK carrying the current resourceVersion to every watch that allowed bookmarks.
   void bookmark();
   // Ends every open watch stream, as the server does at timeoutSeconds.
@@ -111,6 +115,7 @@ class TestApiServer {
   std::vector<std::string> m_requests;
   std::string m_token;
   int m_unauthorized = 0;
+  std::atomic<bool> m_gone_as_status{false};
   bool m_race = false;
   int m_fail_put = 0;
   int m_puts = 0;

@@ -718,3 +718,52 @@ TEST_F(AutoscaleController, AFailedWatchDropsTheCopyRatherThanServeItStale) {
   ASSERT_FALSE(items) << "changes may have been missed: no answer beats a stale one";
   EXPECT_NE(items.error().message.find("HTTP 401"), std::string::npos) << items.error().message;
 }
+
+TEST_F(AutoscaleController, GoneAsAnHttpStatusAlsoMeansListAgain) {
+  WatchCache pods(*m_kube, "/api/v1/pods", WatchOptions{"", kLivePods, 500, 300s, project_pod});
+  ASSERT_TRUE(pods.relist());
+  m_api.apply("/api/v1/pods", pod("ds-3", "gpu-2", 1));
+  m_api.compact();
+  m_api.gone_as_http_status(true);
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(pods.sync(stop)) << "410 is not a failure: it says what to do";
+  EXPECT_EQ(pods.stats().gone, 1);
+  ASSERT_TRUE(pods.sync(stop));
+  EXPECT_EQ(pods.items()->size(), 4u);
+}
+
+// A client that compacts the server's history right after the first page of a list, so the
+// continue token the next page carries has expired (410), as after 5 minutes on a real server.
+namespace {
+class CompactAfterFirstPage final : public KubeClient {
+ public:
+  CompactAfterFirstPage(KubeClient& inner, test::TestApiServer& api) : m_inner(inner), m_api(api) {}
+  Result<KubeResponse> call(const std::string& method, const std::string& path,
+                            const std::string& body) override {
+    auto r = m_inner.call(method, path, body);
+    if (path.find("limit=") != std::string::npos && m_pages++ == 0) {
+      m_api.apply("/api/v1/pods", pod("late", "gpu-2", 1));
+      m_api.compact();
+    }
+    return r;
+  }
+  Result<KubeResponse> stream(const std::string& path, const LineHandler& on_line,
+                              const std::atomic<bool>& stop, std::chrono::seconds max) override {
+    return m_inner.stream(path, on_line, stop, max);
+  }
+  int m_pages = 0;
+
+ private:
+  KubeClient& m_inner;
+  test::TestApiServer& m_api;
+};
+}  // namespace
+
+TEST_F(AutoscaleController, AnExpiredContinueTokenStartsTheListOver) {
+  CompactAfterFirstPage kube(*m_kube, m_api);
+  WatchCache pods(kube, "/api/v1/pods", WatchOptions{"", kLivePods, 2, 300s, project_pod});
+  auto st = pods.relist();
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(pods.items()->size(), 4u) << "the restarted list has every pod, the late one too";
+  EXPECT_EQ(kube.m_pages, 4) << "page 1, the 410, then two pages from the start";
+}
