@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <set>
 
 #include "autoscale/controller.hpp"
@@ -766,4 +771,45 @@ TEST_F(AutoscaleController, AnExpiredContinueTokenStartsTheListOver) {
   ASSERT_TRUE(st) << st.error().message;
   EXPECT_EQ(pods.items()->size(), 4u) << "the restarted list has every pod, the late one too";
   EXPECT_EQ(kube.m_pages, 4) << "page 1, the 410, then two pages from the start";
+}
+
+// The binary's loop: it elects itself, keeps nodes and pods by watch (one list each however many
+// periods), and on SIGTERM releases the Lease and exits 0.
+TEST_F(AutoscaleController, TheBinaryLoopsOnTheWatchAndStopsOnSigterm) {
+  test::TempDir dir;
+  auto cfg = dir.write("kubeconfig", m_api.kubeconfig());
+  auto streams = dir.write("streams", "16\n");
+  auto out = dir / "out";
+  const std::string bin = test::bin_path("gpufence");  // no allocation after fork()
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execl(bin.c_str(), bin.c_str(), "autoscale", "--kubeconfig", cfg.c_str(), "--deployment",
+            "video/deepstream", "--streams-per-pod", "8", "--streams-file", streams.c_str(),
+            "--node-selector", "gpu=true", "--identity", "loop", "--period", "1", nullptr);
+    ::_exit(127);
+  }
+  // Wait (not a timing assertion) until it has reconciled a few periods on its watches.
+  auto renewals = [&] {
+    int n = 0;
+    for (const auto& r : m_api.requests()) n += r.starts_with("PUT " + kLease) ? 1 : 0;
+    return n;
+  };
+  for (int i = 0; i < 3000 && (renewals() < 3 || m_api.open_watches() < 2); ++i)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_GE(renewals(), 3) << read_file(out).value_or("");
+  EXPECT_EQ(m_api.object(kLease)["spec"]["holderIdentity"], "loop");
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << read_file(out).value_or("");
+  EXPECT_EQ(WEXITSTATUS(status), 0) << read_file(out).value_or("");
+  EXPECT_EQ(m_api.lists("/api/v1/pods"), 1) << "one list over every period";
+  EXPECT_EQ(m_api.lists("/api/v1/nodes"), 1);
+  EXPECT_EQ(m_api.object(kLease)["spec"]["holderIdentity"], "") << "released on SIGTERM";
+  EXPECT_EQ(replicas(), 2);
+  EXPECT_NE(read_file(out).value_or("").find("replicas 1 -> 2 (scaled)"), std::string::npos);
 }
