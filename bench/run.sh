@@ -13,10 +13,10 @@ echo "== gpufence-device-plugin: Allocate latency, memory, XID -> Unhealthy =="
 "$build/bin/bench_plugin" 10000
 echo
 if [ "$(id -u)" = 0 ] && command -v runc >/dev/null; then
-  echo "== container create-to-exit: plain runc vs gpufence-runtime =="
-  bash "$here/bench/shim_vs_runc.sh" 30 tmpfs
+  echo "== container lifecycle as containerd drives it: plain runc vs gpufence-runtime =="
+  bash "$here/bench/lifecycle.sh" 30 unprivileged
   echo
-  bash "$here/bench/shim_vs_runc.sh" 30 disk
+  bash "$here/bench/lifecycle.sh" 30 privileged
 else
   echo "skipping the runc benchmark: needs root and runc"
 fi
