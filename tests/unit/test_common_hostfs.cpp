@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
@@ -20,8 +22,8 @@ TEST(HostFs, ReadsListsAndStatsAFakeRoot) {
   root.write("proc/42/environ", std::string("A=1\0B=2\0", 8));
   root.write("sys/bus/pci/devices/0000:01:00.0/numa_node", "1\n");
   std::filesystem::create_directories(root / "dev");
-  ASSERT_EQ(::mknod((root / "dev/nvidia1").c_str(), S_IFCHR | 0666, makedev(195, 1)), 0)
-      << "mknod needs root";
+  if (::mknod((root / "dev/nvidia1").c_str(), S_IFCHR | 0666, makedev(195, 1)) != 0)
+    GTEST_SKIP() << "mknod of a fake GPU node needs root: " << std::strerror(errno);
   std::filesystem::create_symlink("nvidia1", root / "dev/gpu-link");
 
   HostFs fs(root.path());

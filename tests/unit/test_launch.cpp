@@ -1,5 +1,6 @@
 // gpufence launch: the pure parts on literal text, and the real binary on a fake root.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -140,6 +141,7 @@ TEST(Launch, RewritesYamlConfigsInPlace) {
 class LaunchBinary : public ::testing::Test {
  protected:
   void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to mknod fake GPU nodes (195:N)";
     std::filesystem::create_directories(m_root / "dev");
     m_dir.write("app/ds.txt",
                 "[source0]\ngpu-id=1\n[primary-gie]\ngpu-id=1\nconfig-file=pgie.txt\n");
