@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# The seed's node for real, through containerd's CRI: the test kubelet (gpufence-test-cri) admits
+# two GPU pods through the real gpufence-device-plugin and runs them through a private containerd
+# of the given line (1.6: Debian 12's; 1.7: trixie's; 2: sid's, fetched by
+# scripts/fetch-containerd.sh) with the handler `gpufence setup containerd` added
+# (containerd-shim-runc-v2 -> gpufence-runtime -> runc). See docs/containerd-lines.md.
+# Checks: the stand-in shows 2 of 2 GPUs allocated; inside each pod only its own GPU opens (the
+# probe's errno oracle), unprivileged and privileged; and the same privileged pods through the
+# plain runc handler leak (the other GPU opens), so the test fails if gpufence-runtime is replaced
+# by runc (GF_CRI_HANDLER_BINARY=runc shows that).
+# Usage: cri_seed.sh LINE       LINE = 1.6 | 1.7 | 2
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+build=${GPUFENCE_BUILD_DIR:-$src/build}
+. "$src/scripts/lib/bundle.sh"
+. "$src/scripts/lib/images.sh"
+skip() { echo "SKIP: $*"; exit 77; }
+line=${1:?usage: cri_seed.sh 1.6|1.7|2}
+
+# Which containerd: the system's for 1.6, a fetched one otherwise.
+case $line in
+  1.6)
+    bin=$(dirname "$(command -v containerd 2>/dev/null || echo /usr/bin/containerd)")
+    [ -x "$bin/containerd" ] || skip "containerd 1.6: not installed (apt-get install containerd)"
+    "$bin/containerd" --version | grep -q ' 1\.6\.' || skip "containerd 1.6: the system's is $("$bin/containerd" --version)"
+    ;;
+  1.7 | 2)
+    if ! bash "$src/scripts/fetch-containerd.sh" "$line" >/dev/null; then
+      skip "containerd $line: $(cat "$build/containerd/$line/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
+    fi
+    bin=$build/containerd/$line/root/usr/bin
+    ;;
+  *) echo "unknown containerd line $line"; exit 2 ;;
+esac
+[ "$(id -u)" = 0 ] || skip "needs root to run containerd and mknod"
+command -v runc >/dev/null || skip "runc is not installed"
+for b in gpufence gpufence-runtime gpufence-device-plugin gpufence-test-cri gpufence-pause gpufence-probe; do
+  [ -x "$build/bin/$b" ] || skip "$build/bin/$b is not built"
+done
+why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
+
+work=$(mktemp -d /tmp/gpufence-cri-XXXXXX)
+sock=$work/containerd.sock
+cgroup=gpufence-cri-${work##*-}  # the pods' cgroup parent
+ctr=("$bin/ctr" --address "$sock")
+cd_pid="" plugin_pid=""
+cleanup() {
+  local c
+  [ -n "$plugin_pid" ] && kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
+  if [ -n "$cd_pid" ]; then
+    # Whatever a failed run left: its tasks and containers, so no shim outlives the test.
+    for c in $("${ctr[@]}" -n k8s.io containers ls -q 2>/dev/null); do
+      "${ctr[@]}" -n k8s.io tasks kill -s KILL "$c" >/dev/null 2>&1
+      "${ctr[@]}" -n k8s.io tasks delete -f "$c" >/dev/null 2>&1
+      "${ctr[@]}" -n k8s.io containers rm "$c" >/dev/null 2>&1
+    done
+    kill "$cd_pid" 2>/dev/null && wait "$cd_pid" 2>/dev/null
+  fi
+  awk -v w="$work" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+  for c in "/sys/fs/cgroup/$cgroup" /sys/fs/cgroup/*/"$cgroup"; do
+    [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+failures=0
+check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
+
+# The simulated node: two GPUs (fake nodes + driver procfs under a node root, the mock NVML).
+node=$work/node
+gf_make_node_root "$node"
+gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" \
+  "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
+export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
+export MOCK_NVML_CONFIG=$src/tools/mock-nvml/examples/two-rtx3080.json
+export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
+GPU=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2)
+
+# containerd's config as a user makes it: the default, then gpufence setup, then only the edits
+# that keep this instance private (paths, socket, NRI) and let it run in this VM.
+cfg=$work/config.toml
+"$bin/containerd" config default > "$cfg"
+handler_binary=${GF_CRI_HANDLER_BINARY:-$build/bin/gpufence-runtime}
+"$build/bin/gpufence" setup containerd --config "$cfg" --runtime-name gpufence \
+  --binary "$handler_binary" > "$work/setup.log" 2>&1 || { cat "$work/setup.log"; echo "gpufence setup containerd failed"; exit 1; }
+sed -i -E \
+  -e "s|^root = .*|root = \"$work/root\"|" \
+  -e "s|^state = .*|state = \"$work/state\"|" \
+  -e "s|address = [\"']/run/containerd/containerd.sock[\"']|address = \"$sock\"|" \
+  -e "s|restrict_oom_score_adj = false|restrict_oom_score_adj = true|" \
+  -e "s|sandbox_image = .*|sandbox_image = \"$GF_PAUSE_IMAGE\"|" \
+  -e "s|^( *)sandbox = .*|\1sandbox = \"$GF_PAUSE_IMAGE\"|" \
+  -e "s|socket_path = [\"']/var/run/nri/nri.sock[\"']|socket_path = \"$work/nri/nri.sock\"|" \
+  -e "s|plugin_path = [\"']/opt/nri/plugins[\"']|plugin_path = \"$work/nri/plugins\"|" \
+  -e "s|plugin_config_path = [\"']/etc/nri/conf.d[\"']|plugin_config_path = \"$work/nri/conf.d\"|" \
+  "$cfg"
+
+PATH=$bin:$PATH "$bin/containerd" --config "$cfg" > "$work/containerd.log" 2>&1 &
+cd_pid=$!
+for _ in $(seq 150); do "${ctr[@]}" version >/dev/null 2>&1 && break; sleep 0.1; done
+"${ctr[@]}" version >/dev/null 2>&1 || skip "containerd $line does not start here: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
+echo "containerd $("$bin/containerd" --version | awk '{print $3, $4}'), $("$bin/containerd-shim-runc-v2" -v 2>/dev/null | awk '/Version/ {print "shim " $2; exit}'), $(runc --version | head -1)"
+
+imgs=$work/images
+gf_test_images "$imgs" "$build/bin/gpufence-pause" "$build/bin/gpufence-probe"
+gf_import_images "$bin/ctr" "$sock" "$imgs" > "$work/import.log" 2>&1 || { cat "$work/import.log"; echo "ctr images import failed"; exit 1; }
+
+# Device plugin strategies: containerd 2.x resolves CDI annotations itself (enable_cdi is on by
+# default) and fails CreateContainer when no spec names the device (docs/containerd-lines.md), so
+# on 2.x the plugin runs without cdi-annotations.
+plugin_args=()
+[ "$line" = 2 ] && plugin_args=(--device-list-strategy device-specs,volume-mounts)
+
+# run_pods NAME HANDLER [--privileged]: the plugin registers, two pods run, each looks at both GPUs.
+probe='for m in 0 1; do gpufence-probe /dev/nvidia$m; if mknod /tmp/n$m c 195 $m 2>/dev/null; then gpufence-probe /tmp/n$m; else echo /tmp/n$m MKNOD_EPERM; fi; done; echo CVD=$CUDA_VISIBLE_DEVICES'
+run_pods() {
+  local name=$1 handler=$2 dp=$work/dp-$1
+  shift 2
+  mkdir -p "$dp"
+  local seen; seen=$(cat "$work/runtime.log" 2>/dev/null | wc -l)
+  "$build/bin/gpufence-device-plugin" --plugin-dir "$dp" --host-root "$node" \
+    --log-file "$work/device-plugin-$name.log" "${plugin_args[@]}" &
+  plugin_pid=$!
+  "$build/bin/gpufence-test-cri" --plugin-dir "$dp" --runtime-endpoint "$sock" --handler "$handler" \
+    --image "$GF_APP_IMAGE" --pods 2 --name-prefix "$name" --cgroup-parent "/$cgroup" \
+    "$@" -- /bin/sh -c "$probe" > "$work/$name.out" 2>&1
+  echo $? > "$work/$name.rc"
+  kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
+  plugin_pid=""
+  tail -n +$((seen + 1)) "$work/runtime.log" 2>/dev/null > "$work/$name.decisions"
+  sed "s/^/  [$name] /" "$work/$name.out"
+}
+# result NAME POD PATH: the probe's answer for PATH in that pod.
+result() { awk -v p="$2" -v f="$3" '$1=="pod" && $2==p && $3=="exec" && $4==f {print $5}' "$work/$1.out"; }
+gpu_of() {  # gpu_of NAME POD: the index of the GPU the pod was allocated
+  local id; id=$(awk -v p="$2" '$1=="pod" && $2==p && $3=="ids" {print $4}' "$work/$1.out")
+  case $id in "${GPU[0]}") echo 0 ;; "${GPU[1]}") echo 1 ;; *) echo "?" ;; esac
+}
+# isolated_run NAME CHANNELS: the pods ran, hold different GPUs, each reaches only its own, and
+# gpufence-runtime took each grant from one of CHANNELS (docs/trust-model.md: a mount marker
+# counts only in a privileged spec).
+isolated_run() {
+  local name=$1 channels=$2 p own other
+  check "$name: both pods ran" test "$(cat "$work/$name.rc")" = 0
+  check "$name: the stand-in shows 2 of 2 GPUs allocated" grep -qx "node capacity 2 allocated 2" "$work/$name.out"
+  check "$name: the pods hold different GPUs" test "$(gpu_of "$name" 0)$(gpu_of "$name" 1)" = 01 -o "$(gpu_of "$name" 0)$(gpu_of "$name" 1)" = 10
+  for p in 0 1; do
+    own=$(gpu_of "$name" $p); other=$((1 - ${own/\?/0}))
+    check "$name: pod $p opens its GPU $own" test "$(result "$name" $p /dev/nvidia$own)" = ENXIO
+    check "$name: pod $p has no node for GPU $other" test "$(result "$name" $p /dev/nvidia$other)" = ENOENT
+    check "$name: pod $p cannot open GPU $other even after mknod" test "$(result "$name" $p /tmp/n$other)" != ENXIO -a -n "$(result "$name" $p /tmp/n$other)"
+    check "$name: gpufence-runtime granted pod $p GPU $own, from the kubelet's channels" \
+      grep -Eq "channel=($channels) .*granted=${GPU[${own/\?/0}]} " "$work/$name.decisions"
+  done
+}
+
+echo "== unprivileged pods through the gpufence handler"
+run_pods unpriv gpufence
+isolated_run unpriv "device-specs|cdi-annotations"
+
+echo "== privileged pods (the seed's) through the gpufence handler"
+run_pods priv gpufence --privileged
+isolated_run priv "device-specs|cdi-annotations|mount-markers"
+
+echo "== the same privileged pods through the plain runc handler (must leak)"
+run_pods leak runc --privileged
+check "leak: both pods ran" test "$(cat "$work/leak.rc")" = 0
+check "leak: gpufence-runtime was not called" test ! -s "$work/leak.decisions"
+for p in 0 1; do
+  own=$(gpu_of leak $p); other=$((1 - ${own/\?/0}))
+  check "leak: pod $p (plain runc, privileged) reaches GPU $other" test "$(result leak $p /tmp/n$other)" = ENXIO
+done
+
+echo "gpufence-runtime's decisions:"
+sed 's/^/  /' "$work/runtime.log" 2>/dev/null | head -20
+[ "$failures" -eq 0 ] || { echo "$failures check(s) failed on containerd $line"; tail -30 "$work/containerd.log"; exit 1; }
+echo "containerd $line: all checks passed"
