@@ -95,6 +95,34 @@ sed -i -E \
   -e "s|plugin_path = [\"']/opt/nri/plugins[\"']|plugin_path = \"$work/nri/plugins\"|" \
   -e "s|plugin_config_path = [\"']/etc/nri/conf.d[\"']|plugin_config_path = \"$work/nri/conf.d\"|" \
   "$cfg"
+if [ -n "${GF_CRI_CDI_SPEC:-}" ]; then
+  # GF_CRI_CDI_SPEC=1: a spec from gpufence cdi generate, in a private dir both containerd and
+  # gpufence-runtime read.
+  mkdir -p "$work/cdi" "$node/usr/lib/x86_64-linux-gnu" "$node/etc"
+  for lib in libcuda:libcuda.so.1 libnvidia-ml:libnvidia-ml.so.1; do  # stand-in driver libraries
+    echo 'int gpufence_stand_in;' | cc -shared -x c - -Wl,-soname,${lib#*:} -o "$node/usr/lib/x86_64-linux-gnu/${lib%%:*}.so.550.54.15"
+  done
+  ldconfig -r "$node" -C /etc/ld.so.cache
+  "$build/bin/gpufence" cdi generate --driver-root "$node" --output "$work/cdi/nvidia.json" \
+    --hook-path "$build/bin/gpufence-runtime" 2>/dev/null || exit 1
+  # This node's device nodes live under the node root: the spec's hostPath says so.
+  python3 - "$work/cdi/nvidia.json" "$node" <<'PY'
+import json, sys
+path, root = sys.argv[1], sys.argv[2]
+spec = json.load(open(path))
+edits = [d["containerEdits"] for d in spec.get("devices", [])] + [spec.get("containerEdits", {})]
+for e in edits:
+    for n in e.get("deviceNodes", []):
+        n["hostPath"] = root + n.get("hostPath", n["path"])
+json.dump(spec, open(path, "w"))
+PY
+  sed -i -E "s|cdi_spec_dirs = .*|cdi_spec_dirs = [\"$work/cdi\"]|" "$cfg"
+  printf '[cdi]\nspec_dirs = ["%s"]\n' "$work/cdi" >> "$work/runtime.toml"
+fi
+if [ -n "${GF_CRI_ENABLE_CDI:-}" ]; then
+  sed -i -E "s|enable_cdi = .*|enable_cdi = $GF_CRI_ENABLE_CDI|" "$cfg"
+  grep -q "enable_cdi = $GF_CRI_ENABLE_CDI" "$cfg" || { echo "containerd $line has no enable_cdi"; exit 2; }
+fi
 
 PATH=$bin:$PATH "$bin/containerd" --config "$cfg" > "$work/containerd.log" 2>&1 &
 cd_pid=$!
@@ -111,6 +139,9 @@ gf_import_images "$bin/ctr" "$sock" "$imgs" > "$work/import.log" 2>&1 || { cat "
 # on 2.x the plugin runs without cdi-annotations.
 plugin_args=()
 [ "$line" = 2 ] && plugin_args=(--device-list-strategy device-specs,volume-mounts)
+# To reproduce other combinations by hand (docs/containerd-lines.md), not used by CTest:
+# GF_CRI_PLUGIN_ARGS replaces the plugin's arguments; GF_CRI_ENABLE_CDI=true|false sets enable_cdi.
+if [ -n "${GF_CRI_PLUGIN_ARGS+x}" ]; then read -r -a plugin_args <<<"$GF_CRI_PLUGIN_ARGS"; fi
 
 # run_pods NAME HANDLER [--privileged]: the plugin registers, two pods run, each looks at both GPUs.
 probe='for m in 0 1; do gpufence-probe /dev/nvidia$m; if mknod /tmp/n$m c 195 $m 2>/dev/null; then gpufence-probe /tmp/n$m; else echo /tmp/n$m MKNOD_EPERM; fi; done; echo CVD=$CUDA_VISIBLE_DEVICES'
