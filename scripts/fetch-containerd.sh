@@ -26,9 +26,11 @@ suite_of() {
   esac
 }
 
-# The Debian mirror this system already uses (deb822 .sources first, then one-line lists).
+# The Debian mirror this system already uses (deb822 .sources first, then one-line lists);
+# GF_DEBIAN_MIRROR overrides it (e.g. to check the offline path with an unreachable one).
 system_mirror() {
   local uri
+  [ -n "${GF_DEBIAN_MIRROR:-}" ] && { echo "$GF_DEBIAN_MIRROR"; return; }
   uri=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | grep -v -- '-security' | head -1)
   [ -n "$uri" ] || uri=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
     awk '{for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' | grep -v -- '-security' | head -1)
@@ -47,13 +49,14 @@ fetch() {
   mirror=$(system_mirror)
   apt_dir=$cache/apt-$suite
   mkdir -p "$apt_dir/sources" "$apt_dir/state/lists/partial" "$apt_dir/cache/archives/partial" "$dir"
+  : > "$apt_dir/state/status"  # not the system's dpkg status: its installed containerd is no candidate
   local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
     "$mirror" "$suite" "$keyring" > "$apt_dir/sources/$suite.sources"
   local apt=(apt-get -q -o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt_dir/sources"
-    -o "Dir::State=$apt_dir/state" -o "Dir::Cache=$apt_dir/cache" -o Dir::Etc::Preferences=/dev/null
+    -o "Dir::State=$apt_dir/state" -o "Dir::State::status=$apt_dir/state/status" -o "Dir::Cache=$apt_dir/cache" -o Dir::Etc::Preferences=/dev/null
     -o Dir::Etc::PreferencesParts=/dev/null -o Acquire::Retries=1 -o Acquire::http::Timeout=20)
-  if ! out=$("${apt[@]}" update 2>&1); then
+  if ! out=$("${apt[@]}" --error-on=any update 2>&1); then
     echo "apt-get update for $suite on $mirror failed: $(tail -2 <<<"$out" | tr '\n' ' ')"
     return 1
   fi
@@ -66,8 +69,14 @@ fetch() {
   rm -rf "$dir/root.tmp" && mkdir -p "$dir/root.tmp"
   dpkg-deb -x "$deb" "$dir/root.tmp" || { echo "dpkg-deb -x $deb failed"; return 1; }
   [ -x "$dir/root.tmp/usr/bin/containerd" ] || { echo "$deb has no usr/bin/containerd"; return 1; }
+  local version
+  version=$(dpkg-deb -f "$deb" Version)
+  case $version in
+    "$line".*) ;;
+    *) echo "$suite offers containerd $version, not line $line"; return 1 ;;
+  esac
   rm -rf "$dir/root" && mv "$dir/root.tmp" "$dir/root"
-  dpkg-deb -f "$deb" Version > "$dir/VERSION"
+  echo "$version" > "$dir/VERSION"
   rm -f "$dir/FETCH-FAILED"
   rm -rf "$apt_dir"  # the package lists (about 50 MB a suite) are not needed again
 }
