@@ -7,7 +7,9 @@
 # Checks: the stand-in shows 2 of 2 GPUs allocated; inside each pod only its own GPU opens (the
 # probe's errno oracle), unprivileged and privileged; and the same privileged pods through the
 # plain runc handler leak (the other GPU opens), so the test fails if gpufence-runtime is replaced
-# by runc (GF_CRI_HANDLER_BINARY=runc shows that).
+# by runc (GF_CRI_HANDLER_BINARY=runc shows that); and the seed's broken setup (privileged pods that
+# ask for no GPU, NVIDIA_VISIBLE_DEVICES=all in their env) gets no GPU through the handler and
+# every GPU through plain runc.
 # Usage: cri_seed.sh LINE       LINE = 1.6 | 1.7 | 2
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -58,6 +60,23 @@ for p in 0 1; do
   own=$(gpu_of leak $p); other=$((1 - ${own/\?/0}))
   check "leak: pod $p (plain runc, privileged) reaches GPU $other" test "$(result leak $p /tmp/n$other)" = ENXIO
 done
+
+echo "== the seed's broken setup: privileged pods asking for no GPU, NVIDIA_VISIBLE_DEVICES=all in their env"
+# Through the gpufence handler the env never counts (docs/trust-model.md): no GPU at all. Through
+# plain runc (the handler missing) every GPU is reachable.
+run_pods envall gpufence 2 --privileged --gpus 0 --env NVIDIA_VISIBLE_DEVICES=all
+run_pods envall-runc runc 2 --privileged --gpus 0 --env NVIDIA_VISIBLE_DEVICES=all
+check "envall: both pods ran" test "$(cat "$work/envall.rc")" = 0
+check "envall-runc: both pods ran" test "$(cat "$work/envall-runc.rc")" = 0
+check "envall: the stand-in allocated nothing" grep -qx "node capacity 2 allocated 0" "$work/envall.out"
+for p in 0 1; do
+  for m in 0 1; do
+    check "envall: pod $p (gpufence) cannot open GPU $m even after mknod" \
+      test "$(result envall $p /tmp/n$m)" != ENXIO -a -n "$(result envall $p /tmp/n$m)"
+    check "envall-runc: pod $p (plain runc) reaches GPU $m" test "$(result envall-runc $p /tmp/n$m)" = ENXIO
+  done
+done
+check "envall: gpufence-runtime granted nothing" bash -c "! grep -q 'granted=GPU' '$work/envall.decisions'"
 
 echo "gpufence-runtime's decisions:"
 sed 's/^/  /' "$work/runtime.log" 2>/dev/null | head -20

@@ -47,6 +47,17 @@ TEST(CriTranslation, EnvsFromTheAllocateAnswer) {
   EXPECT_EQ(envs["NVIDIA_VISIBLE_DEVICES"], "/var/run/nvidia-container-devices");
 }
 
+TEST(CriTranslation, PodEnvFirstThenTheDevicePlugins) {
+  auto p = pod(false);
+  p.env = {{"NVIDIA_VISIBLE_DEVICES", "all"}};
+  auto c = container_config(p, allocation());
+  ASSERT_EQ(c.envs_size(), 3);
+  EXPECT_EQ(c.envs(0).key(), "NVIDIA_VISIBLE_DEVICES");
+  EXPECT_EQ(c.envs(0).value(), "all");
+  EXPECT_EQ(c.envs(2).key(), "NVIDIA_VISIBLE_DEVICES");
+  EXPECT_EQ(c.envs(2).value(), "/var/run/nvidia-container-devices");
+}
+
 TEST(CriTranslation, MountsKeepPathsAndReadOnly) {
   auto c = container_config(pod(false), allocation());
   ASSERT_EQ(c.mounts_size(), 2);

@@ -46,7 +46,13 @@ runtime::v1::ContainerConfig container_config(const CriPod& pod,
   add_pod_labels(pod, *c.mutable_labels());
   (*c.mutable_labels())["io.kubernetes.container.name"] = pod.container;
 
-  // envs: the kubelet's makeEnvList over the device manager's Envs (a map, so one value a key).
+  // envs: the pod spec's, then the device manager's Envs (a map, so one value a key), in the
+  // order the kubelet's GenerateRunContainerOptions appends them.
+  for (const auto& [k, v] : pod.env) {
+    auto* kv = c.add_envs();
+    kv->set_key(k);
+    kv->set_value(v);
+  }
   std::map<std::string, std::string> envs(alloc.envs().begin(), alloc.envs().end());
   for (const auto& [k, v] : envs) {
     auto* kv = c.add_envs();

@@ -25,6 +25,7 @@ struct CriPod {
   std::string container = "app";
   std::string image;
   std::vector<std::string> command;
+  std::vector<std::pair<std::string, std::string>> env;  // the pod spec's own env (hostile input)
   bool privileged = false;
   std::string cgroup_parent;  // cgroupfs style; empty: the runtime's default
 };
@@ -34,7 +35,8 @@ struct CriPod {
 // node's), the kubelet's pod labels.
 runtime::v1::PodSandboxConfig sandbox_config(const CriPod& pod);
 
-// CreateContainer's config, with the device plugin's Allocate answer carried as the kubelet does:
+// CreateContainer's config: the pod spec's env, then the device plugin's Allocate answer carried
+// as the kubelet does:
 // envs -> envs, mounts -> mounts (host path, container path, read-only), devices -> devices (host
 // path, container path, cgroup permissions), annotations -> container annotations, cdi_devices ->
 // CDI_devices.

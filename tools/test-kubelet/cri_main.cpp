@@ -41,6 +41,7 @@ struct Options {
   std::string cgroup_parent;
   int pods = 1;
   int gpus = 1;
+  std::vector<std::string> env;
   bool privileged = false;
   std::vector<std::string> exec;
   int timeout_s = 30;
@@ -126,7 +127,10 @@ int main(int argc, char** argv) {
   app.add_option("--image", opt.image, "Container image (already in the runtime's store)")
       ->required();
   app.add_option("--pods", opt.pods, "Pods to run, one container each")->capture_default_str();
-  app.add_option("--gpus", opt.gpus, "nvidia.com/gpu per container")->capture_default_str();
+  app.add_option("--gpus", opt.gpus, "nvidia.com/gpu per container (0: no device plugin admission)")
+      ->capture_default_str();
+  app.add_option("--env", opt.env, "KEY=VALUE in the pod spec's own env (repeatable)")
+      ->allow_extra_args(false);
   app.add_flag("--privileged", opt.privileged, "securityContext.privileged: true");
   app.add_option("--name-prefix", opt.name_prefix, "Pod name prefix")->capture_default_str();
   app.add_option("--cgroup-parent", opt.cgroup_parent, "Pod cgroup parent (cgroupfs style)");
@@ -167,7 +171,16 @@ int main(int argc, char** argv) {
     run.pod.command = {"/bin/sleep", "3600"};
     run.pod.privileged = opt.privileged;
     run.pod.cgroup_parent = opt.cgroup_parent;
+    for (const auto& kv : opt.env) {
+      auto eq = kv.find('=');
+      run.pod.env.emplace_back(kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1));
+    }
     v1beta1::ContainerAllocateResponse alloc;
+    if (opt.gpus == 0) {  // a pod that asks for no GPU: the kubelet never calls the plugin
+      if (start_pod(cri, opt, alloc, run))
+        std::cout << "pod " << i << " running " << run.running_s << "\n";
+      continue;
+    }
     if (auto st = kubelet.admit(opt.gpus, &alloc, &run.ids); !st.ok()) {
       fail(run, "Allocate", st);
       continue;
