@@ -143,7 +143,7 @@ run_pods() {
   # every socket in the directory when it starts, so a plugin started earlier would be cut off.
   "$build/bin/gpufence-test-cri" --plugin-dir "$dp" --runtime-endpoint "$sock" --handler "$handler" \
     --image "$GF_APP_IMAGE" --pods "$pods" --name-prefix "$name" --cgroup-parent "/$cgroup" \
-    "$@" -- /bin/sh -c "$probe" > "$work/$name.out" 2>&1 &
+    --pod-resources "$work/pod-resources-$name.sock" "$@" -- /bin/sh -c "$probe" > "$work/$name.out" 2>&1 &
   local kubelet_pid=$!
   for _ in $(seq 100); do [ -S "$dp/kubelet.sock" ] && break; sleep 0.05; done
   "$build/bin/gpufence-device-plugin" --plugin-dir "$dp" --host-root "$node" \

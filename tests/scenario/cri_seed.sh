@@ -33,6 +33,10 @@ isolated_run() {
   local name=$1 channels=$2 p own other
   check "$name: both pods ran" test "$(cat "$work/$name.rc")" = 0
   check "$name: the stand-in shows 2 of 2 GPUs allocated" grep -qx "node capacity 2 allocated 2" "$work/$name.out"
+  check "$name: its PodResources API shows 2 of 2" grep -qx "podresources allocatable 2 allocated 2" "$work/$name.out"
+  for p in 0 1; do
+    check "$name: PodResources names pod $p's GPU" grep -qx "podresources default/$name-$p/app nvidia.com/gpu $(awk -v p=$p '$1=="pod" && $2==p && $3=="ids" {print $4}' "$work/$name.out")" "$work/$name.out"
+  done
   check "$name: the pods hold different GPUs" test "$(gpu_of "$name" 0)$(gpu_of "$name" 1)" = 01 -o "$(gpu_of "$name" 0)$(gpu_of "$name" 1)" = 10
   for p in 0 1; do
     own=$(gpu_of "$name" $p); other=$((1 - ${own/\?/0}))
@@ -69,6 +73,7 @@ run_pods envall-runc runc 2 --privileged --gpus 0 --env NVIDIA_VISIBLE_DEVICES=a
 check "envall: both pods ran" test "$(cat "$work/envall.rc")" = 0
 check "envall-runc: both pods ran" test "$(cat "$work/envall-runc.rc")" = 0
 check "envall: the stand-in allocated nothing" grep -qx "node capacity 2 allocated 0" "$work/envall.out"
+check "envall: its PodResources API shows 0 of 2" grep -qx "podresources allocatable 2 allocated 0" "$work/envall.out"
 for p in 0 1; do
   for m in 0 1; do
     check "envall: pod $p (gpufence) cannot open GPU $m even after mknod" \

@@ -10,6 +10,8 @@
 // Output lines:
 //   runtime <name> <version> <api version>
 //   node capacity <n> allocated <m>          (the stand-in's view once every pod was admitted)
+//   podresources <ns>/<pod>/<container> <resource> <id>[,<id>...]   (with --pod-resources)
+//   podresources allocatable <n> allocated <m>
 //   pod <i> ids <id>[,<id>...]
 //   pod <i> running <seconds from RunPodSandbox to RUNNING>
 //   pod <i> exec <stdout line>
@@ -24,6 +26,8 @@
 
 #include "common/strings.hpp"
 #include "cri_client.hpp"
+#include "pod_resources_server.hpp"
+#include "podresources/v1/api.grpc.pb.h"
 #include "test_kubelet.hpp"
 
 namespace {
@@ -42,6 +46,7 @@ struct Options {
   int pods = 1;
   int gpus = 1;
   std::vector<std::string> env;
+  std::string pod_resources;
   bool privileged = false;
   std::vector<std::string> exec;
   int timeout_s = 30;
@@ -90,6 +95,59 @@ bool start_pod(CriClient& cri, const Options& opt, const v1beta1::ContainerAlloc
   return true;
 }
 
+// PodResources from what the stand-in allocated, served on `socket` while the pods run, and read
+// back through the API as a client sees it.
+std::unique_ptr<gpufence::test::PodResourcesServer> serve_pod_resources(
+    const std::string& socket, const std::vector<PodRun>& runs,
+    const gpufence::test::TestKubelet::Devices& devices) {
+  std::vector<gpufence::test::PodAllocation> allocations;
+  for (const auto& r : runs) {
+    if (!r.ids.empty())
+      allocations.push_back({r.pod.namespace_, r.pod.name, r.pod.container, r.ids});
+  }
+  std::vector<std::string> allocatable;
+  for (const auto& [id, health] : devices) allocatable.push_back(id);
+  auto server = std::make_unique<gpufence::test::PodResourcesServer>(socket, "nvidia.com/gpu",
+                                                                     allocations, allocatable);
+  if (!server->start()) {
+    std::cerr << "gpufence-test-cri: cannot serve PodResources on " << socket << "\n";
+    return nullptr;
+  }
+  auto stub = v1::PodResourcesLister::NewStub(
+      grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ListPodResourcesResponse list;
+  if (auto st = stub->List(&ctx, v1::ListPodResourcesRequest{}, &list); !st.ok()) {
+    std::cerr << "gpufence-test-cri: PodResources List: " << st.error_message() << "\n";
+    return nullptr;
+  }
+  int listed = 0;
+  for (const auto& p : list.pod_resources()) {
+    for (const auto& c : p.containers()) {
+      for (const auto& d : c.devices()) {
+        std::cout << "podresources " << p.namespace_() << "/" << p.name() << "/" << c.name() << " "
+                  << d.resource_name() << " "
+                  << gpufence::join({d.device_ids().begin(), d.device_ids().end()}, ",") << "\n";
+        listed += d.device_ids_size();
+      }
+    }
+  }
+  grpc::ClientContext actx;
+  actx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::AllocatableResourcesResponse alloc;
+  if (auto st = stub->GetAllocatableResources(&actx, v1::AllocatableResourcesRequest{}, &alloc);
+      !st.ok()) {
+    std::cerr << "gpufence-test-cri: PodResources GetAllocatableResources: " << st.error_message()
+              << "\n";
+    return nullptr;
+  }
+  int allocatable_count = 0;
+  for (const auto& d : alloc.devices()) allocatable_count += d.device_ids_size();
+  std::cout << "podresources allocatable " << allocatable_count << " allocated " << listed << "\n";
+  return server;
+}
+
 void teardown(CriClient& cri, const PodRun& run) {
   if (!run.container_id.empty()) {
     cri.stop_container(run.container_id, std::chrono::seconds(0));
@@ -134,6 +192,8 @@ int main(int argc, char** argv) {
   app.add_flag("--privileged", opt.privileged, "securityContext.privileged: true");
   app.add_option("--name-prefix", opt.name_prefix, "Pod name prefix")->capture_default_str();
   app.add_option("--cgroup-parent", opt.cgroup_parent, "Pod cgroup parent (cgroupfs style)");
+  app.add_option("--pod-resources", opt.pod_resources,
+                 "Serve PodResources on this socket while the pods run, and print what it lists");
   app.add_option("--timeout", opt.timeout_s, "Seconds per step")->capture_default_str();
   app.add_option("exec", opt.exec,
                  "After --: the command ExecSync runs in each container once all of them run");
@@ -191,6 +251,11 @@ int main(int argc, char** argv) {
       std::cout << "pod " << i << " running " << run.running_s << "\n";
   }
   std::cout << "node capacity " << kubelet.devices().size() << " allocated " << admitted << "\n";
+  std::unique_ptr<gpufence::test::PodResourcesServer> pod_resources;
+  if (!opt.pod_resources.empty()) {
+    pod_resources = serve_pod_resources(opt.pod_resources, runs, kubelet.devices());
+    if (!pod_resources) runs.front().error = "PodResources: not served";
+  }
 
   // Step 4: look inside each running container.
   if (!opt.exec.empty()) {
