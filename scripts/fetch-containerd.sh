@@ -43,6 +43,10 @@ fetch() {
   local line=$1 suite dir apt_dir deb mirror out
   suite=$(suite_of "$line") || { echo "unknown containerd line '$line' (1.7 or 2)"; return 1; }
   dir=$cache/$line
+  mkdir -p "$dir"
+  # One fetch a line at a time (tests of one build tree may run in parallel).
+  exec 9>"$cache/.$line.lock"
+  flock 9
   if [ -x "$dir/root/usr/bin/containerd" ] && [ -s "$dir/VERSION" ]; then return 0; fi
   command -v apt-get >/dev/null || { echo "apt-get is not available"; return 1; }
   command -v dpkg-deb >/dev/null || { echo "dpkg-deb is not available"; return 1; }

@@ -33,9 +33,10 @@ work=$(mktemp -d /tmp/gpufence-cri-XXXXXX)
 sock=$work/containerd.sock
 cgroup=gpufence-cri-${work##*-}  # the pods' cgroup parent
 ctr=("$bin/ctr" --address "$sock")
-cd_pid="" plugin_pid=""
+cd_pid="" plugin_pid="" kubelet_pid=""
 cleanup() {
   local c
+  [ -n "$kubelet_pid" ] && kill "$kubelet_pid" 2>/dev/null && wait "$kubelet_pid" 2>/dev/null
   [ -n "$plugin_pid" ] && kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
   if [ -n "$cd_pid" ]; then
     # Whatever a failed run left: its tasks and containers, so no shim outlives the test.
@@ -53,6 +54,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM
 
 # The simulated node: two GPUs (fake nodes + driver procfs under a node root, the mock NVML).
 node=$work/node
@@ -144,13 +146,14 @@ run_pods() {
   "$build/bin/gpufence-test-cri" --plugin-dir "$dp" --runtime-endpoint "$sock" --handler "$handler" \
     --image "$GF_APP_IMAGE" --pods "$pods" --name-prefix "$name" --cgroup-parent "/$cgroup" \
     --pod-resources "$work/pod-resources-$name.sock" "$@" -- /bin/sh -c "$probe" > "$work/$name.out" 2>&1 &
-  local kubelet_pid=$!
+  kubelet_pid=$!
   for _ in $(seq 100); do [ -S "$dp/kubelet.sock" ] && break; sleep 0.05; done
   "$build/bin/gpufence-device-plugin" --plugin-dir "$dp" --host-root "$node" \
     --log-file "$work/device-plugin-$name.log" "${plugin_args[@]}" &
   plugin_pid=$!
   wait "$kubelet_pid"
   echo $? > "$work/$name.rc"
+  kubelet_pid=""
   kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
   plugin_pid=""
   tail -n +$((seen + 1)) "$work/runtime.log" 2>/dev/null > "$work/$name.decisions"
