@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Container images without a registry, for the CRI scenario tests: OCI image layouts built at test
 # time from local files, packed as tar archives that `ctr images import` reads
 # (docs/containerd-lines.md). Source it; it defines functions only. Needs sha256sum and tar.

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # src, build, line come from the script sourcing this
 # Sourced by tests/scenario/cri_seed.sh and bench/cri_latency.sh: a private containerd of line
 # $line (1.6: Debian 12's; 1.7: trixie's; 2: sid's, fetched by scripts/fetch-containerd.sh), set up
 # as a user would (containerd config default, gpufence setup containerd with handler "gpufence",

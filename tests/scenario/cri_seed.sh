@@ -16,6 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_seed.sh 1.6|1.7|2}
+# shellcheck source=tests/scenario/cri_node.sh disable=SC2034,SC2154
 . "$here/cri_node.sh"
 failures=0
 check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
