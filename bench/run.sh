@@ -17,6 +17,9 @@ if [ "$(id -u)" = 0 ] && command -v runc >/dev/null; then
   bash "$here/bench/lifecycle.sh" 30 unprivileged
   echo
   bash "$here/bench/lifecycle.sh" 30 privileged
+  echo
+  echo "== pod create-to-running through containerd's CRI: plain runc handler vs gpufence =="
+  bash "$here/bench/cri_latency.sh" 15
 else
   echo "skipping the runc benchmark: needs root and runc"
 fi

@@ -24,8 +24,10 @@ work=$(mktemp -d /tmp/gpufence-demo-XXXXXX)
 state=$work/runc-state
 ids=()
 plugin_pid=""
+kubelet_pid=""
 cleanup() {
   local id
+  [ -n "$kubelet_pid" ] && kill "$kubelet_pid" 2>/dev/null && wait "$kubelet_pid" 2>/dev/null
   [ -n "$plugin_pid" ] && kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
   for id in "${ids[@]}"; do runc --root "$state" delete --force "$id" >/dev/null 2>&1 || true; done
   rm -rf "$work"
@@ -47,10 +49,17 @@ echo "== The simulated node (gpufence list) =="
 echo
 
 echo "== gpufence-device-plugin registers; the test kubelet admits two pods (nvidia.com/gpu: 1 each) =="
+# The kubelet first, the plugin once kubelet.sock is there, as on a node: the kubelet deletes every
+# socket in the directory when it starts, so a plugin started earlier would be cut off.
+mkdir -p "$work/device-plugins"
+"$build/bin/gpufence-test-kubelet" --plugin-dir "$work/device-plugins" --admit 2 > "$work/allocations" &
+kubelet_pid=$!
+for _ in $(seq 200); do [ -S "$work/device-plugins/kubelet.sock" ] && break; sleep 0.05; done
 "$build/bin/gpufence-device-plugin" --plugin-dir "$work/device-plugins" --host-root "$node" \
-  --log-file "$work/device-plugin.log" &
+  --dev-root "$node" --log-file "$work/device-plugin.log" &
 plugin_pid=$!
-"$build/bin/gpufence-test-kubelet" --plugin-dir "$work/device-plugins" --admit 2 > "$work/allocations"
+wait "$kubelet_pid" || { echo "the test kubelet could not admit the pods" >&2; exit 1; }
+kubelet_pid=""
 for i in 0 1; do
   echo "  ds-$i: allocated $(awk -v i=$i '$1==i && $2=="ids" {print $3}' "$work/allocations")" \
        "(mount marker, CDI annotation, CUDA_VISIBLE_DEVICES)"

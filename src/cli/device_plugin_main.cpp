@@ -85,7 +85,13 @@ int main(int argc, char** argv) try {
   app.add_option("--cdi-annotation-prefix", opt.cdi_annotation_prefix,
                  "Prefix of the CDI annotation keys")
       ->capture_default_str();
-  app.add_option("--host-root", opt.host_root, "Root under which /dev/nvidia* are found")
+  app.add_option("--host-root", opt.host_root,
+                 "Root under which this process finds /dev/nvidia* and /proc (e.g. /host in a pod); "
+                 "it never changes the paths sent to the kubelet")
+      ->capture_default_str();
+  app.add_option("--dev-root", opt.dev_root,
+                 "Root of the device nodes on the host as the container runtime sees it "
+                 "(DeviceSpec host_path = DEV_ROOT/dev/nvidiaN; e.g. a driver container's root)")
       ->capture_default_str();
   app.add_option("--nvml-library", nvml_library,
                  "NVML library to dlopen (default: $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1)");

@@ -30,6 +30,13 @@ Result<std::vector<Gpu>> validate_allocation(
   return out;
 }
 
+std::string host_device_path(const std::string& dev_root, const std::string& path) {
+  if (dev_root.empty() || dev_root == "/") return path;
+  std::string root = dev_root;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root + path;
+}
+
 v1beta1::ContainerAllocateResponse build_allocate_response(
     const std::vector<Gpu>& gpus, const PluginOptions& options,
     const std::vector<HostNode>& control_nodes) {
@@ -44,13 +51,13 @@ v1beta1::ContainerAllocateResponse build_allocate_response(
     for (const auto& g : gpus) {
       auto* spec = resp.add_devices();
       spec->set_container_path(g.device_path());
-      spec->set_host_path(g.device_path());
+      spec->set_host_path(host_device_path(options.dev_root, g.device_path()));
       spec->set_permissions("rw");
     }
     for (const auto& node : control_nodes) {
       auto* spec = resp.add_devices();
       spec->set_container_path(node.container_path);
-      spec->set_host_path(node.host_path);
+      spec->set_host_path(host_device_path(options.dev_root, node.host_path));
       spec->set_permissions("rw");
     }
   }

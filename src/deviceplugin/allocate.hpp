@@ -37,6 +37,8 @@ struct HostNode {
 // are character devices under `host`'s root, each named by its host path: --host-root changes
 // where we look, never what we answer.
 std::vector<HostNode> present_control_nodes(const HostFs& host);
+// "/dev/nvidia1" under --dev-root: "/run/nvidia/driver" gives "/run/nvidia/driver/dev/nvidia1".
+std::string host_device_path(const std::string& dev_root, const std::string& path);
 
 // `control_nodes` are the control nodes present on the host. A GPU node's host path is its
 // path on the host, /dev/nvidia<minor>: the kubelet and the runtime resolve DeviceSpec host

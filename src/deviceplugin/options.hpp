@@ -40,6 +40,10 @@ struct PluginOptions {
   bool set_cuda_visible_devices = true;
   // Where /dev/nvidia* are looked up; the answers name host paths all the same.
   std::string host_root = "/";
+  // Where the device nodes are on the host *as the container runtime sees it*: DeviceSpec
+  // host_path is dev_root + "/dev/nvidiaN" (NVIDIA's plugin calls it NvidiaDevRoot; a driver
+  // container puts its nodes under e.g. /run/nvidia/driver). "/" on a normal node.
+  std::string dev_root = "/";
   std::string cdi_annotation_prefix = "cdi.k8s.io/";
   HealthOptions health;
   // Re-register when no ListAndWatch stream has been open this long; nullopt: never.

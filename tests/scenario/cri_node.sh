@@ -1,0 +1,162 @@
+# shellcheck shell=bash disable=SC2154  # src, build, line come from the script sourcing this
+# Sourced by tests/scenario/cri_seed.sh and bench/cri_latency.sh: a private containerd of line
+# $line (1.6: Debian 12's; 1.7: trixie's; 2: sid's, fetched by scripts/fetch-containerd.sh), set up
+# as a user would (containerd config default, gpufence setup containerd with handler "gpufence",
+# then only the edits that keep this instance private and let it run in this VM), serving a
+# simulated two-GPU node, with the test images imported; and run_pods. Needs $src, $build, $line;
+# exits 77 (skip, saying why) when this machine cannot do it. See docs/containerd-lines.md.
+. "$src/scripts/lib/bundle.sh"
+. "$src/scripts/lib/images.sh"
+skip() { echo "SKIP: $*"; exit 77; }
+# Which containerd: the system's for 1.6, a fetched one otherwise.
+case $line in
+  1.6)
+    bin=$(dirname "$(command -v containerd 2>/dev/null || echo /usr/bin/containerd)")
+    [ -x "$bin/containerd" ] || skip "containerd 1.6: not installed (apt-get install containerd)"
+    "$bin/containerd" --version | grep -q ' 1\.6\.' || skip "containerd 1.6: the system's is $("$bin/containerd" --version)"
+    ;;
+  1.7 | 2)
+    if ! bash "$src/scripts/fetch-containerd.sh" "$line" >/dev/null; then
+      skip "containerd $line: $(cat "$build/containerd/$line/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
+    fi
+    bin=$build/containerd/$line/root/usr/bin
+    ;;
+  *) echo "unknown containerd line $line"; exit 2 ;;
+esac
+[ "$(id -u)" = 0 ] || skip "needs root to run containerd and mknod"
+command -v runc >/dev/null || skip "runc is not installed"
+for b in gpufence gpufence-runtime gpufence-device-plugin gpufence-test-cri gpufence-pause gpufence-probe; do
+  [ -x "$build/bin/$b" ] || skip "$build/bin/$b is not built"
+done
+why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
+
+work=$(mktemp -d /tmp/gpufence-cri-XXXXXX)
+sock=$work/containerd.sock
+cgroup=gpufence-cri-${work##*-}  # the pods' cgroup parent
+ctr=("$bin/ctr" --address "$sock")
+cd_pid="" plugin_pid="" kubelet_pid=""
+cleanup() {
+  local c
+  [ -n "$kubelet_pid" ] && kill "$kubelet_pid" 2>/dev/null && wait "$kubelet_pid" 2>/dev/null
+  [ -n "$plugin_pid" ] && kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
+  if [ -n "$cd_pid" ]; then
+    # Whatever a failed run left: its tasks and containers, so no shim outlives the test.
+    for c in $("${ctr[@]}" -n k8s.io containers ls -q 2>/dev/null); do
+      "${ctr[@]}" -n k8s.io tasks kill -s KILL "$c" >/dev/null 2>&1
+      "${ctr[@]}" -n k8s.io tasks delete -f "$c" >/dev/null 2>&1
+      "${ctr[@]}" -n k8s.io containers rm "$c" >/dev/null 2>&1
+    done
+    kill "$cd_pid" 2>/dev/null && wait "$cd_pid" 2>/dev/null
+  fi
+  awk -v w="$work" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+  for c in "/sys/fs/cgroup/$cgroup" /sys/fs/cgroup/*/"$cgroup"; do
+    [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' INT TERM
+
+# The simulated node: two GPUs (fake nodes + driver procfs under a node root, the mock NVML).
+node=$work/node
+gf_make_node_root "$node"
+gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" \
+  "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
+export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
+export MOCK_NVML_CONFIG=$src/tools/mock-nvml/examples/two-rtx3080.json
+export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
+GPU=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2)
+
+# containerd's config as a user makes it: the default, then gpufence setup, then only the edits
+# that keep this instance private (paths, socket, NRI) and let it run in this VM.
+cfg=$work/config.toml
+"$bin/containerd" config default > "$cfg"
+handler_binary=${GF_CRI_HANDLER_BINARY:-$build/bin/gpufence-runtime}
+"$build/bin/gpufence" setup containerd --config "$cfg" --runtime-name gpufence \
+  --binary "$handler_binary" > "$work/setup.log" 2>&1 || { cat "$work/setup.log"; echo "gpufence setup containerd failed"; exit 1; }
+sed -i -E \
+  -e "s|^root = .*|root = \"$work/root\"|" \
+  -e "s|^state = .*|state = \"$work/state\"|" \
+  -e "s|address = [\"']/run/containerd/containerd.sock[\"']|address = \"$sock\"|" \
+  -e "s|restrict_oom_score_adj = false|restrict_oom_score_adj = true|" \
+  -e "s|sandbox_image = .*|sandbox_image = \"$GF_PAUSE_IMAGE\"|" \
+  -e "s|^( *)sandbox = .*|\1sandbox = \"$GF_PAUSE_IMAGE\"|" \
+  -e "s|socket_path = [\"']/var/run/nri/nri.sock[\"']|socket_path = \"$work/nri/nri.sock\"|" \
+  -e "s|plugin_path = [\"']/opt/nri/plugins[\"']|plugin_path = \"$work/nri/plugins\"|" \
+  -e "s|plugin_config_path = [\"']/etc/nri/conf.d[\"']|plugin_config_path = \"$work/nri/conf.d\"|" \
+  "$cfg"
+if [ -n "${GF_CRI_CDI_SPEC:-}" ]; then
+  # GF_CRI_CDI_SPEC=1: a spec from gpufence cdi generate, in a private dir both containerd and
+  # gpufence-runtime read.
+  mkdir -p "$work/cdi" "$node/usr/lib/x86_64-linux-gnu" "$node/etc"
+  for lib in libcuda:libcuda.so.1 libnvidia-ml:libnvidia-ml.so.1; do  # stand-in driver libraries
+    echo 'int gpufence_stand_in;' | cc -shared -x c - -Wl,-soname,${lib#*:} -o "$node/usr/lib/x86_64-linux-gnu/${lib%%:*}.so.550.54.15"
+  done
+  ldconfig -r "$node" -C /etc/ld.so.cache
+  "$build/bin/gpufence" cdi generate --driver-root "$node" --output "$work/cdi/nvidia.json" \
+    --hook-path "$build/bin/gpufence-runtime" 2>/dev/null || exit 1
+  # This node's device nodes live under the node root: the spec's hostPath says so.
+  python3 - "$work/cdi/nvidia.json" "$node" <<'PY'
+import json, sys
+path, root = sys.argv[1], sys.argv[2]
+spec = json.load(open(path))
+edits = [d["containerEdits"] for d in spec.get("devices", [])] + [spec.get("containerEdits", {})]
+for e in edits:
+    for n in e.get("deviceNodes", []):
+        n["hostPath"] = root + n.get("hostPath", n["path"])
+json.dump(spec, open(path, "w"))
+PY
+  sed -i -E "s|cdi_spec_dirs = .*|cdi_spec_dirs = [\"$work/cdi\"]|" "$cfg"
+  printf '[cdi]\nspec_dirs = ["%s"]\n' "$work/cdi" >> "$work/runtime.toml"
+fi
+if [ -n "${GF_CRI_ENABLE_CDI:-}" ]; then
+  sed -i -E "s|enable_cdi = .*|enable_cdi = $GF_CRI_ENABLE_CDI|" "$cfg"
+  grep -q "enable_cdi = $GF_CRI_ENABLE_CDI" "$cfg" || { echo "containerd $line has no enable_cdi"; exit 2; }
+fi
+
+PATH=$bin:$PATH "$bin/containerd" --config "$cfg" > "$work/containerd.log" 2>&1 &
+cd_pid=$!
+for _ in $(seq 150); do "${ctr[@]}" version >/dev/null 2>&1 && break; sleep 0.1; done
+"${ctr[@]}" version >/dev/null 2>&1 || skip "containerd $line does not start here: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
+echo "containerd $("$bin/containerd" --version | awk '{print $3, $4}'), $("$bin/containerd-shim-runc-v2" -v 2>/dev/null | awk '/Version/ {print "shim " $2; exit}'), $(runc --version | head -1)"
+
+imgs=$work/images
+gf_test_images "$imgs" "$build/bin/gpufence-pause" "$build/bin/gpufence-probe"
+gf_import_images "$bin/ctr" "$sock" "$imgs" > "$work/import.log" 2>&1 || { cat "$work/import.log"; echo "ctr images import failed"; exit 1; }
+
+# Device plugin strategies: containerd 2.x resolves CDI annotations itself (enable_cdi is on by
+# default) and fails CreateContainer when no spec names the device (docs/containerd-lines.md), so
+# on 2.x the plugin runs without cdi-annotations.
+plugin_args=()
+[ "$line" = 2 ] && plugin_args=(--device-list-strategy device-specs,volume-mounts)
+# To reproduce other combinations by hand (docs/containerd-lines.md), not used by CTest:
+# GF_CRI_PLUGIN_ARGS replaces the plugin's arguments; GF_CRI_ENABLE_CDI=true|false sets enable_cdi.
+if [ -n "${GF_CRI_PLUGIN_ARGS+x}" ]; then read -r -a plugin_args <<<"$GF_CRI_PLUGIN_ARGS"; fi
+
+# run_pods NAME HANDLER PODS [gpufence-test-cri option...]: the plugin registers, the pods run,
+# each looks at both GPUs; output in $work/NAME.out, exit status in $work/NAME.rc, gpufence-runtime's
+# decisions meanwhile in $work/NAME.decisions.
+probe='for m in 0 1; do gpufence-probe /dev/nvidia$m; if mknod /tmp/n$m c 195 $m 2>/dev/null; then gpufence-probe /tmp/n$m; else echo /tmp/n$m MKNOD_EPERM; fi; done; echo CVD=$CUDA_VISIBLE_DEVICES'
+run_pods() {
+  local name=$1 handler=$2 pods=$3 dp=$work/dp-$1
+  shift 3
+  mkdir -p "$dp"
+  local seen; seen=$(cat "$work/runtime.log" 2>/dev/null | wc -l)
+  # The kubelet first, the plugin once kubelet.sock is there, as on a node: the kubelet deletes
+  # every socket in the directory when it starts, so a plugin started earlier would be cut off.
+  "$build/bin/gpufence-test-cri" --plugin-dir "$dp" --runtime-endpoint "$sock" --handler "$handler" \
+    --image "$GF_APP_IMAGE" --pods "$pods" --name-prefix "$name" --cgroup-parent "/$cgroup" \
+    --pod-resources "$work/pod-resources-$name.sock" "$@" -- /bin/sh -c "$probe" > "$work/$name.out" 2>&1 &
+  kubelet_pid=$!
+  for _ in $(seq 100); do [ -S "$dp/kubelet.sock" ] && break; sleep 0.05; done
+  "$build/bin/gpufence-device-plugin" --plugin-dir "$dp" --host-root "$node" --dev-root "$node" \
+    --log-file "$work/device-plugin-$name.log" "${plugin_args[@]}" &
+  plugin_pid=$!
+  wait "$kubelet_pid"
+  echo $? > "$work/$name.rc"
+  kubelet_pid=""
+  kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
+  plugin_pid=""
+  tail -n +$((seen + 1)) "$work/runtime.log" 2>/dev/null > "$work/$name.decisions"
+  [ -n "${GF_CRI_QUIET:-}" ] || sed "s/^/  [$name] /" "$work/$name.out"
+}

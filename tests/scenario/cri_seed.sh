@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The seed's node for real, through containerd's CRI: the test kubelet (gpufence-test-cri) admits
+# two GPU pods through the real gpufence-device-plugin and runs them through a private containerd
+# of the given line (1.6: Debian 12's; 1.7: trixie's; 2: sid's, fetched by
+# scripts/fetch-containerd.sh) with the handler `gpufence setup containerd` added
+# (containerd-shim-runc-v2 -> gpufence-runtime -> runc). See docs/containerd-lines.md.
+# Checks: the stand-in shows 2 of 2 GPUs allocated; inside each pod only its own GPU opens (the
+# probe's errno oracle), unprivileged and privileged; and the same privileged pods through the
+# plain runc handler leak (the other GPU opens), so the test fails if gpufence-runtime is replaced
+# by runc (GF_CRI_HANDLER_BINARY=runc shows that); and the seed's broken setup (privileged pods that
+# ask for no GPU, NVIDIA_VISIBLE_DEVICES=all in their env) gets no GPU through the handler and
+# every GPU through plain runc.
+# Usage: cri_seed.sh LINE       LINE = 1.6 | 1.7 | 2
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+build=${GPUFENCE_BUILD_DIR:-$src/build}
+line=${1:?usage: cri_seed.sh 1.6|1.7|2}
+# shellcheck source=tests/scenario/cri_node.sh disable=SC2034,SC2154
+. "$here/cri_node.sh"
+failures=0
+check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
+
+# result NAME POD PATH: the probe's answer for PATH in that pod.
+result() { awk -v p="$2" -v f="$3" '$1=="pod" && $2==p && $3=="exec" && $4==f {print $5}' "$work/$1.out"; }
+gpu_of() {  # gpu_of NAME POD: the index of the GPU the pod was allocated
+  local id; id=$(awk -v p="$2" '$1=="pod" && $2==p && $3=="ids" {print $4}' "$work/$1.out")
+  case $id in "${GPU[0]}") echo 0 ;; "${GPU[1]}") echo 1 ;; *) echo "?" ;; esac
+}
+# isolated_run NAME CHANNELS: the pods ran, hold different GPUs, each reaches only its own, and
+# gpufence-runtime took each grant from one of CHANNELS (docs/trust-model.md: a mount marker
+# counts only in a privileged spec).
+isolated_run() {
+  local name=$1 channels=$2 p own other
+  check "$name: both pods ran" test "$(cat "$work/$name.rc")" = 0
+  check "$name: the stand-in shows 2 of 2 GPUs allocated" grep -qx "node capacity 2 allocated 2" "$work/$name.out"
+  check "$name: its PodResources API shows 2 of 2" grep -qx "podresources allocatable 2 allocated 2" "$work/$name.out"
+  for p in 0 1; do
+    check "$name: PodResources names pod $p's GPU" grep -qx "podresources default/$name-$p/app nvidia.com/gpu $(awk -v p=$p '$1=="pod" && $2==p && $3=="ids" {print $4}' "$work/$name.out")" "$work/$name.out"
+  done
+  check "$name: the pods hold different GPUs" test "$(gpu_of "$name" 0)$(gpu_of "$name" 1)" = 01 -o "$(gpu_of "$name" 0)$(gpu_of "$name" 1)" = 10
+  for p in 0 1; do
+    own=$(gpu_of "$name" $p); other=$((1 - ${own/\?/0}))
+    check "$name: pod $p opens its GPU $own" test "$(result "$name" $p /dev/nvidia$own)" = ENXIO
+    check "$name: pod $p has no node for GPU $other" test "$(result "$name" $p /dev/nvidia$other)" = ENOENT
+    check "$name: pod $p cannot open GPU $other even after mknod" test "$(result "$name" $p /tmp/n$other)" != ENXIO -a -n "$(result "$name" $p /tmp/n$other)"
+    check "$name: gpufence-runtime granted pod $p GPU $own, from the kubelet's channels" \
+      grep -Eq "channel=($channels) .*granted=${GPU[${own/\?/0}]} " "$work/$name.decisions"
+  done
+}
+
+echo "== unprivileged pods through the gpufence handler"
+run_pods unpriv gpufence 2
+isolated_run unpriv "device-specs|cdi-annotations"
+
+echo "== privileged pods (the seed's) through the gpufence handler"
+run_pods priv gpufence 2 --privileged
+isolated_run priv "device-specs|cdi-annotations|mount-markers"
+
+echo "== the same privileged pods through the plain runc handler (must leak)"
+run_pods leak runc 2 --privileged
+check "leak: both pods ran" test "$(cat "$work/leak.rc")" = 0
+check "leak: gpufence-runtime was not called" test ! -s "$work/leak.decisions"
+for p in 0 1; do
+  own=$(gpu_of leak $p); other=$((1 - ${own/\?/0}))
+  check "leak: pod $p (plain runc, privileged) reaches GPU $other" test "$(result leak $p /tmp/n$other)" = ENXIO
+done
+
+echo "== the seed's broken setup: privileged pods asking for no GPU, NVIDIA_VISIBLE_DEVICES=all in their env"
+# Through the gpufence handler the env never counts (docs/trust-model.md): no GPU at all. Through
+# plain runc (the handler missing) every GPU is reachable.
+run_pods envall gpufence 2 --privileged --gpus 0 --env NVIDIA_VISIBLE_DEVICES=all
+run_pods envall-runc runc 2 --privileged --gpus 0 --env NVIDIA_VISIBLE_DEVICES=all
+check "envall: both pods ran" test "$(cat "$work/envall.rc")" = 0
+check "envall-runc: both pods ran" test "$(cat "$work/envall-runc.rc")" = 0
+check "envall: the stand-in allocated nothing" grep -qx "node capacity 2 allocated 0" "$work/envall.out"
+check "envall: its PodResources API shows 0 of 2" grep -qx "podresources allocatable 2 allocated 0" "$work/envall.out"
+for p in 0 1; do
+  for m in 0 1; do
+    check "envall: pod $p (gpufence) cannot open GPU $m even after mknod" \
+      test "$(result envall $p /tmp/n$m)" != ENXIO -a -n "$(result envall $p /tmp/n$m)"
+    check "envall-runc: pod $p (plain runc) reaches GPU $m" test "$(result envall-runc $p /tmp/n$m)" = ENXIO
+  done
+done
+check "envall: gpufence-runtime granted nothing" bash -c "! grep -q 'granted=GPU' '$work/envall.decisions'"
+
+echo "gpufence-runtime's decisions:"
+sed 's/^/  /' "$work/runtime.log" 2>/dev/null | head -20
+[ "$failures" -eq 0 ] || { echo "$failures check(s) failed on containerd $line"; tail -30 "$work/containerd.log"; exit 1; }
+echo "containerd $line: all checks passed"

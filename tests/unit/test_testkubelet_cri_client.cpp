@@ -1,0 +1,118 @@
+// The test kubelet's translation of an Allocate answer into a CRI ContainerConfig, field by field
+// as the kubelet does it (docs/containerd-lines.md), and the host-network sandbox it asks for.
+#include <gtest/gtest.h>
+
+#include "cri_client.hpp"
+
+namespace gpufence::test {
+namespace {
+
+CriPod pod(bool privileged) {
+  CriPod p;
+  p.name = "ds-0";
+  p.uid = "uid-0";
+  p.image = "gpufence.test/app:1";
+  p.command = {"/bin/sleep", "3600"};
+  p.privileged = privileged;
+  return p;
+}
+
+v1beta1::ContainerAllocateResponse allocation() {
+  v1beta1::ContainerAllocateResponse a;
+  (*a.mutable_envs())["CUDA_VISIBLE_DEVICES"] = "GPU-a";
+  (*a.mutable_envs())["NVIDIA_VISIBLE_DEVICES"] = "/var/run/nvidia-container-devices";
+  auto* m = a.add_mounts();
+  m->set_container_path("/var/run/nvidia-container-devices/GPU-a");
+  m->set_host_path("/dev/null");
+  m->set_read_only(true);
+  auto* rw = a.add_mounts();
+  rw->set_container_path("/data");
+  rw->set_host_path("/srv/data");
+  rw->set_read_only(false);
+  auto* d = a.add_devices();
+  d->set_container_path("/dev/nvidia0");
+  d->set_host_path("/node/dev/nvidia0");
+  d->set_permissions("rw");
+  (*a.mutable_annotations())["cdi.k8s.io/gpufence_GPU-a"] = "nvidia.com/gpu=GPU-a";
+  a.add_cdi_devices()->set_name("nvidia.com/gpu=GPU-a");
+  return a;
+}
+
+TEST(CriTranslation, EnvsFromTheAllocateAnswer) {
+  auto c = container_config(pod(false), allocation());
+  std::map<std::string, std::string> envs;
+  for (const auto& kv : c.envs()) envs[kv.key()] = kv.value();
+  EXPECT_EQ(envs.size(), 2u);
+  EXPECT_EQ(envs["CUDA_VISIBLE_DEVICES"], "GPU-a");
+  EXPECT_EQ(envs["NVIDIA_VISIBLE_DEVICES"], "/var/run/nvidia-container-devices");
+}
+
+TEST(CriTranslation, PodEnvFirstThenTheDevicePlugins) {
+  auto p = pod(false);
+  p.env = {{"NVIDIA_VISIBLE_DEVICES", "all"}};
+  auto c = container_config(p, allocation());
+  ASSERT_EQ(c.envs_size(), 3);
+  EXPECT_EQ(c.envs(0).key(), "NVIDIA_VISIBLE_DEVICES");
+  EXPECT_EQ(c.envs(0).value(), "all");
+  EXPECT_EQ(c.envs(2).key(), "NVIDIA_VISIBLE_DEVICES");
+  EXPECT_EQ(c.envs(2).value(), "/var/run/nvidia-container-devices");
+}
+
+TEST(CriTranslation, MountsKeepPathsAndReadOnly) {
+  auto c = container_config(pod(false), allocation());
+  ASSERT_EQ(c.mounts_size(), 2);
+  EXPECT_EQ(c.mounts(0).container_path(), "/var/run/nvidia-container-devices/GPU-a");
+  EXPECT_EQ(c.mounts(0).host_path(), "/dev/null");
+  EXPECT_TRUE(c.mounts(0).readonly());
+  EXPECT_EQ(c.mounts(1).host_path(), "/srv/data");
+  EXPECT_FALSE(c.mounts(1).readonly());
+  EXPECT_EQ(c.mounts(0).propagation(), runtime::v1::PROPAGATION_PRIVATE);
+}
+
+TEST(CriTranslation, DevicesKeepHostPathAndPermissions) {
+  auto c = container_config(pod(false), allocation());
+  ASSERT_EQ(c.devices_size(), 1);
+  EXPECT_EQ(c.devices(0).container_path(), "/dev/nvidia0");
+  EXPECT_EQ(c.devices(0).host_path(), "/node/dev/nvidia0");
+  EXPECT_EQ(c.devices(0).permissions(), "rw");
+}
+
+TEST(CriTranslation, AnnotationsAndCdiDevices) {
+  auto c = container_config(pod(false), allocation());
+  EXPECT_EQ(c.annotations().at("cdi.k8s.io/gpufence_GPU-a"), "nvidia.com/gpu=GPU-a");
+  ASSERT_EQ(c.cdi_devices_size(), 1);
+  EXPECT_EQ(c.cdi_devices(0).name(), "nvidia.com/gpu=GPU-a");
+}
+
+TEST(CriTranslation, NothingAllocatedAddsNothing) {
+  auto c = container_config(pod(false), v1beta1::ContainerAllocateResponse{});
+  EXPECT_EQ(c.envs_size(), 0);
+  EXPECT_EQ(c.mounts_size(), 0);
+  EXPECT_EQ(c.devices_size(), 0);
+  EXPECT_EQ(c.cdi_devices_size(), 0);
+  EXPECT_FALSE(c.annotations().contains("cdi.k8s.io/gpufence_GPU-a"));
+}
+
+TEST(CriTranslation, PrivilegedAndImageAndLabels) {
+  auto c = container_config(pod(true), allocation());
+  EXPECT_TRUE(c.linux().security_context().privileged());
+  EXPECT_EQ(c.image().image(), "gpufence.test/app:1");
+  ASSERT_EQ(c.command_size(), 2);
+  EXPECT_EQ(c.labels().at("io.kubernetes.pod.name"), "ds-0");
+  EXPECT_EQ(c.labels().at("io.kubernetes.container.name"), "app");
+  EXPECT_FALSE(container_config(pod(false), allocation()).linux().security_context().privileged());
+}
+
+TEST(CriSandbox, HostNetworkNoHostname) {
+  auto s = sandbox_config(pod(true));
+  EXPECT_EQ(s.hostname(), "");
+  EXPECT_EQ(s.linux().security_context().namespace_options().network(), runtime::v1::NODE);
+  EXPECT_EQ(s.linux().security_context().namespace_options().pid(), runtime::v1::CONTAINER);
+  EXPECT_TRUE(s.linux().security_context().privileged());
+  EXPECT_EQ(s.metadata().name(), "ds-0");
+  EXPECT_EQ(s.metadata().uid(), "uid-0");
+  EXPECT_EQ(s.metadata().namespace_(), "default");
+}
+
+}  // namespace
+}  // namespace gpufence::test
