@@ -9,11 +9,12 @@ command -v runc >/dev/null || { echo "SKIP: runc is not installed"; exit 77; }
 why=$(gf_runc_preflight "${GPUFENCE_BUILD_DIR:?}/bin/gpufence-probe") || { echo "SKIP: $why"; exit 77; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+before=$(ls -d /tmp/gpufence-demo-* 2>/dev/null)
 setsid bash "$src/scripts/demo.sh" > "$log" 2>&1 &
 pid=$!
 # Wait until the device plugin is up and the first containers run, then interrupt the group.
 for _ in $(seq 100); do grep -q "Running two DeepStream" "$log" && break; sleep 0.05; done
-dir=$(ls -d /tmp/gpufence-demo-* 2>/dev/null | head -1)
+dir=$(ls -d /tmp/gpufence-demo-* 2>/dev/null | grep -vxF -- "$before" | head -1)  # this run's
 # A background job of a non-interactive shell ignores SIGINT, so interrupt with SIGTERM, which
 # the demo traps the same way.
 kill -TERM -- -"$pid"
