@@ -153,9 +153,19 @@ int watch(const InstallOptions& opt, const InstallEnv& env, const InstallArgs& a
     while (!g_stop && std::chrono::steady_clock::now() < next)
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (g_stop) break;
-    auto loaded = socket.empty() ? Result<bool>(false)
-                                 : handler_loaded(env, socket, opt.runtime_name, opt.binary.link,
-                                                  std::chrono::milliseconds(5000));
+    auto check = [&] {
+      return socket.empty() ? Result<bool>(false)
+                            : handler_loaded(env, socket, opt.runtime_name, opt.binary.link,
+                                             std::chrono::milliseconds(5000));
+    };
+    auto loaded = check();
+    // containerd not answering may be one mid-restart: give it the ready timeout to come back
+    // before restarting it again.
+    auto patience = std::chrono::steady_clock::now() + opt.ready_timeout;
+    while (!loaded && !g_stop && std::chrono::steady_clock::now() < patience) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      loaded = check();
+    }
     if (loaded && *loaded) {
       healthy = true;
       continue;

@@ -131,6 +131,27 @@ case ${1:?usage: install.sh CASE} in
     check "the config is untouched" cmp -s "$cfg" "$work/original.toml"
     check "containerd was not restarted" test "$(restarts)" = 0
     ;;
+  watch)
+    # install --watch: /healthz follows the handler; a containerd restarted on a config without
+    # it (the old file put back by hand) is noticed and the handler put back.
+    port=$((20000 + RANDOM % 20000))
+    "${install[@]}" --ready-timeout $ready --watch --interval 0.5 --healthz-address 127.0.0.1:$port > "$work/watch.log" 2>&1 &
+    wpid=$!
+    healthz() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz"; }
+    wait_for() { for _ in $(seq 100); do [ "$(healthz)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
+    check "/healthz answers 200 once installed" wait_for 200
+    check "after one restart" test "$(restarts)" = 1
+    cp "$work/original.toml" "$cfg"
+    sh "$work/restart.sh"   # someone restarts containerd on a config without the handler
+    for _ in $(seq 100); do [ "$(restarts)" -ge 3 ] && break; sleep 0.1; done
+    check "the watcher re-installed and restarted containerd" test "$(restarts)" = 3
+    check "/healthz is 200 again" wait_for 200
+    check "the handler is back in the config" grep -q 'runtimes.nvidia.options\]' "$cfg"
+    check "the watcher logged why" grep -q "handler missing from the running containerd; installing again" "$work/watch.log"
+    kill -TERM "$wpid"; wait "$wpid"
+    check "it exits 0 on SIGTERM" test $? = 0
+    cat "$work/watch.log"
+    ;;
   *) echo "unknown case $1"; exit 2 ;;
 esac
 [ "$failures" = 0 ] || { echo "containerd log:"; tail -20 "$work/containerd.log" 2>/dev/null; exit 1; }
