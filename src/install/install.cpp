@@ -23,6 +23,7 @@ struct Run {
   const InstallEnv& env;
   InstallReport& report;
   NodeLayout layout;
+  std::string binary_target;  // host path of the versioned shim the link points at
 
   void step(std::string name, Outcome outcome, std::string detail) {
     report.steps.push_back({std::move(name), outcome, std::move(detail)});
@@ -90,9 +91,29 @@ bool find_layout(Run& r) {
 bool put_binary(Run& r) {
   auto done = install_binary(r.env.host, r.opt.binary);
   if (!done) return r.failed("runtime binary", done.error().message);
+  r.binary_target = done->target;
   r.step("runtime binary", done->changed == Changed::yes ? Outcome::changed : Outcome::unchanged,
          cat(r.opt.binary.link, " -> ", done->target));
   for (const auto& p : done->pruned) r.report.notes.push_back("removed old version " + p);
+  return true;
+}
+
+// Step: the copied shim must start on the host (its glibc, its loader) before containerd is
+// told to exec it for every GPU container: `gpufence-runtime --gpufence-help` touches nothing.
+bool smoke_test_binary(Run& r) {
+  // In the host's namespaces the stable link itself; run from here, the file it names (the
+  // link's absolute target means nothing under a host root that is not "/").
+  std::string path = r.opt.host_exec == HostExec::nsenter
+                         ? r.opt.binary.link
+                         : r.env.host.resolve(r.binary_target).string();
+  auto argv = host_command(r.opt.host_exec, {path, "--gpufence-help"});
+  auto res = r.env.runner.run(argv);
+  if (!res) return r.failed("runtime binary", res.error().message);
+  if (res->exit_code != 0)
+    return r.failed(
+        "runtime binary",
+        cat(r.opt.binary.link, " does not run on this host (`", shell_words(argv), "` exited ",
+            res->exit_code, ": ", trim(res->out), "); containerd's config is left as it was"));
   return true;
 }
 
@@ -298,7 +319,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   InstallReport report;
   report.command = "install";
   auto started = env.now();
-  Run r{opt, env, report, {}};
+  Run r{opt, env, report, {}, {}};
   auto finish = [&] {
     report.elapsed = std::chrono::duration_cast<milliseconds>(env.now() - started);
     return report;
@@ -313,7 +334,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   // Step 1: where this node's containerd keeps its config and socket.
   if (!find_layout(r)) return finish();
   // Step 2: the shim on the host first: the config about to name it must never dangle.
-  if (!put_binary(r)) return finish();
+  if (!put_binary(r) || !smoke_test_binary(r)) return finish();
   // Step 3: its config, if the node has none.
   if (!put_runtime_config(r, state)) return finish();
   // Step 4: the CDI spec the shim and containerd read device edits from.
@@ -386,7 +407,7 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
   InstallReport report;
   report.command = "uninstall";
   auto started = env.now();
-  Run r{opt, env, report, {}};
+  Run r{opt, env, report, {}, {}};
   auto finish = [&] {
     report.elapsed = std::chrono::duration_cast<milliseconds>(env.now() - started);
     return report;

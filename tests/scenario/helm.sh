@@ -152,6 +152,66 @@ print(' '.join(x.split('=')[0] for x in a[a.index('install')+1:]))"); do
       check "deploy/kubernetes/$n matches the chart (deploy/helm/render-manifests.sh)" diff -u "$src/deploy/kubernetes/$n" "$work/k8s/$n"
     done
     ;;
+  readme)
+    # README "On a real cluster": every command in it, checked against what the chart renders
+    # (no cluster here: helm install/upgrade become helm template with the same --set values).
+    python3 - "$src/README.md" > "$work/readme.json" <<'PY'
+import json, re, sys
+text = open(sys.argv[1]).read()
+sec = text.split("\n## On a real cluster\n", 1)[1].split("\n## ", 1)[0]
+sh = re.search(r"```sh\n(.*?)```", sec, re.S).group(1)
+pod = re.search(r"```yaml\n(.*?)```", sec, re.S).group(1)
+cmds = [l for l in sh.splitlines() if l and not l.startswith("#")]
+print(json.dumps({"cmds": cmds, "pod": pod}))
+PY
+    python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pod'])" "$work/readme.json" > "$work/pod.yaml"
+    readme_cmds() { python3 -c "import json,sys; print('\n'.join(json.load(open(sys.argv[1]))['cmds']))" "$work/readme.json"; }
+    # Pass 1: the helm commands, rendered as helm template (install.yaml, upgrade.yaml).
+    while IFS= read -r cmd; do
+      set -- $cmd
+      [ "$1" = microk8s ] && shift
+      [ "$1" = helm ] || continue
+      verb=$2
+      shift 2
+      args=()
+      for a in "$@"; do case $a in --create-namespace|--reuse-values) ;; *) args+=("$a") ;; esac; done
+      [ "$verb" = upgrade ] && args+=(--set distribution=microk8s)  # what --reuse-values keeps
+      (cd "$src" && "$helm" template "${args[@]}") > "$work/$verb.yaml" 2> "$work/$verb.err"
+      check "README: '$cmd' renders" test $? = 0
+    done < <(readme_cmds)
+    # Pass 2: every other command, against what those render.
+    while IFS= read -r cmd; do
+      set -- $cmd
+      [ "$1" = microk8s ] && shift
+      case "$1 $2" in
+        "helm install"|"helm upgrade") ;;
+        "python3 scripts/image/assemble.py")
+          check "README: the image command builds the archive" bash -c "python3 '$src/scripts/image/assemble.py' oci '$build' '$work/img.tar' --work '$work/img' --ref '$7' >/dev/null" ;;
+        "ctr --namespace")
+          check "README: the image goes to the k8s.io namespace, the kubelet's" test "$3 $4 $5" = "k8s.io images import" ;;
+        "kubectl label")
+          check "README: the node label is the chart's nodeSelector" assert "$work/install.yaml" \
+            "all(pod(d)['nodeSelector'] == {'${5%%=*}': '${5#*=}'} for d in kind('DaemonSet'))" ;;
+        "kubectl -n")
+          case "$4 $5" in
+            "rollout status")
+              check "README: $6 is rendered in namespace $3" assert "$work/install.yaml" \
+                "one('DaemonSet','${6#daemonset/}')['metadata']['namespace'] == '$3'" \
+                "'readinessProbe' in pod(one('DaemonSet','${6#daemonset/}'))['containers'][0]" ;;
+            "logs -f")
+              check "README: $6 is rendered by the upgrade, on gpu-node" assert "$work/upgrade.yaml" \
+                "one('Job','${6#job/}')['metadata']['namespace'] == '$3'" "pod(one('Job','${6#job/}'))['nodeName'] == 'gpu-node'" ;;
+            *) check "README: a command this test knows: $cmd" false ;;
+          esac ;;
+        "kubectl apply")
+          check "README: the seed's pod names the chart's RuntimeClass, asks one GPU, is privileged" assert "$work/install.yaml" \
+            "(lambda p: p['spec']['runtimeClassName'] == kind('RuntimeClass')[0]['metadata']['name'] == kind('RuntimeClass')[0]['handler'] and p['spec']['containers'][0]['resources']['limits'] == {'nvidia.com/gpu': 1} and p['spec']['containers'][0]['securityContext']['privileged'] and p['spec']['nodeSelector'] == kind('RuntimeClass')[0]['scheduling']['nodeSelector'])(yaml.safe_load(open('$work/pod.yaml')))" ;;
+        *) check "README: a command this test knows: $cmd" false ;;
+      esac
+    done < <(readme_cmds)
+    check "README: the installer it shows is told distribution=microk8s" assert "$work/install.yaml" \
+      "'--distribution=microk8s' in args(one('DaemonSet','gpufence-node-installer'))"
+    ;;
   *) echo "unknown case $1"; exit 2 ;;
 esac
 [ "$failures" = 0 ]

@@ -25,12 +25,21 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
  public:
   explicit FakeContainerd(fs::path config) : m_config(std::move(config)) { load(); }
 
-  std::vector<std::vector<std::string>> commands;
-  bool restart_fails = false;   // the restart command exits 1
-  bool comes_back = true;       // after a restart, it answers again
+  std::vector<std::vector<std::string>> commands;     // restarts
+  std::vector<std::vector<std::string>> smoke_tests;  // gpufence-runtime --gpufence-help
+  bool binary_runs = true;                            // the host can run the copied shim
+  bool restart_fails = false;                         // the restart command exits 1
+  bool comes_back = true;                             // after a restart, it answers again
   bool ignores_config = false;  // comes back with only runc (reads some other file)
 
   Result<ProcessResult> run(const std::vector<std::string>& argv) override {
+    if (argv.back() == "--gpufence-help") {  // install's check that the copied shim starts
+      smoke_tests.push_back(argv);
+      if (binary_runs) return ProcessResult{0, "gpufence-runtime: usage"};
+      return ProcessResult{1,
+                           "/usr/local/bin/gpufence-runtime: /lib/x86_64-linux-gnu/libc.so.6: "
+                           "version `GLIBC_2.36' not found"};
+    }
     commands.push_back(argv);
     if (restart_fails) return ProcessResult{1, "Job for containerd.service failed."};
     m_up = comes_back;
@@ -307,6 +316,10 @@ TEST(InstallFlow, FromADaemonSetHostCommandsGoThroughNsenter) {
   EXPECT_EQ(n.containerd->commands.at(0),
             (std::vector<std::string>{"nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--",
                                       "systemctl", "restart", "containerd"}));
+  // Through nsenter the shim is run by its host path, in the host's mount namespace.
+  EXPECT_EQ(n.containerd->smoke_tests.at(0),
+            (std::vector<std::string>{"nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--",
+                                      "/usr/local/bin/gpufence-runtime", "--gpufence-help"}));
 }
 
 TEST(InstallFlow, FailedRestartPutsThePreviousConfigBack) {
@@ -397,6 +410,23 @@ TEST(InstallFlow, UserRuntimeConfigIsNeverReplacedNorRemoved) {
   ASSERT_TRUE(run_install(n.options(), n.env()).ok());
   ASSERT_TRUE(run_uninstall(n.options(), n.env()).ok());
   EXPECT_EQ(slurp(n.host / "etc/gpufence/runtime.toml"), "[log]\nlevel = \"debug\"\n");
+}
+
+TEST(InstallFlow, AShimTheHostCannotRunIsNeverWiredIn) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->binary_runs = false;
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("does not run on this host"), std::string::npos)
+      << *report.failure;
+  EXPECT_NE(report.failure->find("GLIBC_2.36"), std::string::npos);
+  // Run directly, the shim run is the versioned file, found under the host root.
+  EXPECT_EQ(fs::path(n.containerd->smoke_tests.at(0).at(0)),
+            n.host / fs::read_symlink(n.host / "usr/local/bin/gpufence-runtime").relative_path());
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
+  EXPECT_TRUE(n.containerd->commands.empty());
 }
 
 TEST(InstallFlow, CdiFailureStopsBeforeTheConfigIsTouched) {
