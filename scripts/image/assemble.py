@@ -4,7 +4,8 @@
   assemble.py rootfs BUILD_DIR OUT_DIR         the image's file tree (the Containerfile copies it)
   assemble.py oci BUILD_DIR OUT.tar [--ref R]  an OCI image layout archive for `ctr images import`
 
-The tree holds the three binaries at /usr/local/bin (stripped), exactly the shared libraries they load
+The tree holds the three binaries at /usr/local/bin (stripped), /usr/bin/nsenter (the installer's
+way to the host's systemctl and snap), exactly the shared libraries they load
 (ldd's answer, the ELF interpreter included), /etc/passwd and /etc/group with root and nobody,
 and /tmp. Nothing else: no shell, no package manager. The layer is a reproducible tar (sorted,
 mtime 0, owner 0:0), so the same build tree gives the same image digest.
@@ -22,6 +23,9 @@ import sys
 import tarfile
 
 BINARIES = ["gpufence", "gpufence-runtime", "gpufence-device-plugin"]
+# Host tools the binaries run: the node installer restarts containerd through
+# `nsenter -t 1 ... -- systemctl|snap` (docs/install.md); Debian's util-linux build.
+TOOLS = ["/usr/bin/nsenter"]
 DEFAULT_REF = "ghcr.io/gpufence/gpufence:0.1.0"
 
 
@@ -56,7 +60,13 @@ def make_rootfs(build, out):
         # Debug info stays in the build tree; the image ships what runs.
         if shutil.which("strip"):
             subprocess.run(["strip", "--strip-unneeded", dest], check=True)
-    libs = needed_libraries(bins)
+    for t in TOOLS:
+        if not os.access(t, os.X_OK):
+            sys.exit(f"{t} is missing (apt-get install util-linux)")
+        dest = os.path.join(out, t.lstrip("/"))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copy2(t, dest)
+    libs = needed_libraries(bins + TOOLS)
     for lib in libs:
         dest = os.path.join(out, lib.lstrip("/"))
         os.makedirs(os.path.dirname(dest), exist_ok=True)

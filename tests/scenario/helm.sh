@@ -89,8 +89,9 @@ EOF_TABLE
     ;;
   installer)
     template --set distribution=microk8s > "$work/r.yaml"
-    check "the installer has the host at /host, hostPID, privileged, no API token" assert "$work/r.yaml" \
+    check "the installer has the host at /host (and a writable /tmp on its read-only root), hostPID, privileged, no API token" assert "$work/r.yaml" \
       "hostpaths(one('DaemonSet','gpufence-node-installer')) == {'host': '/'}" \
+      "'/tmp' in mounts(one('DaemonSet','gpufence-node-installer'))" \
       "mounts(one('DaemonSet','gpufence-node-installer'))['/host'].get('readOnly') is not True" \
       "pod(one('DaemonSet','gpufence-node-installer'))['hostPID'] is True" \
       "pod(one('DaemonSet','gpufence-node-installer'))['containers'][0]['securityContext']['privileged'] is True" \

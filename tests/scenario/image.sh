@@ -54,6 +54,10 @@ c run --rm "$ref" gfprobe /usr/local/bin/gpufence --help > "$work/help" 2>&1 || 
 [ -n "$snap" ] && c run --rm --snapshotter native "$ref" gfprobe /usr/local/bin/gpufence --help > "$work/help" 2>&1
 snapflag=(); [ -n "$snap" ] && snapflag=(--snapshotter native)
 check "gpufence runs from the image (every library it needs is in it)" grep -q "exclusive, provable GPU allocation" "$work/help"
+c run --rm "${snapflag[@]}" "$ref" gfns /usr/bin/nsenter --version > "$work/nsenter" 2>&1
+check "nsenter, which the node installer restarts containerd through, runs from the image" grep -q "nsenter from util-linux" "$work/nsenter"
+c run --rm "${snapflag[@]}" "$ref" gfrt /usr/local/bin/gpufence-runtime --gpufence-help > "$work/rt" 2>&1
+check "gpufence-runtime starts from the image" test $? = 0
 
 # Step 3: the device plugin from the image, against the test kubelet on the host.
 source "$src/scripts/lib/bundle.sh"
