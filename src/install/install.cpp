@@ -247,8 +247,11 @@ Status restart_containerd(Run& r) {
   return {};
 }
 
-// After a failed restart or verification: the old config back, containerd restarted on it.
-void roll_back(Run& r, const ConfigEdit& edit) {
+bool save_state(Run& r, const InstallState& state);
+
+// After a failed restart or verification: the old config back, containerd restarted on it, and
+// the record saying install changed the config withdrawn (uninstall must not "restore" it).
+void roll_back(Run& r, const ConfigEdit& edit, InstallState& state) {
   Status st = edit.existed ? write_host(r.env.host, r.layout.config_path, edit.old_text)
                            : (::unlink(r.env.host.resolve(r.layout.config_path).c_str()) == 0 ||
                                       errno == ENOENT
@@ -260,6 +263,11 @@ void roll_back(Run& r, const ConfigEdit& edit) {
     return;
   }
   r.report.notes.push_back(cat("restored the previous ", r.layout.config_path));
+  if (!edit.backup.empty()) ::unlink(r.env.host.resolve(edit.backup).c_str());  // == the config
+  state.config_changed = false;
+  state.config_written.clear();
+  state.config_backup.clear();
+  save_state(r, state);
   if (auto rs = restart_containerd(r); !rs) {
     r.report.notes.push_back("restart after rollback failed: " + rs.error().message);
   } else if (auto ready = wait_ready(r); !ready) {
@@ -376,7 +384,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     auto rs = restart_containerd(r);
     if (!rs) {
       r.failed("restart", rs.error().message);
-      if (edit.changed) roll_back(r, edit);
+      if (edit.changed) roll_back(r, edit, state);
       return finish();
     }
     r.step("restart", Outcome::changed, shell_words(host_command(opt.host_exec, r.layout.restart)));
@@ -386,7 +394,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   auto running = wait_ready(r);
   if (!running) {
     r.failed("verify", running.error().message);
-    if (edit.changed) roll_back(r, edit);
+    if (edit.changed) roll_back(r, edit, state);
     return finish();
   }
   if (!has_handler(*running, opt.runtime_name, opt.binary.link)) {
@@ -395,7 +403,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     r.failed("verify", cat("containerd at ", r.layout.socket, " has no runtime ", opt.runtime_name,
                            " with BinaryName ", opt.binary.link, " (it has: ", join(names, ", "),
                            "); is ", r.layout.config_path, " the file it reads?"));
-    if (edit.changed) roll_back(r, edit);
+    if (edit.changed) roll_back(r, edit, state);
     return finish();
   }
   r.step("verify", Outcome::unchanged,

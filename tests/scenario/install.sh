@@ -116,6 +116,7 @@ case ${1:?usage: install.sh CASE} in
     check "naming the socket that stopped answering" grep -q "FAILED: verify: containerd did not answer on /run/containerd/containerd.sock" <<<"$out"
     check "the previous config is back" cmp -s "$cfg" "$work/original.toml"
     check "and it says so" grep -q "restored the previous /etc/containerd/config.toml" <<<"$out"
+    check "no backup is left behind" bash -c "! ls '$host'/etc/containerd/config.toml.bak-* 2>/dev/null"
     rm -f "$work/broken"
     check "containerd starts on the restored config" start
     ;;

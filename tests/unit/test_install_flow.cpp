@@ -335,6 +335,13 @@ TEST(InstallFlow, FailedRestartPutsThePreviousConfigBack) {
   EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
   EXPECT_NE(render_install_report(report).find("restored the previous /etc/containerd/config.toml"),
             std::string::npos);
+  // The record no longer claims the config: uninstall leaves the user's file alone and still
+  // removes the files install did add.
+  n.containerd->restart_fails = false;
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
+  EXPECT_FALSE(fs::exists(n.host / "usr/local/bin/gpufence-runtime"));
 }
 
 TEST(InstallFlow, ContainerdThatDoesNotComeBackFailsAndRestoresTheConfig) {
