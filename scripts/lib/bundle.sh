@@ -34,6 +34,21 @@ gf_make_node_root() {
   mknod -m 666 "$root/dev/nvidia0" c 195 0
   mknod -m 666 "$root/dev/nvidia1" c 195 1
   mknod -m 666 "$root/dev/nvidiactl" c 195 255
+  # The host's registered majors, plus the NVIDIA driver's as a real GPU node has them.
+  mkdir -p "$root/proc"
+  awk 'BEGIN{c=0} /^Character devices:/ {print; print "195 nvidia-frontend"; print "226 drm"; print "510 nvidia-caps"; print "511 nvidia-uvm"; next} {print}' /proc/devices \
+    | awk '!seen[$0]++' > "$root/proc/devices"
+  # DRM nodes: card0/card1 belong to the two NVIDIA GPUs, card2 to another vendor's GPU.
+  mkdir -p "$root/dev/dri"
+  local card pci vendor
+  for card in 0:0000:01:00.0:0x10de 1:0000:02:00.0:0x10de 2:0000:00:02.0:0x8086; do
+    i=${card%%:*}; pci=${card#*:}; vendor=${pci##*:}; pci=${pci%:*}
+    mknod -m 666 "$root/dev/dri/card$i" c 226 "$i"
+    mkdir -p "$root/sys/class/drm/card$i" "$root/sys/devices/pci0000:00/$pci"
+    echo "226:$i" > "$root/sys/class/drm/card$i/dev"
+    echo "$vendor" > "$root/sys/devices/pci0000:00/$pci/vendor"
+    ln -s "../../../devices/pci0000:00/$pci" "$root/sys/class/drm/card$i/device"
+  done
   for i in 0 1; do
     bus=0000:0$((i + 1)):00.0
     mkdir -p "$root/proc/driver/nvidia/gpus/$bus"
@@ -52,27 +67,54 @@ gf_make_rootfs() {
   cp "$probe" "$rootfs/bin/gpufence-probe"
 }
 
-# gf_write_spec BUNDLE MODE ARGS_JSON ENV_ITEMS MOUNT_ITEMS ANNOTATION_ITEMS [NODE_ROOT]
+# gf_kubelet_devices NODE_ROOT MINOR...: the linux.devices entries and device cgroup rules
+# containerd's CRI writes for the kubelet's DeviceSpecs (/dev/nvidiaN, permissions "rw"), as
+# two JSON fragments separated by a newline.
+gf_kubelet_devices() {
+  local root=$1 m devs="" rules=""
+  shift
+  for m in "$@"; do
+    devs+="${devs:+,}{\"path\":\"/dev/nvidia$m\",\"type\":\"c\",\"major\":195,\"minor\":$m,\"fileMode\":438,\"uid\":0,\"gid\":0}"
+    rules+=",{\"allow\":true,\"type\":\"c\",\"major\":195,\"minor\":$m,\"access\":\"rw\"}"
+  done
+  [ -e "$root/dev/nvidiactl" ] && [ $# -gt 0 ] && {
+    devs+=",{\"path\":\"/dev/nvidiactl\",\"type\":\"c\",\"major\":195,\"minor\":255,\"fileMode\":438,\"uid\":0,\"gid\":0}"
+    rules+=",{\"allow\":true,\"type\":\"c\",\"major\":195,\"minor\":255,\"access\":\"rw\"}"
+  }
+  printf '%s\n%s\n' "$devs" "$rules"
+}
+
+# gf_write_spec BUNDLE MODE ARGS_JSON ENV_ITEMS MOUNT_ITEMS ANNOTATION_ITEMS [NODE_ROOT] [MINORS]
 #   MODE privileged: host bounding set, allow-all devices cgroup, every host GPU node listed
 #        (what containerd's CRI does for a privileged container);
 #   MODE unprivileged: default caps, default-deny devices cgroup.
+#   MODE sysadmin: unprivileged, plus CAP_SYS_ADMIN (capabilities.add: [SYS_ADMIN]).
 #   *_ITEMS are JSON fragments placed inside the respective list/object (may be empty).
+#   MINORS: GPUs the kubelet gave as DeviceSpecs (space separated), for a non-privileged MODE.
 gf_write_spec() {
-  local bundle=$1 mode=$2 args=$3 env=$4 mounts=$5 annotations=$6 node_root=${7:-}
+  local bundle=$1 mode=$2 args=$3 env=$4 mounts=$5 annotations=$6 node_root=${7:-} minors=${8:-}
   local caps rules devices=""
   if [ "$mode" = privileged ]; then
     caps=$(gf_host_caps_json)
     rules='{"allow":true,"access":"rwm"}'
     local n
-    for n in "$node_root"/dev/nvidia*; do
+    for n in "$node_root"/dev/nvidia* "$node_root"/dev/dri/*; do
       [ -c "$n" ] || continue
-      local name=${n##*/} maj min
+      local name=${n#"$node_root"/dev/} maj min
       maj=$(stat -c '%t' "$n"); min=$(stat -c '%T' "$n")
       devices+="${devices:+,}{\"path\":\"/dev/$name\",\"type\":\"c\",\"major\":$((16#$maj)),\"minor\":$((16#$min)),\"fileMode\":438,\"uid\":0,\"gid\":0}"
     done
   else
     caps=$GF_DEFAULT_CAPS
+    [ "$mode" = sysadmin ] && caps=${caps%]}',"CAP_SYS_ADMIN"]'
     rules='{"allow":false,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":3,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":5,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":8,"access":"rwm"},{"allow":true,"type":"c","major":1,"minor":9,"access":"rwm"},{"allow":true,"type":"c","major":5,"minor":0,"access":"rwm"},{"allow":true,"type":"c","major":5,"minor":2,"access":"rwm"},{"allow":true,"type":"c","major":136,"access":"rwm"}'
+    if [ -n "$minors" ]; then
+      local kd
+      # shellcheck disable=SC2086
+      kd=$(gf_kubelet_devices "$node_root" $minors)
+      devices=$(sed -n 1p <<<"$kd")
+      rules+=$(sed -n 2p <<<"$kd")
+    fi
   fi
   local mount_list='{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev","type":"tmpfs","source":"tmpfs","options":["nosuid","strictatime","mode=755","size=65536k"]},{"destination":"/dev/pts","type":"devpts","source":"devpts","options":["nosuid","noexec","newinstance","ptmxmode=0666","mode=0620"]},{"destination":"/sys","type":"sysfs","source":"sysfs","options":["nosuid","noexec","nodev","ro"]}'
   [ -n "$mounts" ] && mount_list+=",$mounts"

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "cdi/hook_defaults.hpp"
 #include "cdi/ldcache.hpp"
 #include "common/strings.hpp"
 
@@ -62,6 +63,8 @@ CdiMount ro_bind(const std::string& host_path, const std::string& container_path
 Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vector<Gpu>& gpus,
                                             const std::string& driver_version,
                                             const CdiGenerateOptions& options) {
+  if (!options.hook_path.starts_with("/"))
+    return fail(Errc::invalid_argument, "hook path '", options.hook_path, "' must be absolute");
   CdiGenerateResult result;
   CdiSpec& spec = result.spec;
   spec.kind = options.kind;
@@ -160,11 +163,13 @@ Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vecto
           {join_root(droot, socket), socket, {"ro", "nosuid", "nodev", "bind", "noexec"}, ""});
   }
   // Refresh the container's linker cache so the mounted libraries are found by name.
+  // Explicit env and timeout: a hook without env runs with the container's environment
+  // (hook_defaults.hpp), and not every runtime that reads this spec is gpufence.
   CdiHook hook{"createContainer",
                options.hook_path,
                {"gpufence-runtime", "hook", "update-ldcache"},
-               {},
-               std::nullopt};
+               kMinimalHookEnv,
+               kDefaultHookTimeoutSeconds};
   for (const auto& f : folders) {
     hook.args.push_back("--folder");
     hook.args.push_back(f);

@@ -4,6 +4,7 @@
 // closed: if it cannot prove what a container may have, the container does not start.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <iostream>
 
@@ -11,6 +12,7 @@
 #include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "runtime/hooks.hpp"
+#include "runtime/runc_log.hpp"
 #include "runtime/shim.hpp"
 
 namespace {
@@ -22,10 +24,13 @@ constexpr const char* kUsage =
     "\n"
     "An OCI runtime shim with runc's command line. On 'create' and 'run' it rewrites\n"
     "<bundle>/config.json so the container gets exactly the GPUs the kubelet allocated to it\n"
-    "(CDI annotations, then /var/run/nvidia-container-devices mount markers, then\n"
-    "NVIDIA_VISIBLE_DEVICES for privileged containers), even when privileged; then it execs\n"
-    "the low-level runtime (runc) with the same arguments. Every other command, and --help or\n"
-    "--version, goes to runc untouched.\n"
+    "(the device plugin's CDI annotations and the kubelet's device specs; mount markers only\n"
+    "when one of those names the same GPU, or alone in a privileged spec; never the pod's own\n"
+    "NVIDIA_VISIBLE_DEVICES unless trusted_channels has \"envvar\"), even when privileged; then "
+    "it\n"
+    "execs the low-level runtime (runc) with the same arguments. 'restore' is edited the same\n"
+    "way. Every other command, and --help or --version, goes to runc untouched. A refusal is\n"
+    "written to stderr and, as runc would, to the --log file containerd reads it from.\n"
     "\n"
     "  gpufence-runtime hook driver-procfs --dir D --keep ENTRY...   (OCI createContainer hook)\n"
     "  gpufence-runtime hook update-ldcache --folder DIR...          (OCI createContainer hook)\n"
@@ -39,6 +44,26 @@ constexpr const char* kUsage =
     "    runtime_type = \"io.containerd.runc.v2\"\n"
     "    [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
     "      BinaryName = \"/usr/local/bin/gpufence-runtime\"\n";
+
+// A refused create: one line on stderr (direct use) and, when containerd passed --log, the same
+// message where containerd reads the runtime's error from (docs/containerd-runtime.md).
+int refuse(const RuncInvocation& inv, const std::string& why) {
+  std::string msg =
+      "gpufence-runtime: refusing to create container " + inv.container_id + ": " + why;
+  std::cerr << msg << "\n";
+  if (!inv.log_path.empty()) {
+    auto line = runc_log_line(inv.log_format, "error", msg, std::chrono::system_clock::now());
+    if (auto st = append_runc_log(inv.log_path, line); !st)
+      std::cerr << "gpufence-runtime: " << st.error().message << "\n";
+  }
+  return 1;
+}
+
+std::string self_exe() {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  return n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
+}
 
 [[noreturn]] void exec_runtime(const std::string& path, int argc, char** argv) {
   std::vector<char*> args;
@@ -81,11 +106,7 @@ int run(int argc, char** argv) {
     exec_runtime(*path, argc, argv);
   }
 
-  if (!config) {
-    std::cerr << "gpufence-runtime: refusing to create container " << inv->container_id << ": "
-              << config.error().message << "\n";
-    return 1;
-  }
+  if (!config) return refuse(*inv, config.error().message);
   auto level = parse_log_level(config->log_level);
   Logger log(level ? *level : LogLevel::info);
   if (!config->log_file.empty()) {
@@ -96,37 +117,40 @@ int run(int argc, char** argv) {
   }
   auto runtime_path = resolve_low_level_runtime(config->low_level_runtime);
   if (!runtime_path) {
-    std::cerr << "gpufence-runtime: " << runtime_path.error().message << "\n";
     log.error("runtime.refused",
               {{"container", inv->container_id}, {"error", runtime_path.error().message}});
-    return 1;
+    return refuse(*inv, runtime_path.error().message);
   }
+  std::string exe = self_exe();
+  if (exe.empty()) return refuse(*inv, "cannot read /proc/self/exe for the hooks it adds");
 
-  ShimContext ctx{*config, log, [&]() -> Result<std::unique_ptr<GpuInventory>> {
+  ShimContext ctx{*config, log,
+                  [&]() -> Result<std::unique_ptr<GpuInventory>> {
                     auto nvml =
                         NvmlInventory::open(nvml_library_path(config->nvml_library), HostFs("/"));
                     if (!nvml) return std::unexpected(nvml.error());
                     return std::unique_ptr<GpuInventory>(std::move(*nvml));
-                  }};
+                  },
+                  exe};
   auto decision = prepare_bundle(*inv, ctx);
   if (!decision) {
-    // One line: containerd shows it to the user as the reason the container failed.
-    std::cerr << "gpufence-runtime: refusing to create container " << inv->container_id << ": "
-              << decision.error().message << "\n";
     log.error("runtime.refused", {{"container", inv->container_id},
                                   {"bundle", inv->bundle},
                                   {"error", decision.error().message}});
-    return 1;
+    return refuse(*inv, decision.error().message);
   }
-  std::vector<std::string> denied;
-  for (unsigned m : decision->denied_minors) denied.push_back("/dev/nvidia" + std::to_string(m));
+  if (!decision->ignored.empty()) {
+    log.info("runtime.ignored",
+             {{"container", decision->container_id}, {"what", join(decision->ignored, "; ")}});
+  }
   log.info("runtime.decision", {{"container", decision->container_id},
                                 {"command", inv->subcommand},
                                 {"channel", std::string(channel_name(decision->channel))},
                                 {"privileged", decision->privileged ? "true" : "false"},
                                 {"passthrough", decision->passthrough ? "true" : "false"},
                                 {"granted", join(decision->granted, ",")},
-                                {"denied", join(denied, ",")},
+                                {"removed", join(decision->removed_nodes, ",")},
+                                {"whitelist", decision->whitelisted ? "true" : "false"},
                                 {"spec_changed", decision->spec_changed ? "true" : "false"},
                                 {"gpus_from", decision->inventory_source},
                                 {"cdi", join(decision->cdi_devices, ",")}});

@@ -4,6 +4,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <csignal>
 
 #include <cstdlib>
 #include <filesystem>
@@ -14,31 +15,57 @@ extern char** environ;
 
 namespace gpufence {
 
-Result<ProcessResult> run_process(const std::vector<std::string>& argv) {
+Result<ProcessResult> run_process(const std::vector<std::string>& argv,
+                                  const ProcessOptions& options) {
   if (argv.empty()) return fail(Errc::invalid_argument, "run_process: empty command");
   char tmpl[] = "/tmp/gpufence-proc-XXXXXX";
-  int out_fd = ::mkstemp(tmpl);
-  if (out_fd < 0) return fail_errno("mkstemp", tmpl);
+  int out_fd = ::mkostemp(tmpl, O_CLOEXEC);  // dup2 onto 1 and 2 below clears it there only
+  if (out_fd < 0) return fail_errno("mkostemp", tmpl);
   ::unlink(tmpl);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> env_ptrs;
+  if (options.env) {
+    for (const auto& e : *options.env) env_ptrs.push_back(const_cast<char*>(e.c_str()));
+    env_ptrs.push_back(nullptr);
+  }
+  char** envp = options.env ? env_ptrs.data() : environ;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
   posix_spawn_file_actions_adddup2(&actions, out_fd, 2);
   pid_t pid = 0;
-  int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  bool search = argv[0].find('/') == std::string::npos;
+  int rc = search ? ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp)
+                  : ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     ::close(out_fd);
     return fail_errno("run", argv[0], rc);
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
   ProcessResult result;
+  int status = 0;
+  if (options.timeout.count() > 0) {
+    auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    for (;;) {
+      pid_t r = ::waitpid(pid, &status, WNOHANG);
+      if (r == pid) break;
+      if (r < 0 && errno != EINTR) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::kill(pid, SIGKILL);
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        result.timed_out = true;
+        break;
+      }
+      ::usleep(2000);
+    }
+  } else {
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   ::lseek(out_fd, 0, SEEK_SET);
   char buf[8192];

@@ -1,6 +1,8 @@
 // Running a helper program and capturing what it prints (diff, ldconfig, containerd).
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,11 +12,22 @@ namespace gpufence {
 
 struct ProcessResult {
   int exit_code = -1;  // 128+N when killed by signal N
-  std::string out;     // stdout and stderr together
+  bool timed_out = false;
+  std::string out;  // stdout and stderr together
 };
 
-// Runs argv (argv[0] searched on PATH) to completion. Fails only when it cannot be started.
-Result<ProcessResult> run_process(const std::vector<std::string>& argv);
+struct ProcessOptions {
+  // The child's whole environment; nullopt inherits ours. Code that runs as root next to a
+  // container passes a fixed one.
+  std::optional<std::vector<std::string>> env;
+  // Killed (SIGKILL) after this long; zero waits forever.
+  std::chrono::milliseconds timeout{0};
+};
+
+// Runs argv (argv[0] searched on PATH unless it contains '/') to completion. Fails only when it
+// cannot be started. No descriptor of ours leaks into the child.
+Result<ProcessResult> run_process(const std::vector<std::string>& argv,
+                                  const ProcessOptions& options = {});
 
 // A unified diff of two texts labelled `old_label` and `new_label` (uses diff(1), which Debian
 // marks essential); empty when they are equal.

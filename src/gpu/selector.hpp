@@ -18,11 +18,10 @@
 
 #include "common/error.hpp"
 #include "gpu/gpu.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
-inline constexpr std::string_view kCdiKind = "nvidia.com/gpu";
-inline constexpr std::string_view kMountMarkerRoot = "/var/run/nvidia-container-devices";
 // UUIDs fit NVML_DEVICE_UUID_V2_BUFFER_SIZE (96, NUL included); anything longer is garbage.
 inline constexpr size_t kMaxDeviceTokenLength = 95;
 

@@ -1,6 +1,9 @@
 #include "runtime/allocation.hpp"
 
+#include <algorithm>
+
 #include "common/strings.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -10,6 +13,8 @@ std::string_view channel_name(Channel channel) {
       return "none";
     case Channel::cdi_annotations:
       return "cdi-annotations";
+    case Channel::device_specs:
+      return "device-specs";
     case Channel::mount_markers:
       return "mount-markers";
     case Channel::envvar:
@@ -18,106 +23,207 @@ std::string_view channel_name(Channel channel) {
   return "none";
 }
 
+bool AllocationChannels::needs_indices() const {
+  auto by_index = [](const DeviceToken& t) { return t.kind == DeviceToken::Kind::index; };
+  return std::any_of(annotations.begin(), annotations.end(), by_index) ||
+         std::any_of(markers.begin(), markers.end(), by_index) ||
+         std::any_of(env.begin(), env.end(), by_index);
+}
+
 namespace {
 
 // Every nvidia.com/gpu name in the annotations under the trusted prefixes; other vendors' CDI
 // devices are left for their own runtimes.
-Result<std::vector<DeviceToken>> from_annotations(const Json& spec, const RuntimeConfig& cfg) {
-  std::vector<DeviceToken> tokens;
+Status read_annotations(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& out) {
   auto ann = spec.find("annotations");
-  if (ann == spec.end() || !ann->is_object()) return tokens;
+  if (ann == spec.end() || !ann->is_object()) return {};
+  const std::string kind_prefix = std::string(kCdiKind) + "=";
   for (const auto& [key, value] : ann->items()) {
-    bool trusted = false;
-    for (const auto& prefix : cfg.annotation_prefixes) trusted |= key.starts_with(prefix);
-    if (!trusted || !value.is_string()) continue;
+    bool trusted = std::any_of(cfg.annotation_prefixes.begin(), cfg.annotation_prefixes.end(),
+                               [&](const std::string& p) { return key.starts_with(p); });
+    if (!trusted) continue;
     for (std::string_view name : split(value.get_ref<const std::string&>(), ',')) {
       name = trim(name);
-      if (!name.starts_with(std::string(kCdiKind) + "=")) continue;
+      if (!name.starts_with(kind_prefix)) continue;
       auto token = parse_device_token(name);
       if (!token) return std::unexpected(token.error().wrap("annotation " + key));
-      tokens.push_back(std::move(*token));
+      out.annotations.push_back(std::move(*token));
     }
   }
-  return tokens;
+  return {};
+}
+
+// /dev/nvidiaN entries (char 195:N, N a GPU minor) of linux.devices.
+void read_device_specs(const Json& spec, AllocationChannels& out) {
+  auto lin = spec.find("linux");
+  if (lin == spec.end() || !lin->is_object()) return;
+  auto devices = lin->find("devices");
+  if (devices == lin->end() || !devices->is_array()) return;
+  for (const auto& d : *devices) {
+    if (d.value("type", "") != "c" || !d.contains("major") || !d.contains("minor")) continue;
+    if (d["major"].get<unsigned>() != kNvidiaMajor) continue;
+    unsigned minor = d["minor"].get<unsigned>();
+    if (minor > kNvidiaMaxGpuMinor) continue;  // nvidiactl, nvidia-modeset
+    if (std::find(out.device_minors.begin(), out.device_minors.end(), minor) ==
+        out.device_minors.end())
+      out.device_minors.push_back(minor);
+  }
 }
 
 // /dev/null mounted at /var/run/nvidia-container-devices/<id>; <id> may also be a CDI name
-// written as "cdi/nvidia.com/gpu=<id>".
-Result<std::vector<DeviceToken>> from_mount_markers(const Json& spec) {
-  std::vector<DeviceToken> tokens;
+// written as "cdi/nvidia.com/gpu=<id>". Read leniently: a pod can write these.
+void read_markers(const Json& spec, AllocationChannels& out) {
   auto mounts = spec.find("mounts");
-  if (mounts == spec.end() || !mounts->is_array()) return tokens;
+  if (mounts == spec.end() || !mounts->is_array()) return;
   const std::string root = std::string(kMountMarkerRoot) + "/";
   for (const auto& m : *mounts) {
-    if (!m.is_object()) continue;
-    std::string source = m.value("source", "");
     std::string dest = m.value("destination", "");
-    if (source != "/dev/null" || !dest.starts_with(root)) continue;
+    if (m.value("source", "") != "/dev/null" || !dest.starts_with(root)) continue;
     std::string_view id = std::string_view(dest).substr(root.size());
     if (id.starts_with("cdi/")) id.remove_prefix(4);
     if (id.starts_with("imex/")) continue;  // IMEX channels are not GPUs
     auto token = parse_device_token(id);
-    if (!token) return std::unexpected(token.error().wrap("mount marker " + dest));
-    tokens.push_back(std::move(*token));
+    if (!token) {
+      out.ignored.push_back(cat("mount marker ", dest, " (", token.error().message, ")"));
+      continue;
+    }
+    out.markers.push_back(std::move(*token));
   }
-  return tokens;
+}
+
+Status read_env(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& out) {
+  auto env = get_env(spec, "NVIDIA_VISIBLE_DEVICES");
+  if (!env) return {};
+  auto selector = parse_device_selector(*env);
+  bool trusted = cfg.trusts(TrustedChannel::envvar);
+  if (!selector) {
+    if (!trusted) {
+      out.ignored.push_back("NVIDIA_VISIBLE_DEVICES=" + *env + " (not an allocation)");
+      return {};
+    }
+    return std::unexpected(selector.error().wrap("NVIDIA_VISIBLE_DEVICES"));
+  }
+  switch (selector->kind) {
+    case DeviceSelector::Kind::none:
+      out.env_none = true;
+      return {};
+    case DeviceSelector::Kind::all:
+    case DeviceSelector::Kind::list:
+      if (!trusted) {
+        out.ignored.push_back("NVIDIA_VISIBLE_DEVICES=" + *env +
+                              " (the pod's own env, not an allocation)");
+        return {};
+      }
+      if (selector->kind == DeviceSelector::Kind::all)
+        out.env.push_back(DeviceToken{DeviceToken::Kind::all, 0, "", "all"});
+      else
+        out.env = std::move(selector->tokens);
+      return {};
+    default:
+      return {};  // unset, void, or the volume-mounts marker: no GPU from env
+  }
+}
+
+void add_unique(std::vector<Gpu>& out, const Gpu& g) {
+  if (std::none_of(out.begin(), out.end(), [&](const Gpu& x) { return x.uuid == g.uuid; }))
+    out.push_back(g);
+}
+
+Result<std::vector<Gpu>> resolve_all(const std::vector<DeviceToken>& tokens,
+                                     const std::vector<Gpu>& inventory, std::string_view channel) {
+  std::vector<Gpu> out;
+  for (const auto& t : tokens) {
+    auto gpus = resolve_token(t, inventory);
+    if (!gpus) return std::unexpected(gpus.error().wrap(std::string(channel)));
+    for (const auto& g : *gpus) add_unique(out, g);
+  }
+  return out;
+}
+
+std::vector<std::string> uuids_of(const std::vector<Gpu>& gpus) {
+  std::vector<std::string> out;
+  for (const auto& g : gpus) out.push_back(g.uuid);
+  return out;
+}
+
+bool same_gpus(const std::vector<Gpu>& a, const std::vector<Gpu>& b) {
+  auto ua = uuids_of(a), ub = uuids_of(b);
+  std::sort(ua.begin(), ua.end());
+  std::sort(ub.begin(), ub.end());
+  return ua == ub;
 }
 
 }  // namespace
 
-Result<AllocationRequest> find_allocation_request(const Json& spec, const RuntimeConfig& cfg,
-                                                  bool privileged) {
-  AllocationRequest req;
+Result<AllocationChannels> read_allocation_channels(const Json& spec, const RuntimeConfig& cfg,
+                                                    bool lists_host_devices) {
+  AllocationChannels out;
+  out.lists_host_devices = lists_host_devices;
   if (cfg.trusts(TrustedChannel::cdi_annotations)) {
-    auto tokens = from_annotations(spec, cfg);
-    if (!tokens) return std::unexpected(tokens.error());
-    if (!tokens->empty()) {
-      req.channel = Channel::cdi_annotations;
-      req.tokens = std::move(*tokens);
-      return req;
+    if (auto st = read_annotations(spec, cfg, out); !st) return std::unexpected(st.error());
+  }
+  if (!lists_host_devices) read_device_specs(spec, out);
+  if (cfg.trusts(TrustedChannel::mount_markers)) read_markers(spec, out);
+  if (auto st = read_env(spec, cfg, out); !st) return std::unexpected(st.error());
+  return out;
+}
+
+Result<Allocation> decide_allocation(const AllocationChannels& ch,
+                                     const std::vector<Gpu>& inventory) {
+  Allocation out;
+  out.ignored = ch.ignored;
+  auto from_annotations = resolve_all(ch.annotations, inventory, "CDI annotation");
+  if (!from_annotations) return std::unexpected(from_annotations.error());
+  std::vector<Gpu> from_devices;
+  for (unsigned minor : ch.device_minors) {
+    auto it = std::find_if(inventory.begin(), inventory.end(),
+                           [&](const Gpu& g) { return g.minor == minor; });
+    if (it == inventory.end())
+      return fail(Errc::not_found, "device spec /dev/nvidia", minor, " (195:", minor,
+                  ") names no GPU of this node");
+    add_unique(from_devices, *it);
+  }
+  if (!from_annotations->empty() && !from_devices.empty() &&
+      !same_gpus(*from_annotations, from_devices)) {
+    return fail(Errc::denied, "the kubelet's channels disagree: CDI annotations name ",
+                join(uuids_of(*from_annotations), ","), " but the device specs name ",
+                join(uuids_of(from_devices), ","));
+  }
+  const std::vector<Gpu>& base = from_annotations->empty() ? from_devices : *from_annotations;
+  if (!base.empty()) {
+    out.channel = from_annotations->empty() ? Channel::device_specs : Channel::cdi_annotations;
+    out.granted = base;
+    for (const auto& t : ch.markers) {
+      auto gpus = resolve_token(t, inventory);
+      bool corroborated = gpus && std::all_of(gpus->begin(), gpus->end(), [&](const Gpu& g) {
+                            return std::any_of(base.begin(), base.end(),
+                                               [&](const Gpu& b) { return b.uuid == g.uuid; });
+                          });
+      if (!corroborated)
+        out.ignored.push_back("mount marker " + t.text + " (no kubelet channel names that GPU)");
+    }
+    return out;
+  }
+  if (!ch.markers.empty()) {
+    if (!ch.lists_host_devices) {
+      for (const auto& t : ch.markers)
+        out.ignored.push_back("mount marker " + t.text +
+                              " (unprivileged container without the kubelet's device specs)");
+    } else {
+      auto gpus = resolve_all(ch.markers, inventory, "mount marker");
+      if (!gpus) return std::unexpected(gpus.error());
+      out.channel = Channel::mount_markers;
+      out.granted = std::move(*gpus);
+      return out;
     }
   }
-  if (cfg.trusts(TrustedChannel::mount_markers)) {
-    auto tokens = from_mount_markers(spec);
-    if (!tokens) return std::unexpected(tokens.error());
-    if (!tokens->empty()) {
-      req.channel = Channel::mount_markers;
-      req.tokens = std::move(*tokens);
-      return req;
-    }
+  if (!ch.env.empty()) {
+    auto gpus = resolve_all(ch.env, inventory, "NVIDIA_VISIBLE_DEVICES");
+    if (!gpus) return std::unexpected(gpus.error());
+    out.channel = Channel::envvar;
+    out.granted = std::move(*gpus);
   }
-  auto env = get_env(spec, "NVIDIA_VISIBLE_DEVICES");
-  if (!env) return req;
-  bool env_trusted = cfg.trusts(TrustedChannel::envvar);
-  if (!privileged && !env_trusted) {
-    req.ignored = "NVIDIA_VISIBLE_DEVICES=" + *env + " (unprivileged container, env not trusted)";
-    return req;
-  }
-  auto selector = parse_device_selector(*env);
-  if (!selector) return std::unexpected(selector.error().wrap("NVIDIA_VISIBLE_DEVICES"));
-  switch (selector->kind) {
-    case DeviceSelector::Kind::all:
-      if (!env_trusted) {
-        req.ignored = "NVIDIA_VISIBLE_DEVICES=all (an image default, not an allocation)";
-        return req;
-      }
-      req.channel = Channel::envvar;
-      req.tokens.push_back(DeviceToken{DeviceToken::Kind::all, 0, "", "all"});
-      return req;
-    case DeviceSelector::Kind::list:
-      for (const auto& t : selector->tokens) {
-        if (t.kind == DeviceToken::Kind::all && !env_trusted) {
-          req.ignored =
-              "NVIDIA_VISIBLE_DEVICES=" + *env + " (all GPUs by env is not an allocation)";
-          return req;
-        }
-      }
-      req.channel = Channel::envvar;
-      req.tokens = std::move(selector->tokens);
-      return req;
-    default:
-      return req;  // unset, void, none, or the volume-mounts marker: no GPU from env
-  }
+  return out;
 }
 
 }  // namespace gpufence

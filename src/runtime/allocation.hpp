@@ -1,11 +1,19 @@
-// Where a container's GPU allocation comes from: only channels a pod cannot forge, in the order
-// NVIDIA's toolkit reads them (internal/config/image/cuda_image.go VisibleDevices):
-//   1. CDI annotations (cdi.k8s.io/<x> = nvidia.com/gpu=<id>,...): written by the device plugin,
-//      they reach the spec only through containerd's container_annotations allow-list;
-//   2. mount markers (/dev/null mounted at /var/run/nvidia-container-devices/<id>): added by the
-//      kubelet from the plugin's Allocate answer;
-//   3. NVIDIA_VISIBLE_DEVICES, only for privileged containers or when the config trusts env.
-//      Its "all" is never an allocation: CUDA base images set it for every container.
+// Where a container's GPU allocation comes from. Only from what the kubelet itself put into the
+// container, never from the pod spec (its env, image env, annotations, volumes or capabilities).
+// docs/trust-model.md has the reasoning; in short:
+//   1. CDI annotations (cdi.k8s.io/<x> = nvidia.com/gpu=<id>,...): the device plugin's Allocate
+//      annotations reach the spec only through containerd's container_annotations allow-list
+//      (pod annotations do not, unless pod_annotations lets them: check-containerd reports that);
+//   2. the kubelet's device specs: /dev/nvidiaN entries in linux.devices of a spec that does not
+//      list every host device (i.e. not privileged): only the kubelet or containerd's own CDI
+//      injection put them there;
+//   3. mount markers (/dev/null at /var/run/nvidia-container-devices/<id>): a pod can mount its
+//      own hostPath there, so a marker only counts when (1) or (2) names the same GPU — except in
+//      a privileged spec, where every host GPU is listed anyway and a marker counts alone;
+//   4. NVIDIA_VISIBLE_DEVICES: never, unless the operator opts in with trusted_channels "envvar".
+// What an untrusted channel asks for is ignored (and logged), not refused: the container runs
+// with no GPU. A trusted channel naming a GPU the node does not have refuses the create, and so
+// do (1) and (2) naming different GPUs.
 #pragma once
 
 #include <string_view>
@@ -17,17 +25,39 @@
 
 namespace gpufence {
 
-enum class Channel { none, cdi_annotations, mount_markers, envvar };
+enum class Channel { none, cdi_annotations, device_specs, mount_markers, envvar };
 std::string_view channel_name(Channel channel);
 
-struct AllocationRequest {
-  Channel channel = Channel::none;
-  std::vector<DeviceToken> tokens;  // empty: no GPU
-  std::string ignored;              // what was seen and deliberately not honoured, for the log
+// What each channel of one spec says, before it is resolved against the node's GPUs.
+struct AllocationChannels {
+  bool lists_host_devices = false;       // privileged: the spec admits devices by wildcard
+  std::vector<DeviceToken> annotations;  // trusted
+  std::vector<unsigned> device_minors;   // trusted; only read when !lists_host_devices
+  std::vector<DeviceToken> markers;      // corroborating (alone only when lists_host_devices)
+  std::vector<DeviceToken> env;          // only read with the envvar opt-in
+  bool env_none = false;                 // NVIDIA_VISIBLE_DEVICES=none
+  std::vector<std::string> ignored;      // what was seen and deliberately not honoured
+
+  bool empty() const {
+    return annotations.empty() && device_minors.empty() && markers.empty() && env.empty();
+  }
+  // Whether resolving needs NVML's numbering (indices, "all"), not just the driver's GPU list.
+  bool needs_indices() const;
 };
 
-// Any malformed id on a trusted channel is an error: the container must not start on a guess.
-Result<AllocationRequest> find_allocation_request(const Json& spec, const RuntimeConfig& cfg,
-                                                  bool privileged);
+// Reads every channel of a spec whose field types check_spec_fields accepted. A malformed id on a
+// trusted channel is an error; on an untrusted one it is ignored.
+Result<AllocationChannels> read_allocation_channels(const Json& spec, const RuntimeConfig& cfg,
+                                                    bool lists_host_devices);
+
+struct Allocation {
+  Channel channel = Channel::none;
+  std::vector<Gpu> granted;          // in request order, each GPU once
+  std::vector<std::string> ignored;  // channels[].ignored plus uncorroborated markers
+};
+
+// Decides the granted GPUs from the channels and the node's GPUs.
+Result<Allocation> decide_allocation(const AllocationChannels& channels,
+                                     const std::vector<Gpu>& inventory);
 
 }  // namespace gpufence

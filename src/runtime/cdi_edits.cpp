@@ -1,42 +1,64 @@
 #include "runtime/cdi_edits.hpp"
 
 #include <algorithm>
-#include <filesystem>
+#include <limits>
 #include <set>
 
-#include "common/file.hpp"
+#include "cdi/hook_defaults.hpp"
 #include "common/strings.hpp"
 
 namespace gpufence {
+namespace {
+
+Result<CdiSpecSet> load_set(const std::vector<std::string>& dirs, std::string_view kind) {
+  // The shim sees the host at "/"; config paths are host paths.
+  return load_cdi_spec_dirs(HostFs("/"), dirs, kind);
+}
+
+}  // namespace
 
 Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
                                                 std::string_view kind) {
-  std::vector<CdiSpecFile> out;
-  for (const auto& dir : dirs) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(dir, ec)) continue;
-    std::vector<std::string> files;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-      auto ext = entry.path().extension().string();
-      if (ext == ".yaml" || ext == ".yml" || ext == ".json") files.push_back(entry.path().string());
-    }
-    std::sort(files.begin(), files.end());
-    for (const auto& file : files) {
-      auto text = read_file(file);
-      if (!text) return std::unexpected(text.error().wrap("CDI spec"));
-      auto spec = parse_cdi_spec(*text, file);
-      if (!spec) return std::unexpected(spec.error().wrap("malformed CDI spec"));
-      if (spec->kind == kind) out.push_back({file, std::move(*spec)});
-    }
+  auto set = load_set(dirs, kind);
+  if (!set) return std::unexpected(set.error());
+  apply_cdi_priority(set->specs);
+  return std::move(set->specs);
+}
+
+Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
+                                                std::string_view kind, Logger& log) {
+  auto set = load_set(dirs, kind);
+  if (!set) return std::unexpected(set.error());
+  for (const auto& s : set->skipped) {
+    if (s.why == CdiSkip::other_kind)
+      log.debug("runtime.cdi_spec_other_kind", {{"file", s.path}, {"kind", s.detail}});
+    else
+      log.warn("runtime.cdi_spec_skipped", {{"file", s.path}, {"error", s.detail}});
   }
-  return out;
+  for (const auto& dup : apply_cdi_priority(set->specs)) {
+    log.info("runtime.cdi_device_overridden", {{"device", cat(kind, "=", dup.name)},
+                                               {"used", join(dup.winners, ",")},
+                                               {"ignored", join(dup.ignored, ",")}});
+  }
+  return std::move(set->specs);
 }
 
 namespace {
 
+// upstream ContainerEdits.Apply: "" means rwm, "none" means no access.
+std::string cgroup_access(const CdiDeviceNode& n) {
+  if (n.permissions.empty()) return "rwm";
+  if (n.permissions == "none") return "";
+  return n.permissions;
+}
+
 Result<DeviceNode> resolve_node(const CdiDeviceNode& n, const HostFs& host) {
-  if (n.major && n.minor)
+  if (n.major && n.minor) {
+    constexpr long long kMax = std::numeric_limits<unsigned>::max();
+    if (*n.major > kMax || *n.minor > kMax)
+      return fail(Errc::parse, "major ", *n.major, " or minor ", *n.minor, " is out of range");
     return DeviceNode{n.path, static_cast<unsigned>(*n.major), static_cast<unsigned>(*n.minor)};
+  }
   // hostPath is a host path as the spec writes it; without one the node sits at the same path.
   std::string source = n.host_path.empty() ? n.path : n.host_path;
   auto info = host.stat(source);
@@ -61,17 +83,39 @@ void add_mount(Json& oci, const CdiMount& m) {
   mounts.push_back(entry);
 }
 
+// A hook without env would run with the container's environment, one without timeout could
+// hold the create forever (hook_defaults.hpp): give each what the spec left out.
 void add_hook(Json& oci, const CdiHook& h) {
   Json entry = Json::object();
   entry["path"] = h.path;
   if (!h.args.empty()) entry["args"] = h.args;
-  if (!h.env.empty()) entry["env"] = h.env;
-  if (h.timeout) entry["timeout"] = *h.timeout;
+  entry["env"] = h.env.empty() ? kMinimalHookEnv : h.env;
+  entry["timeout"] = h.timeout.value_or(kDefaultHookTimeoutSeconds);
   ensure_array(ensure_object(oci, "hooks"), h.hook_name.c_str()).push_back(entry);
+}
+
+// upstream: AddProcessAdditionalGID for each, skipping 0; each gid once.
+void add_gids(Json& oci, const std::vector<std::uint32_t>& gids) {
+  if (gids.empty()) return;
+  Json& list = ensure_array(ensure_object(ensure_object(oci, "process"), "user"), "additionalGids");
+  for (auto gid : gids) {
+    if (gid == 0) continue;
+    if (std::none_of(list.begin(), list.end(), [&](const Json& g) {
+          return g.is_number() && g.get<long long>() == static_cast<long long>(gid);
+        })) {
+      list.push_back(gid);
+    }
+  }
 }
 
 Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostFs& host, CdiApplied& applied,
                    const std::string& where) {
+  // intelRdt sets the container's cache allocation class and netDevices moves host interfaces
+  // into it: neither belongs in a GPU spec, and runc 1.1 would drop netDevices silently. Refuse
+  // rather than run a container without what its spec asks for.
+  if (e.intel_rdt) return fail(Errc::unsupported, where, ": intelRdt is not applied by gpufence");
+  if (!e.net_devices.empty())
+    return fail(Errc::unsupported, where, ": netDevices is not applied by gpufence");
   for (const auto& env : e.env) {
     auto eq = env.find('=');
     set_env(oci, env.substr(0, eq), env.substr(eq + 1));
@@ -79,6 +123,9 @@ Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostFs& host, Cd
   for (const auto& n : e.device_nodes) {
     auto node = resolve_node(n, host);
     if (!node) return std::unexpected(node.error().wrap(where + ": device node " + n.path));
+    std::string access = cgroup_access(n);
+    applied.access[node->path] = access;
+    if (access.empty()) continue;  // "none": never granted
     if (std::none_of(applied.nodes.begin(), applied.nodes.end(),
                      [&](const DeviceNode& d) { return d.path == node->path; })) {
       applied.nodes.push_back(*node);
@@ -86,6 +133,7 @@ Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostFs& host, Cd
   }
   for (const auto& m : e.mounts) add_mount(oci, m);
   for (const auto& h : e.hooks) add_hook(oci, h);
+  add_gids(oci, e.additional_gids);
   return {};
 }
 
@@ -94,8 +142,9 @@ Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostFs& host, Cd
 Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& specs,
                                      const std::vector<std::string>& names, const HostFs& host) {
   CdiApplied applied;
-  std::set<const CdiSpecFile*> used;
+  std::vector<const CdiSpecFile*> used;  // in the order first needed
   std::vector<std::pair<const CdiSpecFile*, const CdiDevice*>> devices;
+  std::string kind = specs.empty() ? "nvidia.com/gpu" : specs.front().spec.kind;
   for (const auto& name : names) {
     const CdiSpecFile* owner = nullptr;
     const CdiDevice* device = nullptr;
@@ -103,8 +152,9 @@ Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& 
       for (const auto& d : file.spec.devices) {
         if (d.name != name) continue;
         if (owner) {
-          return fail(Errc::denied, "CDI device nvidia.com/gpu=", name, " is defined by both ",
-                      owner->path, " and ", file.path);
+          // Upstream drops such a device as unresolvable; say which files to reconcile.
+          return fail(Errc::denied, "CDI device ", kind, "=", name, " is defined by both ",
+                      owner->path, " and ", file.path, " (one directory holds both: remove one)");
         }
         owner = &file;
         device = &d;
@@ -113,21 +163,24 @@ Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& 
     if (!owner) {
       std::vector<std::string> paths;
       for (const auto& f : specs) paths.push_back(f.path);
-      return fail(Errc::not_found, "unknown CDI device nvidia.com/gpu=", name, " (not in ",
-                  join(paths, ", "), ")");
+      return fail(Errc::not_found, "unknown CDI device ", kind, "=", name, " (not in ",
+                  paths.empty() ? std::string("any spec") : join(paths, ", "), ")");
     }
-    used.insert(owner);
+    if (std::find(used.begin(), used.end(), owner) == used.end()) used.push_back(owner);
     devices.emplace_back(owner, device);
-    applied.from.push_back(cat("nvidia.com/gpu=", name, " (", owner->path, ")"));
+    applied.from.push_back(cat(kind, "=", name, " (", owner->path, ")"));
   }
-  // Spec-wide edits once per spec used, then each device's.
+  // Spec-wide edits once per spec used, then each device's (upstream InjectDevices).
   for (const auto* file : used) {
     if (auto st = apply_edits(oci, file->spec.edits, host, applied, file->path); !st)
       return std::unexpected(st.error());
   }
   for (const auto& [file, device] : devices) {
-    if (auto st = apply_edits(oci, device->edits, host, applied, file->path); !st)
+    if (auto st = apply_edits(oci, device->edits, host, applied,
+                              cat(file->path, ": device ", device->name));
+        !st) {
       return std::unexpected(st.error());
+    }
   }
   return applied;
 }

@@ -1,35 +1,47 @@
 // The shim's side of CDI: find the requested nvidia.com/gpu devices in the spec directories and
-// apply their containerEdits (device nodes, mounts, env, hooks) to config.json, failing closed
-// on anything it cannot prove: a malformed spec, a device no spec defines, two specs defining it.
+// apply their containerEdits (device nodes, mounts, env, hooks, additional GIDs) to config.json.
+// Reading follows the CDI project's registry (cdi/spec_dirs.hpp, docs/cdi.md): specs of other
+// kinds are never judged and never block a container; nvidia.com/gpu specs are read strictly and
+// fail closed: a malformed one, a device no spec defines, two files of one directory defining it.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "cdi/spec.hpp"
+#include "cdi/spec_dirs.hpp"
 #include "common/hostfs.hpp"
+#include "common/log.hpp"
 #include "runtime/isolation.hpp"
 #include "runtime/oci_spec.hpp"
 
 namespace gpufence {
 
-struct CdiSpecFile {
-  std::string path;
-  CdiSpec spec;
-};
-
-// Every *.yaml, *.yml and *.json in `dirs` whose kind is `kind` (missing dirs are skipped).
-// Any unreadable or malformed file is an error naming it: its kind cannot be known.
+// The specs of `kind` in `dirs` (missing dirs are skipped), with upstream's priority applied: a
+// device defined in a later directory is removed from the earlier directories' files. Files of
+// other kinds, and files whose kind cannot be read, are skipped; a malformed spec of `kind` is an
+// error naming the file and the field.
 Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
                                                 std::string_view kind);
+// The same, logging each skipped file (debug: another kind; warn: unreadable) and each device a
+// later directory overrides (info).
+Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
+                                                std::string_view kind, Logger& log);
 
 struct CdiApplied {
-  std::vector<DeviceNode> nodes;  // every device node the edits added, with major/minor
+  // Every device node the edits added whose cgroup access is not "none", with major/minor.
+  std::vector<DeviceNode> nodes;
+  // Device cgroup access the spec gives each node by path: "rwm" when it says nothing, else its
+  // `permissions` ("r", "rw", ...); "" for "none" (such a node is not in `nodes`).
+  std::map<std::string, std::string> access;
   std::vector<std::string> from;  // "nvidia.com/gpu=1 (/etc/cdi/nvidia.yaml)"
 };
 
 // Applies spec-wide and per-device edits for `names` (the part after "nvidia.com/gpu=").
-// `host` resolves device nodes without major/minor (hostPath, else path).
+// `host` resolves device nodes without major/minor (hostPath, else path). Hooks without `env`
+// get kMinimalHookEnv and hooks without `timeout` kDefaultHookTimeoutSeconds (hook_defaults.hpp).
+// Edits gpufence cannot apply faithfully (intelRdt, netDevices) refuse the create.
 Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& specs,
                                      const std::vector<std::string>& names, const HostFs& host);
 

@@ -1,20 +1,101 @@
 #include "runtime/hooks.hpp"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <iostream>
 #include <iterator>
 
 #include <nlohmann/json.hpp>
 
+#include "cdi/hook_defaults.hpp"
 #include "common/file.hpp"
 #include "common/process.hpp"
 #include "common/strings.hpp"
 
 namespace gpufence {
+namespace {
+
+// Closes a descriptor when it goes out of scope.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f = -1) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string fd_path(int fd) {
+  return "/proc/self/fd/" + std::to_string(fd);
+}
+
+Result<Fd> open_root(const std::filesystem::path& rootfs) {
+  int fd = ::open(rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return fail_errno("open container root", rootfs.native());
+  return Fd(fd);
+}
+
+// Creates each missing directory of `rel` inside the root (mode 0755).
+Status mkdirs_in_root(int root_fd, const std::string& rel) {
+  std::string prefix;
+  for (std::string_view part : split(rel, '/')) {
+    if (part.empty() || part == ".") continue;
+    auto parent = open_in_root(root_fd, prefix.empty() ? "/" : prefix, O_PATH | O_DIRECTORY);
+    if (!parent) return std::unexpected(parent.error());
+    Fd p(*parent);
+    std::string name(part);
+    if (::mkdirat(p.fd, name.c_str(), 0755) != 0 && errno != EEXIST)
+      return fail_errno("mkdir (inside the container root)", prefix + "/" + name);
+    prefix += "/" + name;
+  }
+  return {};
+}
+
+Status write_in_root(int root_fd, const std::string& dir, const std::string& name,
+                     const std::string& content) {
+  auto d = open_in_root(root_fd, dir, O_PATH | O_DIRECTORY);
+  if (!d) return std::unexpected(d.error());
+  Fd dfd(*d);
+  std::string tmp = "." + name + ".gpufence-" + std::to_string(::getpid());
+  int f = ::openat(dfd.fd, tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (f < 0) return fail_errno("create (inside the container root)", dir + "/" + tmp);
+  Fd file(f);
+  if (::write(file.fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    ::unlinkat(dfd.fd, tmp.c_str(), 0);
+    return fail_errno("write (inside the container root)", dir + "/" + tmp);
+  }
+  // renameat replaces a link at `name` itself; it never follows it.
+  if (::renameat(dfd.fd, tmp.c_str(), dfd.fd, name.c_str()) != 0) {
+    int err = errno;
+    ::unlinkat(dfd.fd, tmp.c_str(), 0);
+    return fail_errno("rename (inside the container root)", dir + "/" + name, err);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<int> open_in_root(int root_fd, const std::string& path, int flags, unsigned mode) {
+  struct open_how how {};
+  how.flags = static_cast<__u64>(flags | O_CLOEXEC);
+  how.mode = (flags & O_CREAT) ? mode : 0;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  std::string rel = path.empty() ? "." : path;
+  int fd;
+  do {
+    fd = static_cast<int>(::syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof how));
+  } while (fd < 0 && errno == EAGAIN);
+  if (fd < 0) return fail_errno("open (inside the container root)", path);
+  return fd;
+}
 
 Result<std::filesystem::path> rootfs_from_state(std::string_view state_json) {
   nlohmann::json state;
@@ -23,8 +104,11 @@ Result<std::filesystem::path> rootfs_from_state(std::string_view state_json) {
   } catch (const nlohmann::json::exception& e) {
     return fail(Errc::parse, "hook: container state on stdin is not JSON: ", e.what());
   }
-  std::string bundle = state.value("bundle", "");
-  if (bundle.empty()) return fail(Errc::parse, "hook: container state has no bundle");
+  if (!state.is_object() || !state.contains("bundle") || !state["bundle"].is_string())
+    return fail(Errc::parse, "hook: container state has no bundle");
+  std::string bundle = state["bundle"].get<std::string>();
+  if (bundle.empty() || bundle.front() != '/')
+    return fail(Errc::parse, "hook: container state's bundle '", bundle, "' is not absolute");
   auto config = read_file(std::filesystem::path(bundle) / "config.json");
   if (!config) return std::unexpected(config.error());
   std::string root;
@@ -37,86 +121,101 @@ Result<std::filesystem::path> rootfs_from_state(std::string_view state_json) {
   return rootfs.is_absolute() ? rootfs : std::filesystem::path(bundle) / rootfs;
 }
 
-Status narrow_directory(const std::filesystem::path& dir, const std::vector<std::string>& keep) {
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) return {};  // no driver directory in this container
+Status narrow_directory(const std::filesystem::path& rootfs, const std::string& dir,
+                        const std::vector<std::string>& keep) {
+  for (const auto& name : keep) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      return fail(Errc::invalid_argument, "hook: bad entry name '", name, "'");
+  }
+  auto root = open_root(rootfs);
+  if (!root) return std::unexpected(root.error());
+  auto d = open_in_root(root->fd, dir, O_PATH | O_DIRECTORY);
+  if (!d) {
+    if (d.error().code == Errc::not_found) return {};  // no driver directory in this container
+    return std::unexpected(d.error());
+  }
+  Fd dir_fd(*d);
   // Hold each kept entry by an O_PATH descriptor: once the tmpfs covers `dir` they are
   // unreachable by name, but /proc/self/fd/N still names them for the bind mount back.
   struct Kept {
     std::string name;
-    int fd;
+    Fd fd;
     bool is_dir;
   };
   std::vector<Kept> kept;
-  auto close_all = [&] {
-    for (auto& k : kept) ::close(k.fd);
-  };
   for (const auto& name : keep) {
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      close_all();
-      return fail(Errc::invalid_argument, "hook: bad entry name '", name, "'");
-    }
-    auto path = dir / name;
-    int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC | O_NOFOLLOW);
+    int fd = ::openat(dir_fd.fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOENT) continue;
-      close_all();
-      return fail_errno("open", path.native());
+      return fail_errno("open", dir + "/" + name);
     }
-    struct stat est {};
-    ::fstat(fd, &est);
-    kept.push_back({name, fd, S_ISDIR(est.st_mode)});
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))) {
+      ::close(fd);
+      return fail(Errc::invalid_argument, "hook: ", dir, "/", name, " is neither file nor dir");
+    }
+    kept.push_back({name, Fd(fd), S_ISDIR(st.st_mode)});
   }
-  if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "mode=0555,size=64k") != 0) {
-    close_all();
-    return fail_errno("mount tmpfs on", dir.native());
-  }
+  if (::mount("tmpfs", fd_path(dir_fd.fd).c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "mode=0755,size=64k") != 0)
+    return fail_errno("mount tmpfs on", dir);
+  // The tmpfs now covers the directory; reopen by the same in-root path to reach it.
+  auto t = open_in_root(root->fd, dir, O_PATH | O_DIRECTORY);
+  if (!t) return std::unexpected(t.error());
+  Fd tmpfs(*t);
   for (const auto& k : kept) {
-    auto target = dir / k.name;
-    if (k.is_dir) {
-      if (::mkdir(target.c_str(), 0555) != 0) {
-        close_all();
-        return fail_errno("mkdir", target.native());
-      }
-    } else {
-      int f = ::open(target.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0444);
-      if (f < 0) {
-        close_all();
-        return fail_errno("create", target.native());
-      }
-      ::close(f);
-    }
-    std::string source = "/proc/self/fd/" + std::to_string(k.fd);
-    if (::mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
-      close_all();
-      return fail_errno("bind mount back", target.native());
-    }
+    int made = k.is_dir ? ::mkdirat(tmpfs.fd, k.name.c_str(), 0555)
+                        : ::openat(tmpfs.fd, k.name.c_str(),
+                                   O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0444);
+    if (made < 0) return fail_errno("create mount point", dir + "/" + k.name);
+    if (!k.is_dir) ::close(made);
+    int target = ::openat(tmpfs.fd, k.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (target < 0) return fail_errno("open mount point", dir + "/" + k.name);
+    Fd target_fd(target);
+    if (::mount(fd_path(k.fd.fd).c_str(), fd_path(target_fd.fd).c_str(), nullptr, MS_BIND | MS_REC,
+                nullptr) != 0)
+      return fail_errno("bind mount back", dir + "/" + k.name);
   }
-  close_all();
-  if (::mount("tmpfs", dir.c_str(), "tmpfs",
-              MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555") != 0) {
-    return fail_errno("remount read-only", dir.native());
-  }
+  if (::mount("tmpfs", fd_path(tmpfs.fd).c_str(), "tmpfs",
+              MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555") != 0)
+    return fail_errno("remount read-only", dir);
   return {};
 }
 
-Status update_ldcache(const std::filesystem::path& rootfs,
-                      const std::vector<std::string>& folders) {
+Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std::string>& folders,
+                      const std::string& ldconfig_override) {
   std::string conf;
-  for (const auto& f : folders) conf += f + "\n";
-  std::error_code ec;
-  std::filesystem::create_directories(rootfs / "etc/ld.so.conf.d", ec);
-  if (auto st = write_file_atomic(rootfs / "etc/ld.so.conf.d/00-gpufence-cdi.conf", conf,
-                                  Durability::none);
-      !st) {
-    return st;
+  for (const auto& f : folders) {
+    if (f.empty() || f.front() != '/' || f.find('\n') != std::string::npos)
+      return fail(Errc::invalid_argument, "hook: bad library folder '", f, "'");
+    conf += f + "\n";
   }
-  std::string ldconfig = ::access("/sbin/ldconfig", X_OK) == 0 ? "/sbin/ldconfig" : "ldconfig";
-  auto r = run_process({ldconfig, "-r", rootfs.string()});
+  auto root = open_root(rootfs);
+  if (!root) return std::unexpected(root.error());
+  if (auto st = mkdirs_in_root(root->fd, "etc/ld.so.conf.d"); !st) return st;
+  if (auto st = write_in_root(root->fd, "etc/ld.so.conf.d", "00-gpufence-cdi.conf", conf); !st)
+    return st;
+  // The host's ldconfig by absolute path, never the container's PATH; `-r` makes it chroot into
+  // the container's root before it reads or writes anything.
+  std::string ldconfig = ldconfig_override;
+  if (ldconfig.empty()) {
+    for (const char* candidate : {"/sbin/ldconfig", "/usr/sbin/ldconfig"}) {
+      if (::access(candidate, X_OK) == 0) {
+        ldconfig = candidate;
+        break;
+      }
+    }
+  }
+  if (ldconfig.empty() || ldconfig.front() != '/')
+    return fail(Errc::not_found, "no ldconfig at /sbin or /usr/sbin on the host");
+  ProcessOptions options;
+  options.env = kMinimalHookEnv;
+  options.timeout = std::chrono::seconds(8);
+  auto r = run_process({ldconfig, "-r", rootfs.string()}, options);
   if (!r) return std::unexpected(r.error());
+  if (r->timed_out) return fail(Errc::io, ldconfig, " -r ", rootfs.string(), " timed out");
   if (r->exit_code != 0)
-    return fail(Errc::io, "ldconfig -r ", rootfs.string(), " failed: ", trim(r->out));
+    return fail(Errc::io, ldconfig, " -r ", rootfs.string(), " failed: ", trim(r->out));
   return {};
 }
 
@@ -133,7 +232,12 @@ int run_hook(const std::vector<std::string>& args) {
   }
   std::vector<std::string> values;
   std::string dir;
-  for (size_t i = 1; i + 1 < args.size(); i += 2) {
+  for (size_t i = 1; i < args.size(); i += 2) {
+    if (i + 1 >= args.size()) {
+      std::cerr << "gpufence-runtime hook " << args[0] << ": flag " << args[i]
+                << " needs a value\n";
+      return 2;
+    }
     if (args[i] == "--dir")
       dir = args[i + 1];
     else if (args[i] == "--keep" || args[i] == "--folder")
@@ -145,7 +249,7 @@ int run_hook(const std::vector<std::string>& args) {
   }
   if (args[0] == "driver-procfs") {
     // Isolation: failing here stops the container rather than showing it every GPU.
-    auto st = narrow_directory(*rootfs / std::filesystem::path(dir).relative_path(), values);
+    auto st = narrow_directory(*rootfs, dir, values);
     if (!st) {
       std::cerr << "gpufence-runtime hook driver-procfs: " << st.error().message << "\n";
       return 1;

@@ -1,7 +1,9 @@
 // The OCI hooks gpufence-runtime adds and then runs as `gpufence-runtime hook <name> ...`.
-// createContainer hooks run in the container's mount namespace after its mounts and before
-// pivot_root (runc; field-notes-runtime.md), with the container's state JSON on stdin. What a
-// hook mounts there is invisible on the host.
+// createContainer hooks run as host root in the container's mount namespace, after its mounts and
+// before pivot_root, with cwd = the container's rootfs and the container's state JSON on stdin
+// (runc and crun; docs/trust-model.md). So every path a hook touches is resolved *inside* the
+// container's root with openat2(RESOLVE_IN_ROOT), as crun's safe_openat does: an image's symlinks
+// can point anywhere, and following one from here would write to the host.
 #pragma once
 
 #include <filesystem>
@@ -15,13 +17,20 @@ namespace gpufence {
 // The container's root filesystem (absolute) from its OCI state: bundle + config.json root.path.
 Result<std::filesystem::path> rootfs_from_state(std::string_view state_json);
 
-// Covers `dir` with a read-only tmpfs and binds back only the entries named in `keep`
-// (e.g. /proc/driver/nvidia/gpus keeping "0000:01:00.0"). A missing `dir` is not an error.
-Status narrow_directory(const std::filesystem::path& dir, const std::vector<std::string>& keep);
+// A descriptor for `path` resolved inside `root_fd` as if root_fd were "/" (symlinks, "..",
+// absolute links all stay inside; magic links refused). Always O_CLOEXEC.
+Result<int> open_in_root(int root_fd, const std::string& path, int flags, unsigned mode = 0);
 
-// Lists `folders` in <rootfs>/etc/ld.so.conf.d/00-gpufence-cdi.conf and runs the host's ldconfig
-// on the container's root, so the libraries a CDI spec mounted are found by name.
-Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std::string>& folders);
+// Covers <rootfs>/<dir> with a read-only tmpfs and binds back only the entries named in `keep`
+// (e.g. /proc/driver/nvidia/gpus keeping "0000:01:00.0"). A missing dir is not an error.
+Status narrow_directory(const std::filesystem::path& rootfs, const std::string& dir,
+                        const std::vector<std::string>& keep);
+
+// Lists `folders` in <rootfs>/etc/ld.so.conf.d/00-gpufence-cdi.conf (created inside the root,
+// never through a link out of it) and runs the host's ldconfig by absolute path, chrooted to the
+// container's root by its -r option, with a fixed environment and a timeout.
+Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std::string>& folders,
+                      const std::string& ldconfig = "");
 
 // `gpufence-runtime hook NAME ARGS...`: returns the exit code; the state is read from stdin.
 int run_hook(const std::vector<std::string>& args);

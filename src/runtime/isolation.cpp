@@ -1,8 +1,10 @@
 #include "runtime/isolation.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "common/strings.hpp"
+#include "runtime/device_rules.hpp"
 
 namespace gpufence {
 
@@ -14,49 +16,19 @@ std::optional<unsigned> gpu_node_minor(std::string_view path) {
 
 namespace {
 
-// A rule field that is absent, null or -1 is a wildcard (OCI runtime spec, config-linux.md).
-std::optional<long> rule_number(const Json& rule, const char* key) {
-  auto it = rule.find(key);
-  if (it == rule.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer()) return std::nullopt;
-  long v = it->get<long>();
-  if (v < 0) return std::nullopt;
-  return v;
-}
+struct SpecNode {
+  char type = 0;
+  unsigned major = 0;
+  unsigned minor = 0;
+};
 
-std::string rule_type(const Json& rule) {
-  auto it = rule.find("type");
-  if (it == rule.end() || !it->is_string() || it->get_ref<const std::string&>().empty()) return "a";
-  return it->get<std::string>();
-}
-
-bool rule_allows(const Json& rule) {
-  return rule.value("allow", false);
-}
-
-bool grants_read_or_write(const Json& rule) {
-  std::string access = rule.value("access", "rwm");
-  return access.find_first_of("rw") != std::string::npos;
-}
-
-bool is_everything(const Json& rule) {
-  return rule_type(rule) == "a" && !rule_number(rule, "major") && !rule_number(rule, "minor");
-}
-
-bool covers_char_major(const Json& rule, unsigned major) {
-  std::string type = rule_type(rule);
-  if (type != "a" && type != "c") return false;
-  auto m = rule_number(rule, "major");
-  return !m || *m == static_cast<long>(major);
-}
-
-std::string describe_rule(const Json& rule) {
-  auto num = [&](const char* k) {
-    auto v = rule_number(rule, k);
-    return v ? std::to_string(*v) : std::string("*");
-  };
-  return cat(rule_allows(rule) ? "allow " : "deny ", rule_type(rule), " ", num("major"), ":",
-             num("minor"), " ", rule.value("access", "rwm"));
+// A linux.devices entry's numbers (types were checked by check_spec_fields).
+std::optional<SpecNode> spec_node(const Json& d) {
+  if (!d.is_object()) return std::nullopt;
+  std::string type = d.value("type", "");
+  if ((type != "c" && type != "u" && type != "b") || !d.contains("major") || !d.contains("minor"))
+    return std::nullopt;
+  return SpecNode{type == "b" ? 'b' : 'c', d["major"].get<unsigned>(), d["minor"].get<unsigned>()};
 }
 
 Json device_entry(const DeviceNode& node) {
@@ -71,127 +43,228 @@ Json device_entry(const DeviceNode& node) {
   return d;
 }
 
-Json cgroup_rule(bool allow, unsigned major, unsigned minor) {
-  Json r = Json::object();
-  r["allow"] = allow;
-  r["type"] = "c";
-  r["major"] = major;
-  r["minor"] = minor;
-  r["access"] = "rwm";
-  return r;
+DeviceRule allow_rule(char type, std::optional<unsigned> major, std::optional<unsigned> minor,
+                      std::string access) {
+  return DeviceRule{true, type, major, minor, std::move(access)};
 }
 
-}  // namespace
+bool has_rw(std::string_view access) {
+  return access.find_first_of("rw") != std::string_view::npos;
+}
 
-Result<IsolationResult> isolate_spec(Json& spec, const IsolationPlan& plan) {
-  IsolationResult result;
+// Access bits of `access` beyond those of `base`.
+bool adds_bits(std::string_view access, std::string_view base) {
+  return std::any_of(access.begin(), access.end(),
+                     [&](char c) { return base.find(c) == std::string_view::npos; });
+}
+
+// 1. linux.devices: drop every GPU node not granted and every reserved-major node not granted or
+//    kept, then add the granted nodes. A privileged container arrives with every host device here.
+void edit_device_list(Json& spec, const IsolationPlan& plan, IsolationResult& result,
+                      std::vector<SpecNode>& remaining) {
   std::set<std::string> grant_paths;
-  std::set<std::pair<unsigned, unsigned>> grant_numbers;
+  std::set<DeviceNumber> allowed_numbers = plan.keep;
   for (const auto& n : plan.grant) {
     grant_paths.insert(n.path);
-    grant_numbers.emplace(n.major, n.minor);
+    allowed_numbers.emplace(n.major, n.minor);
   }
-  auto is_denied_gpu = [&](unsigned major, unsigned minor) {
-    return major == kNvidiaMajor && plan.deny_minors.contains(minor);
-  };
-
-  // 1. linux.devices: drop every GPU node, and any stale entry for a node we grant, then add
-  //    the granted nodes. A privileged container arrives with every host device listed here.
   bool had_linux = spec.contains("linux");
   Json& linux_node = ensure_object(spec, "linux");
-  bool had_resources = linux_node.contains("resources");
   bool had_devices = linux_node.contains("devices");
   Json& devices = ensure_array(linux_node, "devices");
   Json kept = Json::array();
   for (const auto& d : devices) {
     std::string path = d.is_object() ? d.value("path", "") : "";
-    if (gpu_node_minor(path) || grant_paths.contains(path)) {
-      if (gpu_node_minor(path) && !grant_paths.contains(path)) result.removed_nodes.push_back(path);
+    auto node = spec_node(d);
+    bool reserved = node && node->type == 'c' && plan.reserved_majors.contains(node->major) &&
+                    !allowed_numbers.contains({node->major, node->minor});
+    bool stray_gpu = gpu_node_minor(path) && !grant_paths.contains(path);
+    if (grant_paths.contains(path)) continue;  // re-added below, with the host's numbers
+    if (reserved || stray_gpu) {
+      result.removed_nodes.push_back(path);
       continue;
     }
+    if (node) remaining.push_back(*node);
     kept.push_back(d);
   }
-  for (const auto& n : plan.grant) kept.push_back(device_entry(n));
+  for (const auto& n : plan.grant) {
+    kept.push_back(device_entry(n));
+    remaining.push_back({'c', n.major, n.minor});
+  }
   if (kept != devices) result.changed = true;
   devices = std::move(kept);
   if (!had_devices && devices.empty()) linux_node.erase("devices");
+  if (!had_linux && linux_node.empty()) spec.erase("linux");
+}
 
-  // 2. The devices cgroup. Replay the rules to learn the final default: the last "a *:*" rule
-  //    decides whether the spec is allow-all (privileged) or default-deny.
-  Json& resources = ensure_object(linux_node, "resources");
-  bool had_rules = resources.contains("devices");
-  Json& rules = ensure_array(resources, "devices");
-  bool allow_all = false;
-  for (const auto& r : rules) {
-    if (r.is_object() && is_everything(r)) allow_all = rule_allows(r);
+// 2a. A list that admits by wildcard major, rewritten as a whitelist with the same meaning for
+//     every registered major, minus the reserved ones, which get only their granted/kept nodes.
+std::vector<DeviceRule> whitelist_rules(const std::vector<DeviceRule>& rules,
+                                        const IsolationPlan& plan,
+                                        const std::vector<SpecNode>& nodes) {
+  std::vector<DeviceRule> out = {DeviceRule{false, 'a', std::nullopt, std::nullopt, "rwm"}};
+  for (char type : {'c', 'b'}) {
+    if (effective_access(rules, type, std::nullopt, std::nullopt).find('m') != std::string::npos)
+      out.push_back(allow_rule(type, std::nullopt, std::nullopt, "m"));
   }
-
-  Json new_rules = Json::array();
-  for (const auto& r : rules) {
-    if (!r.is_object() || !rule_allows(r) || is_everything(r) ||
-        !covers_char_major(r, kNvidiaMajor)) {
-      new_rules.push_back(r);
-      continue;
-    }
-    auto major = rule_number(r, "major");
-    auto minor = rule_number(r, "minor");
-    if (major && minor) {
-      // A specific node: drop it if it is an unallocated GPU.
-      if (is_denied_gpu(static_cast<unsigned>(*major), static_cast<unsigned>(*minor))) {
-        ++result.removed_rules;
+  for (char type : {'c', 'b'}) {
+    std::set<unsigned> majors(
+        type == 'c' ? plan.host_majors.character.begin() : plan.host_majors.block.begin(),
+        type == 'c' ? plan.host_majors.character.end() : plan.host_majors.block.end());
+    for (const auto& r : rules)
+      if (r.major && (r.type == 'a' || r.type == type)) majors.insert(*r.major);
+    for (const auto& n : nodes)
+      if (n.type == type) majors.insert(n.major);
+    for (unsigned major : majors) {
+      if (type == 'c' && plan.reserved_majors.contains(major)) continue;
+      std::set<unsigned> minors;  // every minor a rule or a listed node names
+      for (const auto& r : rules)
+        if (r.major && *r.major == major && r.minor && (r.type == 'a' || r.type == type))
+          minors.insert(*r.minor);
+      for (const auto& n : nodes)
+        if (n.type == type && n.major == major) minors.insert(n.minor);
+      std::string generic = effective_access(rules, type, major, std::nullopt);
+      bool hole = std::any_of(minors.begin(), minors.end(), [&](unsigned m) {
+        return adds_bits(generic, effective_access(rules, type, major, m));
+      });
+      if (has_rw(generic) && !hole) {
+        out.push_back(allow_rule(type, major, std::nullopt, generic));
+        for (unsigned m : minors) {
+          std::string a = effective_access(rules, type, major, m);
+          if (adds_bits(a, generic)) out.push_back(allow_rule(type, major, m, a));
+        }
         continue;
       }
-      new_rules.push_back(r);
-      continue;
+      // No wildcard can say it: allow node by node what the spec lists and the rules admit.
+      for (unsigned m : minors) {
+        std::string a = effective_access(rules, type, major, m);
+        if (has_rw(a)) out.push_back(allow_rule(type, major, m, a));
+      }
     }
-    if (!grants_read_or_write(r)) {  // "c *:* m": mknod alone opens nothing
-      new_rules.push_back(r);
-      continue;
-    }
-    if (major && !minor) {
-      // "c 195:* rw" admits every GPU: replace it by explicit allows for what we grant.
+  }
+  for (const auto& n : nodes) {
+    if (n.type != 'c' || !plan.reserved_majors.contains(n.major)) continue;
+    bool granted = std::any_of(plan.grant.begin(), plan.grant.end(), [&](const DeviceNode& g) {
+      return g.major == n.major && g.minor == n.minor;
+    });
+    std::string a = granted ? "rwm" : effective_access(rules, 'c', n.major, n.minor);
+    if (has_rw(a)) out.push_back(allow_rule('c', n.major, n.minor, a));
+  }
+  return out;
+}
+
+// 2b. A default-deny list edited in place: allows of reserved majors that are not for a granted
+//     or kept node go; then the granted (and listed kept) nodes are allowed.
+std::vector<DeviceRule> narrowed_rules(const std::vector<DeviceRule>& rules,
+                                       const IsolationPlan& plan,
+                                       const std::vector<SpecNode>& nodes,
+                                       IsolationResult& result) {
+  std::set<DeviceNumber> allowed = plan.keep;
+  for (const auto& n : plan.grant) allowed.emplace(n.major, n.minor);
+  std::vector<DeviceRule> out;
+  for (const auto& r : rules) {
+    bool reserved_allow = r.allow && (r.type == 'a' || r.type == 'c') && r.major &&
+                          plan.reserved_majors.contains(*r.major) &&
+                          !(r.minor && allowed.contains({*r.major, *r.minor}));
+    if (reserved_allow) {
       ++result.removed_rules;
       continue;
     }
-    if (!allow_all && !plan.deny_minors.empty()) {
-      return fail(Errc::denied, "cgroup rule '", describe_rule(r),
-                  "' admits every character device including unallocated GPUs, and runc cannot "
-                  "deny inside a wildcard allow");
-    }
-    new_rules.push_back(r);
+    out.push_back(r);
   }
-  for (const auto& n : plan.grant) {
-    Json allow = cgroup_rule(true, n.major, n.minor);
-    if (std::find(new_rules.begin(), new_rules.end(), allow) == new_rules.end())
-      new_rules.push_back(allow);
+  auto ensure_allowed = [&](unsigned major, unsigned minor) {
+    if (rules_allow_open(out, major, minor) &&
+        effective_access(out, 'c', major, minor).find('m') != std::string::npos)
+      return;
+    out.push_back(allow_rule('c', major, minor, "rwm"));
+  };
+  for (const auto& n : plan.grant) ensure_allowed(n.major, n.minor);
+  for (const auto& n : nodes) {
+    // A kept node that only a dropped wildcard (e.g. "c 226:* rw") admitted.
+    if (n.type == 'c' && plan.keep.contains({n.major, n.minor}) &&
+        !rules_allow_open(out, n.major, n.minor) && rules_allow_open(rules, n.major, n.minor))
+      out.push_back(
+          allow_rule('c', n.major, n.minor, effective_access(rules, 'c', n.major, n.minor)));
   }
-  if (allow_all) {
-    // Denies go last so nothing after them re-opens a GPU.
-    for (unsigned minor : plan.deny_minors) {
-      if (grant_numbers.contains({kNvidiaMajor, minor})) continue;
-      new_rules.push_back(cgroup_rule(false, kNvidiaMajor, minor));
-      result.denied_minors.push_back(minor);
-    }
-  }
-  if (new_rules != rules) result.changed = true;
-  rules = std::move(new_rules);
-  if (!had_rules && rules.empty()) resources.erase("devices");
-  if (!had_resources && resources.empty()) linux_node.erase("resources");
-  if (!had_linux && linux_node.empty()) spec.erase("linux");
+  return out;
+}
 
-  // 3. The environment: name the granted GPUs by UUID so nothing downstream re-expands "all",
-  //    and CUDA uses the right GPU even where it could see more (the seed's GPU-0 symptom).
+void edit_device_rules(Json& spec, const std::vector<DeviceRule>& rules, const IsolationPlan& plan,
+                       const std::vector<SpecNode>& nodes, IsolationResult& result) {
+  bool wildcard = std::any_of(rules.begin(), rules.end(), [](const DeviceRule& r) {
+    return r.allow && !r.major && has_rw(r.access);
+  });
+  std::vector<DeviceRule> out =
+      wildcard ? whitelist_rules(rules, plan, nodes) : narrowed_rules(rules, plan, nodes, result);
+  result.whitelisted = wildcard;
+  if (out == rules) return;
+  Json list = Json::array();
+  for (const auto& r : out) list.push_back(device_rule_json(r));
+  ensure_array(ensure_object(ensure_object(spec, "linux"), "resources"), "devices") =
+      std::move(list);
+  result.changed = true;
+}
+
+// 3. The cgroup filesystem read-only: a privileged container could otherwise write its own
+//    devices.allow. (It can still remount it with CAP_SYS_ADMIN: not a boundary, a tripwire.)
+void cgroupfs_read_only(Json& spec, IsolationResult& result) {
+  auto mounts = spec.find("mounts");
+  if (mounts == spec.end() || !mounts->is_array()) return;
+  for (auto& m : *mounts) {
+    if (!m.is_object()) continue;
+    std::string type = m.value("type", "");
+    if (m.value("destination", "") != "/sys/fs/cgroup" && type != "cgroup" && type != "cgroup2")
+      continue;
+    Json& options = ensure_array(m, "options");
+    Json out = Json::array();
+    bool ro = false;
+    for (const auto& o : options) {
+      if (o == "rw") continue;
+      ro |= o == "ro";
+      out.push_back(o);
+    }
+    if (!ro) out.push_back("ro");
+    if (out != options) {
+      options = std::move(out);
+      result.changed = true;
+    }
+  }
+}
+
+// 4. The environment: name the granted GPUs by UUID so nothing downstream re-expands "all", and
+//    CUDA uses the right GPU even where it could see more (the seed's GPU-0 symptom).
+void edit_env(Json& spec, const IsolationPlan& plan, IsolationResult& result) {
   auto nvd = get_env(spec, "NVIDIA_VISIBLE_DEVICES");
   auto cvd = get_env(spec, "CUDA_VISIBLE_DEVICES");
   if (!plan.uuids.empty()) {
     std::string list = join(plan.uuids, ",");
     if (nvd != list) set_env(spec, "NVIDIA_VISIBLE_DEVICES", list), result.changed = true;
     if (cvd != list) set_env(spec, "CUDA_VISIBLE_DEVICES", list), result.changed = true;
-  } else {
-    std::string none = plan.explicit_none ? "none" : "void";
-    if (nvd && *nvd != none) set_env(spec, "NVIDIA_VISIBLE_DEVICES", none), result.changed = true;
-    if (cvd && !cvd->empty()) set_env(spec, "CUDA_VISIBLE_DEVICES", ""), result.changed = true;
+    return;
   }
+  std::string none = plan.explicit_none ? "none" : "void";
+  if (nvd && *nvd != none) set_env(spec, "NVIDIA_VISIBLE_DEVICES", none), result.changed = true;
+  if (cvd && !cvd->empty()) set_env(spec, "CUDA_VISIBLE_DEVICES", ""), result.changed = true;
+}
+
+}  // namespace
+
+bool admits_by_wildcard(const Json& spec) {
+  auto rules = parse_spec_device_rules(spec);
+  if (!rules) return false;
+  return std::any_of(rules->begin(), rules->end(),
+                     [](const DeviceRule& r) { return r.allow && !r.major && has_rw(r.access); });
+}
+
+Result<IsolationResult> isolate_spec(Json& spec, const IsolationPlan& plan) {
+  IsolationResult result;
+  auto rules = parse_spec_device_rules(spec);
+  if (!rules) return std::unexpected(rules.error());
+  std::vector<SpecNode> nodes;
+  edit_device_list(spec, plan, result, nodes);
+  edit_device_rules(spec, *rules, plan, nodes, result);
+  cgroupfs_read_only(spec, result);
+  edit_env(spec, plan, result);
   return result;
 }
 

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.hpp"
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,4 +25,11 @@ void set_env(Json& spec, std::string_view key, std::string_view value);
 Json& ensure_object(Json& parent, const char* key);
 Json& ensure_array(Json& parent, const char* key);
 
+}  // namespace gpufence
+
+namespace gpufence {
+// Checks the type of every field gpufence reads (process.env, capabilities, mounts, annotations,
+// linux.devices, linux.resources.devices, hooks, root.path), so later steps can read them without
+// a type check and a wrong type is reported by its path: "mounts[3].source must be a string".
+Status check_spec_fields(const Json& spec);
 }  // namespace gpufence

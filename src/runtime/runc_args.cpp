@@ -10,9 +10,12 @@ namespace {
 // runc 1.1 global flags that take a value (main.go).
 const std::set<std::string, std::less<>> kGlobalValueFlags = {"root", "log", "log-format", "criu",
                                                               "rootless"};
-// create/run flags that take a value (create.go, run.go); the rest are booleans.
-const std::set<std::string, std::less<>> kCreateValueFlags = {"bundle", "b", "console-socket",
-                                                              "pid-file", "preserve-fds"};
+// create/run/restore flags that take a value (create.go, run.go, restore.go); the rest are
+// booleans.
+const std::set<std::string, std::less<>> kCreateValueFlags = {
+    "bundle",       "b",           "console-socket",   "pid-file",
+    "preserve-fds", "image-path",  "work-path",        "manage-cgroups-mode",
+    "empty-ns",     "lsm-profile", "lsm-mount-context"};
 
 struct Flag {
   std::string name;
@@ -55,7 +58,13 @@ Result<RuncInvocation> parse_runc_args(const std::vector<std::string>& args) {
     }
     if (!is_flag(args[i])) break;
     Flag f = read_flag(args[i]);
-    if (kGlobalValueFlags.contains(f.name) && !f.has_inline_value) ++i;  // skip its value
+    if (kGlobalValueFlags.contains(f.name) && !f.has_inline_value) {
+      if (i + 1 >= args.size()) return inv;  // runc itself reports the missing value
+      f.value = args[++i];
+    }
+    if (f.name == "log") inv.log_path = f.value;
+    if (f.name == "log-format") inv.log_format = f.value;
+    if (f.name == "systemd-cgroup") inv.systemd_cgroup = f.value.empty() || f.value == "true";
   }
   if (i >= args.size()) return inv;  // `runc --version`, `runc --help`, or nothing
   inv.subcommand = args[i++];

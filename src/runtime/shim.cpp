@@ -6,44 +6,90 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cdi/hook_defaults.hpp"
 #include "common/file.hpp"
-#include "common/hostfs.hpp"
 #include "common/strings.hpp"
 #include "gpu/driver_procfs.hpp"
+#include "gpu/wire_contract.hpp"
 #include "runtime/cdi_edits.hpp"
-#include "runtime/isolation.hpp"
+#include "runtime/device_rules.hpp"
+#include "runtime/host_devices.hpp"
 
 namespace gpufence {
 namespace {
 
-// Every /dev/nvidia<N> on the host, by minor.
-std::set<unsigned> host_gpu_minors(const HostFs& host) {
-  std::set<unsigned> minors;
-  auto names = host.list("/dev");
-  if (!names) return minors;
-  for (const auto& name : *names) {
-    if (auto minor = gpu_node_minor("/dev/" + name)) minors.insert(*minor);
+// NVIDIA_DRIVER_CAPABILITIES: unset or empty means NVIDIA's default "utility,compute".
+bool wants_capability(const Json& spec, std::string_view capability) {
+  if (capability.empty()) return true;
+  std::string caps = get_env(spec, "NVIDIA_DRIVER_CAPABILITIES").value_or("");
+  if (trim(caps).empty()) caps = "utility,compute";
+  for (std::string_view c : split(caps, ',')) {
+    c = trim(c);
+    if (c == "all" || c == capability || (capability == "display" && c == "graphics")) return true;
   }
-  return minors;
+  return false;
 }
 
-Result<DeviceNode> host_char_device(const HostFs& host, const std::string& path) {
-  auto info = host.stat(path);
-  if (!info) return std::unexpected(info.error());
-  if (info->type != FileType::char_device) {
-    return fail(Errc::not_found, host.resolve(path).native(), " is not a character device");
+std::string_view control_node_capability(std::string_view path) {
+  for (const auto& n : kControlNodes)
+    if (n.path == path) return n.capability;
+  return "";
+}
+
+bool spec_mentions_drm(const Json& spec) {
+  auto lin = spec.find("linux");
+  if (lin == spec.end() || !lin->is_object()) return false;
+  if (auto devices = lin->find("devices"); devices != lin->end() && devices->is_array()) {
+    for (const auto& d : *devices)
+      if (d.value("type", "") == "c" && d.contains("major") && d["major"] == kDrmMajor) return true;
   }
-  return DeviceNode{path, info->major, info->minor};
+  auto rules = parse_spec_device_rules(spec);
+  return rules && std::any_of(rules->begin(), rules->end(), [](const DeviceRule& r) {
+           return r.allow && (!r.major || *r.major == kDrmMajor);
+         });
+}
+
+// CDI: when the allocation came as CDI names and specs for nvidia.com/gpu exist, apply their
+// edits (driver libraries, utilities, env, hooks). Isolation still decides the GPU nodes: a GPU
+// node the spec adds must be one of the granted GPUs.
+Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const AllocationChannels& channels,
+                                          const Allocation& allocation, const HostFs& host,
+                                          ShimContext& ctx, ShimDecision& decision) {
+  std::vector<DeviceNode> extra;
+  if (allocation.channel != Channel::cdi_annotations) return extra;
+  std::vector<std::string> names;
+  const std::string prefix = std::string(kCdiKind) + "=";
+  for (const auto& t : channels.annotations)
+    if (t.text.starts_with(prefix)) names.push_back(t.text.substr(prefix.size()));
+  if (names.empty()) return extra;
+  auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kCdiKind, ctx.log);
+  if (!specs) return std::unexpected(specs.error());
+  if (specs->empty()) {
+    ctx.log.debug("runtime.no_cdi_spec", {{"container", decision.container_id},
+                                          {"dirs", join(ctx.config.cdi_spec_dirs, ",")}});
+    return extra;
+  }
+  auto applied = apply_cdi_devices(spec, *specs, names, host);
+  if (!applied) return std::unexpected(applied.error());
+  for (const auto& node : applied->nodes) {
+    if (auto minor = gpu_node_minor(node.path)) {
+      bool granted = std::any_of(allocation.granted.begin(), allocation.granted.end(),
+                                 [&](const Gpu& g) { return g.minor == *minor; });
+      if (!granted) {
+        return fail(Errc::denied, "CDI spec gives ", node.path, " for ", join(applied->from, ", "),
+                    ", which is not the GPU this host knows by that name");
+      }
+      continue;
+    }
+    extra.push_back(node);
+  }
+  decision.cdi_devices = applied->from;
+  return extra;
 }
 
 }  // namespace
 
-Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx) {
-  ShimDecision decision;
-  decision.container_id = inv.container_id;
-  const auto spec_path = std::filesystem::path(inv.bundle) / "config.json";
-
-  // Read and parse the spec; any problem stops creation before runc sees it.
+Result<Json> read_spec(const std::filesystem::path& spec_path) {
   auto text = read_file(spec_path);
   if (!text) return std::unexpected(text.error());
   Json spec;
@@ -52,167 +98,189 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   } catch (const Json::parse_error& e) {
     return fail(Errc::parse, "malformed ", spec_path.native(), ": ", e.what());
   }
-  if (!spec.is_object())
-    return fail(Errc::parse, "malformed ", spec_path.native(), ": not a JSON object");
+  if (auto st = check_spec_fields(spec); !st)
+    return std::unexpected(st.error().wrap("malformed " + spec_path.native()));
+  if (auto rules = parse_spec_device_rules(spec); !rules)
+    return std::unexpected(rules.error().wrap("malformed " + spec_path.native()));
+  return spec;
+}
 
-  // Which GPUs were allocated, from trusted channels only.
-  decision.privileged = is_privileged(spec);
-  auto request = find_allocation_request(spec, ctx.config, decision.privileged);
-  if (!request) return std::unexpected(request.error());
-  decision.channel = request->channel;
-  if (!request->ignored.empty()) {
-    ctx.log.info("runtime.ignored", {{"container", inv.container_id}, {"what", request->ignored}});
-  }
-  if (request->tokens.empty() && decision.privileged &&
-      ctx.config.privileged_policy == PrivilegedPolicy::passthrough) {
-    decision.passthrough = true;
-    return decision;
-  }
-
-  // Resolve against the host's GPUs. UUIDs (what gpufence-device-plugin sends) resolve from the
-  // driver's procfs, which is cheap; indices need NVML's numbering. Privileged containers need
-  // the full list to deny what they were not given. An unprivileged container that asked for
-  // nothing needs neither, which keeps the common non-GPU create fast.
-  HostFs host(ctx.config.device_root);
-  std::vector<Gpu> inventory;
-  if (!request->tokens.empty() || decision.privileged) {
-    bool uuids_only =
-        std::all_of(request->tokens.begin(), request->tokens.end(),
-                    [](const DeviceToken& t) { return t.kind != DeviceToken::Kind::index; });
-    bool have_inventory = false;
-    if (uuids_only) {
-      if (auto gpus = read_driver_gpus(host)) {
-        inventory = std::move(*gpus);
-        have_inventory = true;
-        decision.inventory_source = "driver-procfs";
-      } else if (gpus.error().code != Errc::not_found) {
-        ctx.log.warn("runtime.driver_procfs_unreadable", {{"error", gpus.error().message}});
-      }
-    }
-    if (!have_inventory) {
-      auto inv_or = ctx.open_inventory();
-      auto gpus =
-          inv_or ? (*inv_or)->gpus() : Result<std::vector<Gpu>>(std::unexpected(inv_or.error()));
-      if (gpus) {
-        inventory = std::move(*gpus);
-        decision.inventory_source = "nvml";
-      } else if (!request->tokens.empty()) {
-        return std::unexpected(gpus.error().wrap("GPUs were requested but"));
-      } else {
-        ctx.log.warn("runtime.nvml_unavailable",
-                     {{"container", inv.container_id},
-                      {"error", gpus.error().message},
-                      {"fallback", "deny every /dev/nvidiaN on the host"}});
-      }
+Result<std::vector<Gpu>> load_inventory(const AllocationChannels& channels, const HostFs& host,
+                                        ShimContext& ctx, std::string& source) {
+  if (channels.empty()) return std::vector<Gpu>{};
+  if (!channels.needs_indices()) {
+    if (auto gpus = read_driver_gpus(host)) {
+      source = "driver-procfs";
+      return gpus;
+    } else if (gpus.error().code != Errc::not_found) {
+      ctx.log.warn("runtime.driver_procfs_unreadable", {{"error", gpus.error().message}});
     }
   }
-  std::vector<Gpu> granted;
-  for (const auto& token : request->tokens) {
-    auto gpus = resolve_token(token, inventory);
-    if (!gpus)
-      return std::unexpected(gpus.error().wrap(std::string(channel_name(request->channel))));
-    for (auto& g : *gpus) {
-      if (std::none_of(granted.begin(), granted.end(),
-                       [&](const Gpu& x) { return x.uuid == g.uuid; })) {
-        granted.push_back(std::move(g));
-      }
-    }
-  }
+  auto inv = ctx.open_inventory();
+  if (!inv) return std::unexpected(inv.error().wrap("GPUs were requested but"));
+  auto gpus = (*inv)->gpus();
+  if (!gpus) return std::unexpected(gpus.error().wrap("GPUs were requested but"));
+  source = "nvml";
+  return gpus;
+}
 
-  // CDI: when the allocation names CDI devices and specs for nvidia.com/gpu exist, apply their
-  // edits (driver libraries, utilities, env, hooks). Isolation below still decides GPU nodes.
-  std::vector<DeviceNode> cdi_nodes;
-  std::vector<std::string> cdi_names;
-  const std::string cdi_prefix = std::string(kCdiKind) + "=";
-  for (const auto& token : request->tokens) {
-    if (token.text.starts_with(cdi_prefix))
-      cdi_names.push_back(token.text.substr(cdi_prefix.size()));
-  }
-  if (!cdi_names.empty()) {
-    auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kCdiKind);
-    if (!specs) return std::unexpected(specs.error());
-    if (specs->empty()) {
-      ctx.log.debug("runtime.no_cdi_spec", {{"container", inv.container_id},
-                                            {"dirs", join(ctx.config.cdi_spec_dirs, ",")}});
-    } else {
-      auto applied = apply_cdi_devices(spec, *specs, cdi_names, host);
-      if (!applied) return std::unexpected(applied.error());
-      for (const auto& node : applied->nodes) {
-        if (auto minor = gpu_node_minor(node.path)) {
-          bool granted_minor = std::any_of(granted.begin(), granted.end(),
-                                           [&](const Gpu& g) { return g.minor == *minor; });
-          if (!granted_minor) {
-            return fail(Errc::denied, "CDI spec gives ", node.path, " for ",
-                        join(applied->from, ", "),
-                        ", which is not the GPU this host knows by that name");
-          }
-          continue;
-        }
-        cdi_nodes.push_back(node);
-      }
-      decision.cdi_devices = applied->from;
-    }
-  }
-
-  // Plan: the granted nodes (as the host has them), the control nodes present, and every other
-  // GPU minor to deny.
+Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& granted,
+                                     const std::vector<DeviceNode>& extra_nodes, const HostFs& host,
+                                     const RuntimeConfig& cfg) {
   IsolationPlan plan;
+  // The granted GPUs' nodes as the host has them, then their control nodes.
   for (const auto& gpu : granted) {
     auto node = host_char_device(host, gpu.device_path());
     if (!node) return std::unexpected(node.error().wrap("device node of " + gpu.uuid));
     plan.grant.push_back(*node);
     plan.uuids.push_back(gpu.uuid);
-    decision.granted.push_back(gpu.uuid);
   }
   if (!granted.empty()) {
-    for (const auto& path : ctx.config.control_nodes) {
+    for (const auto& path : cfg.control_nodes) {
+      if (!wants_capability(spec, control_node_capability(path))) continue;
       if (auto node = host_char_device(host, path)) plan.grant.push_back(*node);
     }
   }
-  for (const auto& node : cdi_nodes) {
+  for (const auto& node : extra_nodes) {
     if (std::none_of(plan.grant.begin(), plan.grant.end(),
-                     [&](const DeviceNode& d) { return d.path == node.path; })) {
+                     [&](const DeviceNode& d) { return d.path == node.path; }))
       plan.grant.push_back(node);
+  }
+  // Registered majors: which are NVIDIA's (never wildcard-allowed), and every major a whitelist
+  // must list when the spec admitted devices by wildcard. Without them a privileged spec cannot
+  // be narrowed safely, so that is an error; a default-deny spec only loses the dynamic majors.
+  bool wildcard = admits_by_wildcard(spec);
+  auto text = host.read("/proc/devices");
+  Result<ProcDevices> devices =
+      text ? parse_proc_devices(*text) : Result<ProcDevices>(std::unexpected(text.error()));
+  if (devices) {
+    plan.reserved_majors = nvidia_reserved_majors(*devices);
+    for (const auto& m : devices->character) plan.host_majors.character.push_back(m.major);
+    for (const auto& m : devices->block) plan.host_majors.block.push_back(m.major);
+  } else if (wildcard) {
+    return std::unexpected(devices.error().wrap(
+        "cannot rewrite a privileged spec's device rules without the host's device majors"));
+  }
+  // DRM nodes: keep those of other vendors and of the granted GPUs; the rest are NVIDIA GPUs
+  // this container was not given (or unknown, and so denied).
+  if (wildcard || spec_mentions_drm(spec)) {
+    std::set<std::string> granted_bus;
+    for (const auto& g : granted) granted_bus.insert(driver_gpu_entry_name(g.pci_bus_id));
+    for (const auto& drm : read_drm_nodes(host)) {
+      if (!drm.nvidia || granted_bus.contains(drm.pci_bus_id))
+        plan.keep.emplace(kDrmMajor, drm.minor);
     }
   }
-  plan.deny_minors = host_gpu_minors(host);
-  for (const auto& gpu : inventory) plan.deny_minors.insert(gpu.minor);
-  for (const auto& gpu : granted) plan.deny_minors.erase(gpu.minor);
   plan.explicit_none =
       get_env(spec, "NVIDIA_VISIBLE_DEVICES") == std::optional<std::string>("none");
+  return plan;
+}
 
-  auto result = isolate_spec(spec, plan);
-  if (!result) return std::unexpected(result.error().wrap(spec_path.native()));
-  decision.denied_minors.assign(plan.deny_minors.begin(), plan.deny_minors.end());
-
-  // The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
-  if ((!granted.empty() || decision.privileged) && host.exists(ctx.config.procfs_gpus_dir)) {
-    std::vector<std::string> args = {"gpufence-runtime", "hook", "driver-procfs", "--dir",
-                                     ctx.config.procfs_gpus_dir};
-    for (const auto& gpu : granted) {
-      args.push_back("--keep");
-      args.push_back(driver_gpu_entry_name(gpu.pci_bus_id));
-    }
-    char self[4096];
-    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return fail_errno("readlink", "/proc/self/exe");
-    Json hook = Json::object();
-    hook["path"] = std::string(self, static_cast<size_t>(n));
-    hook["args"] = args;
-    ensure_array(ensure_object(spec, "hooks"), "createContainer").push_back(hook);
-    result->changed = true;
+Json driver_procfs_hook(const std::string& self_exe, const std::string& procfs_dir,
+                        const std::vector<Gpu>& granted) {
+  std::vector<std::string> args = {"gpufence-runtime", "hook", "driver-procfs", "--dir",
+                                   procfs_dir};
+  for (const auto& gpu : granted) {
+    args.push_back("--keep");
+    args.push_back(driver_gpu_entry_name(gpu.pci_bus_id));
   }
-  decision.spec_changed = result->changed;
+  Json hook = Json::object();
+  hook["path"] = self_exe;
+  hook["args"] = args;
+  hook["env"] = Json(kMinimalHookEnv);
+  hook["timeout"] = kDefaultHookTimeoutSeconds;
+  return hook;
+}
 
-  // Write only when something changed: an untouched spec stays byte-for-byte identical.
-  if (result->changed) {
-    std::string out;
-    try {
-      out = spec.dump();
-    } catch (const Json::exception& e) {
-      return fail(Errc::parse, "cannot serialise edited ", spec_path.native(), ": ", e.what());
+bool pin_hook_environments(Json& spec) {
+  auto hooks = spec.find("hooks");
+  if (hooks == spec.end() || !hooks->is_object()) return false;
+  bool changed = false;
+  for (auto& [name, list] : hooks->items()) {
+    if (!list.is_array()) continue;
+    for (auto& hook : list) {
+      if (!hook.is_object()) continue;
+      if (!hook.contains("env") || hook["env"].is_null()) {
+        hook["env"] = Json(kMinimalHookEnv);
+        changed = true;
+      }
+      if (!hook.contains("timeout") || hook["timeout"].is_null()) {
+        hook["timeout"] = kDefaultHookTimeoutSeconds;
+        changed = true;
+      }
     }
-    if (auto st = write_file_atomic(spec_path, out); !st) return std::unexpected(st.error());
+  }
+  return changed;
+}
+
+Status write_spec(const std::filesystem::path& spec_path, const Json& spec) {
+  std::string out;
+  try {
+    out = spec.dump();
+  } catch (const Json::exception& e) {
+    return fail(Errc::parse, "cannot serialise edited ", spec_path.native(), ": ", e.what());
+  }
+  return write_file_atomic(spec_path, out);
+}
+
+Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx) {
+  ShimDecision decision;
+  decision.container_id = inv.container_id;
+  const auto spec_path = std::filesystem::path(inv.bundle) / "config.json";
+  const HostFs host(ctx.config.device_root);
+
+  // 1. Read the spec and check the type of every field we read: nothing runs on a guess.
+  auto spec = read_spec(spec_path);
+  if (!spec) return std::unexpected(spec.error());
+
+  // 2. What each allocation channel says; only the kubelet's count.
+  decision.privileged = admits_by_wildcard(*spec);
+  auto channels = read_allocation_channels(*spec, ctx.config, decision.privileged);
+  if (!channels) return std::unexpected(channels.error());
+  if (channels->empty() && decision.privileged &&
+      ctx.config.privileged_policy == PrivilegedPolicy::passthrough) {
+    decision.passthrough = true;
+    return decision;
+  }
+
+  // 3. Resolve against the node's GPUs and decide.
+  auto inventory = load_inventory(*channels, host, ctx, decision.inventory_source);
+  if (!inventory) return std::unexpected(inventory.error());
+  auto allocation = decide_allocation(*channels, *inventory);
+  if (!allocation) return std::unexpected(allocation.error());
+  decision.channel = allocation->channel;
+  decision.ignored = allocation->ignored;
+  for (const auto& g : allocation->granted) decision.granted.push_back(g.uuid);
+
+  // 4. CDI edits for CDI-named devices (driver files, env, hooks).
+  auto extra = apply_cdi(*spec, *channels, *allocation, host, ctx, decision);
+  if (!extra) return std::unexpected(extra.error());
+
+  // 5. Plan and apply the isolation: nodes, device cgroup rules, cgroupfs, env.
+  auto plan = plan_isolation(*spec, allocation->granted, *extra, host, ctx.config);
+  if (!plan) return std::unexpected(plan.error());
+  auto result = isolate_spec(*spec, *plan);
+  if (!result) return std::unexpected(result.error().wrap(spec_path.native()));
+  decision.removed_nodes = result->removed_nodes;
+  decision.whitelisted = result->whitelisted;
+  bool changed = result->changed;
+
+  // 6. The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
+  if ((!allocation->granted.empty() || decision.privileged) &&
+      host.exists(ctx.config.procfs_gpus_dir)) {
+    ensure_array(ensure_object(*spec, "hooks"), "createContainer")
+        .push_back(
+            driver_procfs_hook(ctx.self_exe, ctx.config.procfs_gpus_dir, allocation->granted));
+    changed = true;
+  }
+
+  // 7. No hook runs with the container's environment or without a time limit.
+  changed |= pin_hook_environments(*spec);
+
+  // 8. Write only when something changed: an untouched spec stays byte-for-byte identical.
+  decision.spec_changed = changed;
+  if (changed) {
+    if (auto st = write_spec(spec_path, *spec); !st) return std::unexpected(st.error());
   }
   return decision;
 }

@@ -1,16 +1,20 @@
-// gpufence-runtime's flow: on create/run, rewrite the bundle's config.json so the container gets
-// exactly its allocated GPUs, then hand the original command line to the low-level runtime.
+// gpufence-runtime's flow: on create/run/restore, rewrite the bundle's config.json so the
+// container gets exactly its allocated GPUs, then hand the original command line to the low-level
+// runtime.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/hostfs.hpp"
 #include "common/log.hpp"
 #include "gpu/gpu.hpp"
 #include "runtime/allocation.hpp"
 #include "runtime/config.hpp"
+#include "runtime/isolation.hpp"
 #include "runtime/runc_args.hpp"
 
 namespace gpufence {
@@ -21,20 +25,43 @@ using InventoryFactory = std::function<Result<std::unique_ptr<GpuInventory>>()>;
 struct ShimContext {
   RuntimeConfig config;
   Logger& log;
-  InventoryFactory open_inventory;
+  InventoryFactory open_inventory;  // NVML, or a fake in tests
+  std::string self_exe;             // absolute path of gpufence-runtime, for the hooks it adds
 };
 
 struct ShimDecision {
   std::string container_id;
   Channel channel = Channel::none;
-  bool privileged = false;
+  bool privileged = false;   // the spec admits every host device (containerd's privileged)
   bool passthrough = false;  // privileged, nothing requested, policy passthrough: spec untouched
   std::vector<std::string> granted;  // UUIDs
-  std::vector<unsigned> denied_minors;
+  std::vector<std::string> removed_nodes;
+  std::vector<std::string> ignored;  // what untrusted channels asked for
+  bool whitelisted = false;
   bool spec_changed = false;
   std::vector<std::string> cdi_devices;  // CDI devices applied, with their spec files
   std::string inventory_source;  // "driver-procfs", "nvml", or "" when no GPU list was needed
 };
+
+// The steps of prepare_bundle, each testable on its own.
+Result<Json> read_spec(const std::filesystem::path& spec_path);
+// The node's GPUs, only when the channels name any: the driver's procfs when it can answer, NVML
+// when indices are involved or procfs is absent.
+Result<std::vector<Gpu>> load_inventory(const AllocationChannels& channels, const HostFs& host,
+                                        ShimContext& ctx, std::string& source);
+// What to grant, keep and deny on this host for `granted` (plus nodes a CDI spec added).
+Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& granted,
+                                     const std::vector<DeviceNode>& extra_nodes, const HostFs& host,
+                                     const RuntimeConfig& cfg);
+// The createContainer hook that narrows the driver's GPU list inside the container.
+Json driver_procfs_hook(const std::string& self_exe, const std::string& procfs_dir,
+                        const std::vector<Gpu>& granted);
+// Gives every hook without `env` the fixed hook environment and every hook without `timeout`
+// kDefaultHookTimeoutSeconds (cdi/hook_defaults.hpp): runc and crun would otherwise run a
+// hook with the container's environment, as host root. Returns whether anything changed.
+bool pin_hook_environments(Json& spec);
+// Atomically replaces config.json (temp + fsync + rename) with the edited spec.
+Status write_spec(const std::filesystem::path& spec_path, const Json& spec);
 
 // Reads, edits and atomically rewrites <bundle>/config.json. On any error config.json is left
 // byte-for-byte as it was and the container must not be started.

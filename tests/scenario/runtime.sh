@@ -46,12 +46,13 @@ export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 shim=$build/bin/gpufence-runtime
 probe_args='["/bin/sh","-c","gpufence-probe /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; if mknod /tmp/n0 c 195 0 2>/tmp/mknod.err; then gpufence-probe /tmp/n0; else grep -q \"not permitted\" /tmp/mknod.err && echo \"/tmp/n0 MKNOD_EPERM\"; fi; echo NVD=$NVIDIA_VISIBLE_DEVICES; echo CVD=$CUDA_VISIBLE_DEVICES"]'
 
-# new_bundle NAME MODE ENV MOUNTS ANNOTATIONS [ARGS]
+# new_bundle NAME MODE ENV MOUNTS ANNOTATIONS [ARGS] [KUBELET_MINORS]
+#   KUBELET_MINORS: the GPUs the kubelet gave as DeviceSpecs ("1", "0 1"), as containerd writes them.
 new_bundle() {
   local b=$work/$1
   mkdir -p "$b"
   gf_make_rootfs "$b/rootfs" "$build/bin/gpufence-probe"
-  gf_write_spec "$b" "$2" "${6:-$probe_args}" "$3" "$4" "$5" "$node"
+  gf_write_spec "$b" "$2" "${6:-$probe_args}" "$3" "$4" "$5" "$node" "${7:-}"
   echo "$b"
 }
 # run_with RUNTIME BUNDLE ID: runs the container to completion, prints its output.
@@ -62,7 +63,8 @@ run_with() {
 
 case $case_name in
   mount-marker)
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1)" "")
+    # What the kubelet does with the plugin's default answer: device spec + marker for GPU 1.
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1)" "" "" 1)
     out=$(run_with "$shim" "$b" mm1)
     check "allocated GPU 1 opens (ENXIO)" has_line "$out" "/dev/nvidia1 ENXIO"
     check "GPU 0 is absent" has_line "$out" "/dev/nvidia0 ENOENT"
@@ -70,7 +72,7 @@ case $case_name in
     check "mknod'ed GPU 0 is denied by the cgroup" mknod_denied "$out"
     check "NVIDIA_VISIBLE_DEVICES names the UUID" has_line "$out" "NVD=$GPU1"
     check "CUDA_VISIBLE_DEVICES names the UUID" has_line "$out" "CVD=$GPU1"
-    check "decision logged" grep -q "event=runtime.decision container=mm1 command=run channel=mount-markers privileged=false passthrough=false granted=$GPU1 denied=/dev/nvidia0" "$work/runtime.log"
+    check "decision logged" grep -q "event=runtime.decision container=mm1 command=run channel=device-specs privileged=false passthrough=false granted=$GPU1" "$work/runtime.log"
     ;;
   cdi-annotation)
     b=$(new_bundle c1 unprivileged "" "" "\"cdi.k8s.io/gpufence_x\":\"nvidia.com/gpu=0\"")
@@ -83,8 +85,8 @@ case $case_name in
     # Both running at once, each created through the shim; probed with exec; then state, kill,
     # delete all pass through the shim to runc.
     sleeper='["/bin/sleep","60"]'
-    b0=$(new_bundle a unprivileged "" "$(gf_marker_mount $GPU0)" "" "$sleeper")
-    b1=$(new_bundle b unprivileged "" "$(gf_marker_mount $GPU1)" "" "$sleeper")
+    b0=$(new_bundle a unprivileged "" "$(gf_marker_mount $GPU0)" "" "$sleeper" 0)
+    b1=$(new_bundle b unprivileged "" "$(gf_marker_mount $GPU1)" "" "$sleeper" 1)
     ids+=(two-a two-b)
     check "create A" "$shim" --root "$state" create --bundle "$b0" two-a </dev/null >/dev/null 2>"$work/a.err"
     check "create B" "$shim" --root "$state" create --bundle "$b1" two-b </dev/null >/dev/null 2>"$work/b.err"
@@ -143,14 +145,16 @@ case $case_name in
     out=$(run_with runc "$b" seed-runc)
     check "plain runc: GPU 0 reachable (the seed's bug)" has_line "$out" "/dev/nvidia0 ENXIO"
     check "plain runc: GPU 1 reachable" has_line "$out" "/dev/nvidia1 ENXIO"
-    cp "$b/config.orig" "$b/config.json"; rm -f "$b/rootfs/tmp/n0"
+    # The same pod admitted through gpufence-device-plugin: its Allocate answer adds the marker.
+    gf_write_spec "$b" privileged "$probe_args" "\"NVIDIA_VISIBLE_DEVICES=$GPU1\"" "$(gf_marker_mount $GPU1)" "" "$node"
+    rm -f "$b/rootfs/tmp/n0"
     out=$(run_with "$shim" "$b" seed-shim)
     check "gpufence-runtime: GPU 0 gone" has_line "$out" "/dev/nvidia0 ENOENT"
     check "gpufence-runtime: GPU 0 denied even via mknod" mknod_denied "$out"
     check "gpufence-runtime: GPU 1 reachable" has_line "$out" "/dev/nvidia1 ENXIO"
     ;;
   unknown-uuid)
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount GPU-deadbeef-0000-0000-0000-000000000000)" "")
+    b=$(new_bundle c1 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=GPU-deadbeef-0000-0000-0000-000000000000"')
     cp "$b/config.json" "$work/before.json"
     ids+=(unk)
     "$shim" --root "$state" create --bundle "$b" unk </dev/null >/dev/null 2>"$work/err"
@@ -185,12 +189,12 @@ case $case_name in
   nvml-failure)
     sed -i "s|nvml_library = .*|nvml_library = \"$work/missing/libnvidia-ml.so.1\"|" "$work/runtime.toml"
     # With the driver's procfs a UUID resolves without NVML...
-    b0=$(new_bundle c0 unprivileged "" "$(gf_marker_mount $GPU1)" "")
+    b0=$(new_bundle c0 unprivileged "" "$(gf_marker_mount $GPU1)" "" "" 1)
     out=$(run_with "$shim" "$b0" procfs)
     check "UUID resolved from the driver's procfs without NVML" has_line "$out" "/dev/nvidia1 ENXIO"
     check "logged as driver-procfs" grep -q "container=procfs .*gpus_from=driver-procfs" "$work/runtime.log"
     # ...an index needs NVML's numbering: refused when NVML cannot be loaded.
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount 0)" "")
+    b=$(new_bundle c1 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=0"')
     cp "$b/config.json" "$work/before.json"
     "$shim" --root "$state" create --bundle "$b" nonvml </dev/null >/dev/null 2>"$work/err"
     check "create refused" test $? -ne 0
@@ -203,7 +207,7 @@ case $case_name in
     ;;
   index-via-nvml)
     rm -rf "$node/proc"
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount 1)" "")
+    b=$(new_bundle c1 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"')
     out=$(run_with "$shim" "$b" idx1)
     check "index 1 resolved through NVML" has_line "$out" "/dev/nvidia1 ENXIO"
     check "env carries the UUID, not the index" has_line "$out" "NVD=$GPU1"
@@ -218,17 +222,17 @@ case $case_name in
     printf '[driver]\nprocfs_gpus_dir = "/fakeproc/gpus"\n' >> "$work/runtime.toml"
     fake_mount='{"destination":"/fakeproc/gpus","type":"bind","source":"'$node/fakeproc/gpus'","options":["rbind","ro"]}'
     list_args='["/bin/sh","-c","ls /fakeproc/gpus; echo END"]'
-    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1),$fake_mount" "" "$list_args")
+    b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1),$fake_mount" "" "$list_args" 1)
     out=$(run_with "$shim" "$b" proc1)
     check "GPU 1's entry is listed" has_line "$out" "0000:02:00.0"
     check "GPU 0's entry is hidden" bash -c "! grep -q 0000:01:00.0 <<<'$out'"
     check "the host still sees both" test -d "$node/fakeproc/gpus/0000:01:00.0" -a -d "$node/fakeproc/gpus/0000:02:00.0"
-    check "the hook is in the spec" grep -q '"createContainer":\[{"path":"'"$shim"'","args":\["gpufence-runtime","hook","driver-procfs","--dir","/fakeproc/gpus","--keep","0000:02:00.0"\]' "$b/config.json"
+    check "the hook is in the spec" grep -q '"createContainer":\[{"path":"'"$shim"'","args":\["gpufence-runtime","hook","driver-procfs","--dir","/fakeproc/gpus","--keep","0000:02:00.0"\],"env":\["PATH=/usr/sbin:/usr/bin:/sbin:/bin"\],"timeout":30' "$b/config.json"
     b2=$(new_bundle c2 privileged "" "$fake_mount" "" "$list_args")
     out=$(run_with "$shim" "$b2" proc0)
     check "a privileged container with no GPU lists none" test "$out" = "END"
     ;;
-  cdi-applied|cdi-malformed|cdi-unknown|cdi-conflict)
+  cdi-applied|cdi-malformed|cdi-unknown|cdi-conflict|cdi-foreign|cdi-two-dirs|cdi-hook-env|cdi-ldcache-symlinks)
     command -v cc >/dev/null || skip "needs a C compiler (cc) to build stand-in driver libraries"
     drv=$work/driver
     mkdir -p "$drv/usr/lib/x86_64-linux-gnu" "$drv/usr/bin" "$drv/etc" "$work/cdi"
@@ -239,7 +243,9 @@ case $case_name in
     printf '#!/bin/sh\necho stand-in nvidia-smi\n' > "$drv/usr/bin/nvidia-smi"; chmod +x "$drv/usr/bin/nvidia-smi"
     GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1 "$build/bin/gpufence" cdi generate \
       --driver-root "$drv" --hook-path "$shim" --output "$work/cdi/nvidia.yaml" 2>"$work/gen.err"
-    printf '[cdi]\nspec_dirs = ["%s"]\n' "$work/cdi" >> "$work/runtime.toml"
+    cdi_dirs="\"$work/cdi\""
+    [ "$case_name" = cdi-two-dirs ] && cdi_dirs+=",\"$work/cdi-run\""
+    printf '[cdi]\nspec_dirs = [%s]\n' "$cdi_dirs" >> "$work/runtime.toml"
     cdi_args='["/bin/sh","-c","gpufence-probe /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; cat /usr/lib/x86_64-linux-gnu/libcuda.so.1 >/dev/null && echo LIBCUDA=yes; /usr/bin/nvidia-smi; echo NVD=$NVIDIA_VISIBLE_DEVICES"]'
     b=$(new_bundle c1 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' "$cdi_args")
     cp "$b/config.json" "$work/before.json"
@@ -257,13 +263,81 @@ case $case_name in
         check "CDI devices logged" grep -q "cdi=\"nvidia.com/gpu=1 ($work/cdi/nvidia.yaml)\"" "$work/runtime.log"
         ;;
       cdi-malformed)
-        echo 'cdiVersion: 0.5.0
-kind: nvidia.com/gpu
-devices: [ {name: x' > "$work/cdi/zz-broken.yaml"
+        # An nvidia.com/gpu spec is read strictly: a wrong type refuses the create, naming the
+        # file and the field (never an exception's text).
+        echo '{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [{"name": "x",
+  "containerEdits": {"mounts": [{"hostPath": 5, "containerPath": "/x"}]}}]}' > "$work/cdi/zz-broken.json"
         "$shim" --root "$state" create --bundle "$b" cdibad </dev/null >/dev/null 2>"$work/err"
         check "create refused" test $? -ne 0
-        check "names the file" grep -q "malformed CDI spec: $work/cdi/zz-broken.yaml" "$work/err"
+        check "names the file" grep -q "malformed CDI spec: $work/cdi/zz-broken.json" "$work/err"
+        check "names the field" grep -q "devices\[0\].containerEdits.mounts\[0\].hostPath must be a string, not a number" "$work/err"
+        check "no exception text" bash -c "! grep -q 'json.exception\|internal error' '$work/err'"
         check "config.json unchanged" cmp -s "$b/config.json" "$work/before.json"
+        ;;
+      cdi-foreign)
+        # Other vendors' specs never block GPU containers: a valid one using a field gpufence does
+        # not model (additionalGids), a malformed one, and one that is not even YAML.
+        printf 'cdiVersion: 0.7.0\nkind: vendor.example/fpga\ncontainerEdits:\n  additionalGids: [44]\ndevices:\n- name: fpga0\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/fpga0}\n' > "$work/cdi/fpga.yaml"
+        printf 'cdiVersion: 0.5.0\nkind: vendor.example/nic\ndevices: {name: 5}\nunknownField: 1\n' > "$work/cdi/nic.yaml"
+        printf 'cdiVersion: 0.5.0\nkind: [unclosed\n' > "$work/cdi/aa-broken.yaml"
+        out=$(run_with "$shim" "$b" cdifor)
+        check "GPU 1 node" has_line "$out" "/dev/nvidia1 ENXIO"
+        check "driver library mounted" has_line "$out" "LIBCUDA=yes"
+        check "no foreign edits applied" bash -c "! grep -q additionalGids '$b/config.json'"
+        ;;
+      cdi-two-dirs)
+        # As upstream's registry: a later spec directory overrides an earlier one for a device
+        # both define (the GPU Operator's /var/run/cdi over /etc/cdi); no "defined twice".
+        mkdir -p "$work/cdi-run"
+        sed 's/NVIDIA_VISIBLE_DEVICES=void/GF_FROM=run/' "$work/cdi/nvidia.yaml" > "$work/cdi-run/operator.yaml"
+        b=$(new_bundle c2 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' '["/bin/sh","-c","gpufence-probe /dev/nvidia1; echo FROM=$GF_FROM"]')
+        out=$(run_with "$shim" "$b" cdirun)
+        check "GPU 1 node" has_line "$out" "/dev/nvidia1 ENXIO"
+        check "edits came from the later directory" has_line "$out" "FROM=run"
+        check "logged with the later file" grep -q "cdi=\"nvidia.com/gpu=1 ($work/cdi-run/operator.yaml)\"" "$work/runtime.log"
+        ;;
+      cdi-ldcache-symlinks)
+        # The image's /etc/ld.so.conf.d, /etc and /sbin/ldconfig are symlinks out of its root.
+        # The update-ldcache hook runs as host root before pivot_root: every path it writes must
+        # resolve inside the container's root, and the ldconfig it runs is the host's.
+        host_dir=$work/host-side
+        mkdir -p "$host_dir/conf.d" "$host_dir/etc"
+        ldmark=$work/image-ldconfig-ran
+        mkdir -p "$b/rootfs/etc" "$b/rootfs/sbin"
+        ln -s "$host_dir/conf.d" "$b/rootfs/etc/ld.so.conf.d"
+        printf '#!/bin/sh\necho ran > %s\n' "$ldmark" > "$b/rootfs/sbin/ldconfig"; chmod +x "$b/rootfs/sbin/ldconfig"
+        out=$(run_with "$shim" "$b" ldsym1)
+        check "the container ran" has_line "$out" "LIBCUDA=yes"
+        check "nothing written through /etc/ld.so.conf.d -> host" test -z "$(ls -A "$host_dir/conf.d")"
+        # Resolved inside the root the link dangles, so the hook writes nothing (a warning runc
+        # does not show) and the container runs; case 3 below shows the hook does write.
+        check "nor anywhere inside the root" test -z "$(find "$b/rootfs" -name 00-gpufence-cdi.conf)"
+        check "the image's /sbin/ldconfig never ran" test ! -e "$ldmark"
+        b2=$(new_bundle c2 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' "$cdi_args")
+        ln -s "$host_dir/etc" "$b2/rootfs/etc"
+        out=$(run_with "$shim" "$b2" ldsym2)
+        check "/etc -> host: the container ran" has_line "$out" "LIBCUDA=yes"
+        check "/etc -> host: nothing written on the host" test -z "$(ls -A "$host_dir/etc")"
+        b3=$(new_bundle c3 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' "$cdi_args")
+        mkdir -p "$b3/rootfs/etc"
+        ln -s ../../../../../../../../.. "$b3/rootfs/etc/ld.so.conf.d"
+        out=$(run_with "$shim" "$b3" ldsym3)
+        check "/etc/ld.so.conf.d -> ../../..: nothing at the host's /" test ! -e /00-gpufence-cdi.conf
+        check "it stays inside the root" test -s "$b3/rootfs/00-gpufence-cdi.conf"
+        ;;
+      cdi-hook-env)
+        # A CDI hook without env must not run with the container's environment (an image's
+        # LD_PRELOAD would run as host root): it gets PATH only, and a timeout.
+        printf '#!/bin/sh\nenv > "%s"\n' "$work/hook-env.txt" > "$work/dump-env"; chmod +x "$work/dump-env"
+        printf 'cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: "1"\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia1}\n    hooks:\n    - {hookName: createContainer, path: %s}\n' "$work/dump-env" > "$work/cdi/nvidia.yaml"
+        b=$(new_bundle c3 unprivileged '"LD_PRELOAD=/no-such-evil.so","GF_IMAGE_SECRET=1"' "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' '["/bin/sh","-c","gpufence-probe /dev/nvidia1"]')
+        out=$(run_with "$shim" "$b" cdihook)
+        check "GPU 1 node" has_line "$out" "/dev/nvidia1 ENXIO"
+        check "the hook ran" test -s "$work/hook-env.txt"
+        check "without the image's LD_PRELOAD" bash -c "! grep -q LD_PRELOAD '$work/hook-env.txt'"
+        check "without the image's env" bash -c "! grep -q GF_IMAGE_SECRET '$work/hook-env.txt'"
+        check "with the minimal PATH" grep -qx "PATH=/usr/sbin:/usr/bin:/sbin:/bin" "$work/hook-env.txt"
+        check "and a timeout" grep -q '"timeout":30' "$b/config.json"
         ;;
       cdi-unknown)
         sed -i 's/^  - name: "1"$/  - name: "one"/' "$work/cdi/nvidia.yaml"
@@ -280,6 +354,125 @@ devices: [ {name: x' > "$work/cdi/zz-broken.yaml"
         check "config.json unchanged" cmp -s "$b/config.json" "$work/before.json"
         ;;
     esac
+    ;;
+  hook-ld-preload)
+    # The image sets LD_PRELOAD=./evil.so and ships evil.so. runc runs a hook that has no `env`
+    # with the container's environment, as host root, before pivot_root, cwd = the rootfs
+    # (CVE-2025-23266's shape). gpufence's hooks carry their own env, so the library never loads.
+    command -v cc >/dev/null || skip "needs a C compiler (cc) to build the preload library"
+    b=$(new_bundle c1 unprivileged '"LD_PRELOAD=./evil.so"' "$(gf_marker_mount $GPU1)" "" "" 1)
+    marker=$work/evil-ran
+    printf '#include <stdio.h>\n__attribute__((constructor)) static void evil(void) { FILE *f = fopen("%s", "a"); if (f) { fputs("ran as host root\\n", f); fclose(f); } }\n' "$marker" \
+      | cc -shared -fPIC -x c - -o "$b/rootfs/evil.so"
+    out=$(run_with "$shim" "$b" preload)
+    check "the container ran with its GPU" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "the driver-procfs hook was added" grep -q '"driver-procfs"' "$b/config.json"
+    check "the preload library never ran in a hook" test ! -e "$marker"
+    # Control: the same edited spec with the hook's env removed, run by plain runc. The library
+    # does run, so this test sees the attack when it succeeds.
+    sed -i 's/,"env":\["PATH=\/usr\/sbin:\/usr\/bin:\/sbin:\/bin"\]//' "$b/config.json"
+    run_with runc "$b" preload-control >/dev/null
+    check "control: without the hook's env the attack succeeds" test -e "$marker"
+    ;;
+  env-not-an-allocation)
+    # NVIDIA_VISIBLE_DEVICES is the pod's own env: no GPU from it, with CAP_SYS_ADMIN or privileged.
+    for mode in sysadmin privileged; do
+      for val in "$GPU1" 1; do
+        id="env-$mode-${val:0:3}"
+        b=$(new_bundle "$id" "$mode" "\"NVIDIA_VISIBLE_DEVICES=$val\"" "" "")
+        out=$(run_with "$shim" "$b" "$id")
+        check "$mode, NVIDIA_VISIBLE_DEVICES=$val: no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+        check "$mode, NVIDIA_VISIBLE_DEVICES=$val: no GPU 0" has_line "$out" "/dev/nvidia0 ENOENT"
+        check "$mode, NVIDIA_VISIBLE_DEVICES=$val: mknod'ed GPU denied" mknod_denied "$out"
+        check "$mode, NVIDIA_VISIBLE_DEVICES=$val: env says void" has_line "$out" "NVD=void"
+        rm -f "$b/rootfs/tmp/n0"
+      done
+    done
+    check "ignored, and logged as such" grep -q "event=runtime.ignored container=env-sysadmin-GPU what=\"NVIDIA_VISIBLE_DEVICES=$GPU1" "$work/runtime.log"
+    ;;
+  forged-marker)
+    # A pod's own volume: hostPath /dev/null mounted at the marker path, read-write and read-only.
+    rw_marker='{"destination":"/var/run/nvidia-container-devices/'$GPU1'","type":"bind","source":"/dev/null","options":["rbind","rw"]}'
+    b=$(new_bundle c1 unprivileged "" "$rw_marker" "")
+    out=$(run_with "$shim" "$b" forged-rw)
+    check "rw marker: the container runs" has_line "$out" "/dev/nvidiactl ENOENT"
+    check "rw marker: no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+    b=$(new_bundle c2 unprivileged "" "$(gf_marker_mount $GPU1)" "")
+    out=$(run_with "$shim" "$b" forged-ro)
+    check "ro marker: no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+    check "ro marker: mknod'ed GPU denied" mknod_denied "$out"
+    b=$(new_bundle c3 sysadmin "" "$(gf_marker_mount $GPU1)" "")
+    out=$(run_with "$shim" "$b" forged-sa)
+    check "with CAP_SYS_ADMIN too: no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
+    check "ignored, and logged" grep -q "event=runtime.ignored container=forged-ro" "$work/runtime.log"
+    # A marker next to the kubelet's device spec for another GPU: only the kubelet's GPU.
+    b=$(new_bundle c4 unprivileged "" "$(gf_marker_mount $GPU1)" "" "" 0)
+    out=$(run_with "$shim" "$b" forged-mix)
+    check "kubelet gave GPU 0: it opens" has_line "$out" "/dev/nvidia0 ENXIO"
+    check "the forged marker's GPU 1 does not" has_line "$out" "/dev/nvidia1 ENOENT"
+    ;;
+  containerd-refusal)
+    # containerd's runc shim argv. The refusal must land in --log the way runc writes errors,
+    # because that file, not stderr, is where containerd reads the reason from.
+    b=$(new_bundle c1 unprivileged "" "" "" "" 7)
+    cp "$b/config.json" "$work/before.json"
+    ids+=(ctrd1 ctrd2)
+    "$shim" --root "$state" --log "$work/log.json" --log-format json create --bundle "$b" \
+      --pid-file "$work/init.pid" ctrd1 </dev/null >/dev/null 2>"$work/err"
+    check "create refused" test $? -ne 0
+    check "log.json holds runc's JSON error line naming the cause" grep -qE '^\{"level":"error","msg":"gpufence-runtime: refusing to create container ctrd1: device spec /dev/nvidia7 \(195:7\) names no GPU of this node","time":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z"\}$' "$work/log.json"
+    check "stderr says it too" grep -q "refusing to create container ctrd1" "$work/err"
+    check "config.json byte-for-byte unchanged" cmp -s "$b/config.json" "$work/before.json"
+    check "runc never ran" bash -c "! runc --root '$state' state ctrd1 >/dev/null 2>&1"
+    "$shim" --root "$state" --log "$work/log.txt" create --bundle "$b" ctrd2 </dev/null >/dev/null 2>&1
+    check "text log format as logrus writes it" grep -q '^time="[0-9T:.-]*Z" level=error msg="gpufence-runtime: refusing to create container ctrd2: ' "$work/log.txt"
+    ;;
+  restore-edited)
+    # runc restore creates a container from the bundle's config.json too: it is edited first.
+    b=$(new_bundle c1 privileged "" "" "")
+    ids+=(rst1)
+    "$shim" --root "$state" restore --image-path "$work/no-checkpoint" --bundle "$b" rst1 \
+      </dev/null >/dev/null 2>"$work/err"
+    check "the GPU nodes were removed before runc saw the spec" bash -c "! grep -q '\"/dev/nvidia[01]\"' '$b/config.json'"
+    check "the device rules became a whitelist" grep -q '"resources":{"devices":\[{"allow":false,"type":"a","access":"rwm"}' "$b/config.json"
+    ;;
+  wrong-json-type)
+    b=$(new_bundle c1 unprivileged "" '{"destination":"/x","type":"bind","source":5}' "")
+    cp "$b/config.json" "$work/before.json"
+    "$shim" --root "$state" create --bundle "$b" wrongtype </dev/null >/dev/null 2>"$work/err"
+    check "create refused" test $? -ne 0
+    check "names the field" grep -q "malformed $b/config.json: mounts\[4\].source must be a string" "$work/err"
+    check "no internal error" bash -c "! grep -q 'internal error\|json.exception' '$work/err'"
+    check "unchanged" cmp -s "$b/config.json" "$work/before.json"
+    ;;
+  systemd-cgroup)
+    # containerd passes --systemd-cgroup when SystemdCgroup = true. runc's systemd driver cannot
+    # express "allow all, then deny", so the rules must be a whitelist. No systemd runs on this
+    # machine: runc's own start fails after the edit; the emitted rules are what is checked here,
+    # and the unit test SystemdDriver.* replays runc's conversion of them.
+    echo "note: no systemd here; checking the rules gpufence-runtime emits, not a systemd unit"
+    b=$(new_bundle c1 privileged "" "$(gf_marker_mount $GPU1)" "")
+    ids+=(sd1)
+    "$shim" --root "$state" --systemd-cgroup create --bundle "$b" sd1 </dev/null >/dev/null 2>"$work/err"
+    check "whitelist: the rules start with deny-all" grep -q '"resources":{"devices":\[{"allow":false,"type":"a","access":"rwm"}' "$b/config.json"
+    check "no wildcard-major rule grants r or w" bash -c "! grep -qE '\{\"allow\":true,\"type\":\"[abc]\",\"access\":\"[^\"]*[rw]' '$b/config.json'"
+    check "GPU 1 has its own allow" grep -q '{"allow":true,"type":"c","major":195,"minor":1,"access":"rwm"}' "$b/config.json"
+    check "no rule admits major 195 as a whole" bash -c "! grep -q '\"major\":195,\"access\"' '$b/config.json'"
+    check "no rule admits GPU 0" bash -c "! grep -q '\"major\":195,\"minor\":0,' '$b/config.json'"
+    ;;
+  privileged-drm)
+    # DRM nodes of unallocated GPUs, GPU minors the driver has not created yet, the cgroupfs.
+    drm_args='["/bin/sh","-c","gpufence-probe /dev/dri/card0 /dev/dri/card1 /dev/dri/card2 /dev/nvidia0 /dev/nvidia1; mknod /tmp/d0 c 226 0 && gpufence-probe /tmp/d0; mknod /tmp/n5 c 195 5 && gpufence-probe /tmp/n5; echo a > /sys/fs/cgroup/devices/devices.allow 2>/dev/null && echo CGROUP=writable || echo CGROUP=refused"]'
+    cg='{"destination":"/sys/fs/cgroup","type":"cgroup","source":"cgroup","options":["nosuid","noexec","nodev","relatime","rw"]}'
+    b=$(new_bundle c1 privileged "" "$(gf_marker_mount $GPU1),$cg" "" "$drm_args")
+    out=$(run_with "$shim" "$b" drm1)
+    check "GPU 1 opens" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "GPU 1's DRM node kept" has_line "$out" "/dev/dri/card1 ENXIO"
+    check "GPU 0's DRM node removed" has_line "$out" "/dev/dri/card0 ENOENT"
+    check "another vendor's DRM node kept" has_line "$out" "/dev/dri/card2 ENXIO"
+    check "GPU 0's DRM node denied via mknod" has_line "$out" "/tmp/d0 EPERM"
+    check "a GPU minor the driver has not created yet is denied" has_line "$out" "/tmp/n5 EPERM"
+    check "the cgroup filesystem is read-only" has_line "$out" "CGROUP=refused"
     ;;
   passthrough-commands)
     check "--version is runc's" test "$("$shim" --version)" = "$(runc --version)"

@@ -1,21 +1,34 @@
-// The spec edit, on literal config.json fragments.
+// The spec edit and the device-rule meaning, on literal config.json fragments.
 #include <gtest/gtest.h>
 
-#include "runtime/allocation.hpp"
+#include <map>
+
+#include "runtime/device_rules.hpp"
+#include "runtime/host_devices.hpp"
 #include "runtime/isolation.hpp"
 
 using namespace gpufence;
 
 namespace {
 
+constexpr const char* kProcDevices =
+    "Character devices:\n  1 mem\n  4 tty\n  5 /dev/tty\n 10 misc\n136 pts\n195 nvidia-frontend\n"
+    "226 drm\n510 nvidia-caps\n511 nvidia-uvm\n\nBlock devices:\n  7 loop\n  8 sd\n259 blkext\n";
+
 IsolationPlan grant_gpu1() {
   IsolationPlan plan;
-  plan.grant = {{"/dev/nvidia1", 195, 1}, {"/dev/nvidiactl", 195, 255}};
-  plan.deny_minors = {0, 2};
+  plan.grant = {
+      {"/dev/nvidia1", 195, 1}, {"/dev/nvidiactl", 195, 255}, {"/dev/nvidia-uvm", 511, 0}};
+  auto devices = parse_proc_devices(kProcDevices);
+  EXPECT_TRUE(devices);
+  plan.reserved_majors = nvidia_reserved_majors(*devices);
+  for (const auto& m : devices->character) plan.host_majors.character.push_back(m.major);
+  for (const auto& m : devices->block) plan.host_majors.block.push_back(m.major);
   plan.uuids = {"GPU-bbb"};
   return plan;
 }
 
+// What containerd's CRI writes for a privileged container: every host device, allow-all.
 Json privileged_spec() {
   return Json::parse(R"({
     "ociVersion": "1.0.2-dev",
@@ -23,12 +36,18 @@ Json privileged_spec() {
                 "capabilities": {"bounding": ["CAP_CHOWN", "CAP_SYS_ADMIN"]}},
     "root": {"path": "rootfs"},
     "hostname": "x",
+    "mounts": [{"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+                "options": ["nosuid", "noexec", "nodev", "relatime", "rw"]}],
     "linux": {
       "devices": [
         {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0},
         {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
         {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
-        {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}
+        {"path": "/dev/nvidia-caps/nvidia-cap1", "type": "c", "major": 510, "minor": 1},
+        {"path": "/dev/dri/card0", "type": "c", "major": 226, "minor": 0},
+        {"path": "/dev/dri/card2", "type": "c", "major": 226, "minor": 2},
+        {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229},
+        {"path": "/dev/sda", "type": "b", "major": 8, "minor": 0}
       ],
       "resources": {"devices": [{"allow": true, "access": "rwm"}]},
       "namespaces": [{"type": "pid"}]
@@ -36,65 +55,172 @@ Json privileged_spec() {
   })");
 }
 
-}  // namespace
-
-TEST(Isolation, PrivilegedSpecKeepsOnlyTheGrantedGpuAndDeniesTheRest) {
-  Json spec = privileged_spec();
-  auto r = isolate_spec(spec, grant_gpu1());
-  ASSERT_TRUE(r) << r.error().message;
-  EXPECT_TRUE(r->changed);
-  EXPECT_EQ(r->removed_nodes, (std::vector<std::string>{"/dev/nvidia0"}));
-  EXPECT_EQ(r->denied_minors, (std::vector<unsigned>{0, 2}));
-  std::vector<std::string> paths;
-  for (const auto& d : spec["linux"]["devices"]) paths.push_back(d["path"]);
-  EXPECT_EQ(paths, (std::vector<std::string>{"/dev/fuse", "/dev/nvidia1", "/dev/nvidiactl"}));
-  const Json& rules = spec["linux"]["resources"]["devices"];
-  ASSERT_EQ(rules.size(), 5u);
-  EXPECT_EQ(rules[0], Json::parse(R"({"allow": true, "access": "rwm"})"));
-  EXPECT_EQ(
-      rules[3],
-      Json::parse(R"({"allow": false, "type": "c", "major": 195, "minor": 0, "access": "rwm"})"));
-  EXPECT_EQ(rules[4]["minor"], 2);
-  EXPECT_EQ(get_env(spec, "NVIDIA_VISIBLE_DEVICES"), "GPU-bbb");
-  EXPECT_EQ(get_env(spec, "CUDA_VISIBLE_DEVICES"), "GPU-bbb");
-  // Untouched fields stay, in order.
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : spec.items()) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"ociVersion", "process", "root", "hostname", "linux"}));
-  EXPECT_EQ(spec["linux"]["namespaces"][0]["type"], "pid");
+std::vector<DeviceRule> rules_of(const Json& spec) {
+  auto r = parse_spec_device_rules(spec);
+  EXPECT_TRUE(r) << r.error().message;
+  return r ? *r : std::vector<DeviceRule>{};
 }
 
-TEST(Isolation, DefaultDenySpecLosesAllowsForUnallocatedGpusInsteadOfGainingDenies) {
+std::vector<std::string> device_paths(const Json& spec) {
+  std::vector<std::string> out;
+  for (const auto& d : spec["linux"]["devices"]) out.push_back(d["path"]);
+  return out;
+}
+
+}  // namespace
+
+TEST(DeviceRules, MeaningFollowsTheOciSpec) {
+  auto r = parse_device_rule(Json::parse(R"({"allow": true, "type": "c", "major": 195})"), "x");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(describe_device_rule(*r), "allow c 195:* rwm");
+  auto minus_one =
+      parse_device_rule(Json::parse(R"({"allow": true, "major": -1, "minor": null})"), "x");
+  ASSERT_TRUE(minus_one);
+  EXPECT_FALSE(minus_one->major) << "-1 is runc's wildcard";
+  EXPECT_EQ(minus_one->type, 'a');
+  std::vector<DeviceRule> rules = {
+      *minus_one, {false, 'c', 195u, std::nullopt, "rw"}, {true, 'c', 195u, 1u, "r"}};
+  EXPECT_FALSE(rules_allow_open(rules, 195, 0));
+  EXPECT_TRUE(rules_allow_open(rules, 195, 1)) << "last matching rule wins, per access bit";
+  EXPECT_EQ(effective_access(rules, 'c', 195, 1), "rm");
+  EXPECT_EQ(effective_access(rules, 'c', 195, 0), "m");
+  EXPECT_TRUE(rules_allow_open(rules, 10, 229));
+  EXPECT_FALSE(rules_allow_open({}, 1, 3)) << "the default is deny";
+}
+
+TEST(DeviceRules, BadRulesAreNamed) {
+  EXPECT_EQ(parse_device_rule(Json::parse(R"({"allow": "yes"})"), "r[2]").error().message,
+            "r[2].allow must be a boolean");
+  EXPECT_EQ(
+      parse_device_rule(Json::parse(R"({"allow": true, "major": "195"})"), "r[0]").error().message,
+      "r[0].major must be an integer or null");
+  EXPECT_EQ(
+      parse_device_rule(Json::parse(R"({"allow": true, "access": "rwx"})"), "r[1]").error().message,
+      "r[1].access 'rwx' is not a subset of rwm");
+  EXPECT_FALSE(parse_device_rule(Json::parse(R"({"allow": true, "type": "p"})"), "r"));
+}
+
+TEST(HostDevices, ProcDevicesAndReservedMajors) {
+  auto d = parse_proc_devices(kProcDevices);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->character.size(), 9u);
+  EXPECT_EQ(d->block.size(), 3u);
+  EXPECT_EQ(d->character[2].name, "/dev/tty");
+  EXPECT_EQ(nvidia_reserved_majors(*d), (std::set<unsigned>{195, 226, 510, 511}));
+  EXPECT_FALSE(parse_proc_devices("Character devices:\nxx mem\n"));
+  EXPECT_FALSE(parse_proc_devices("1 mem\n")) << "a line before any section";
+  EXPECT_FALSE(parse_proc_devices(""));
+}
+
+TEST(Isolation, PrivilegedSpecBecomesAWhitelistThatGrantsOnlyTheGpu) {
+  Json spec = privileged_spec();
+  IsolationPlan plan = grant_gpu1();
+  plan.keep = {{226, 2}};  // card2 belongs to another vendor's GPU
+  auto r = isolate_spec(spec, plan);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(r->changed);
+  EXPECT_TRUE(r->whitelisted);
+  EXPECT_EQ(device_paths(spec),
+            (std::vector<std::string>{"/dev/dri/card2", "/dev/fuse", "/dev/sda", "/dev/nvidia1",
+                                      "/dev/nvidiactl", "/dev/nvidia-uvm"}));
+  auto rules = rules_of(spec);
+  ASSERT_FALSE(rules.empty());
+  EXPECT_EQ(rules[0], (DeviceRule{false, 'a', std::nullopt, std::nullopt, "rwm"}));
+  for (size_t i = 1; i < rules.size(); ++i) {
+    EXPECT_TRUE(rules[i].allow) << "no deny after the first rule: "
+                                << describe_device_rule(rules[i]);
+    if (!rules[i].major) {
+      EXPECT_EQ(rules[i].access, "m") << describe_device_rule(rules[i]);
+    }
+  }
+  EXPECT_TRUE(rules_allow_open(rules, 195, 1));
+  EXPECT_TRUE(rules_allow_open(rules, 195, 255));
+  EXPECT_TRUE(rules_allow_open(rules, 511, 0));
+  EXPECT_FALSE(rules_allow_open(rules, 195, 0));
+  EXPECT_FALSE(rules_allow_open(rules, 195, 7)) << "a GPU node nvidia-modprobe creates later";
+  EXPECT_FALSE(rules_allow_open(rules, 195, 254)) << "nvidia-modeset was not granted";
+  EXPECT_FALSE(rules_allow_open(rules, 226, 0));
+  EXPECT_TRUE(rules_allow_open(rules, 226, 2));
+  EXPECT_FALSE(rules_allow_open(rules, 510, 1)) << "nvidia-caps";
+  EXPECT_TRUE(rules_allow_open(rules, 10, 229));
+  EXPECT_TRUE(rules_allow_open(rules, 4, 63)) << "every registered major stays open";
+  EXPECT_TRUE(effective_access(rules, 'b', 8, 3).find('r') != std::string::npos);
+  EXPECT_EQ(effective_access(rules, 'c', 195, 0), "m") << "mknod stays allowed, open does not";
+  // The cgroup filesystem is mounted read-only.
+  EXPECT_EQ(spec["mounts"][0]["options"],
+            Json::parse(R"(["nosuid", "noexec", "nodev", "relatime", "ro"])"));
+  EXPECT_EQ(get_env(spec, "NVIDIA_VISIBLE_DEVICES"), "GPU-bbb");
+  EXPECT_EQ(get_env(spec, "CUDA_VISIBLE_DEVICES"), "GPU-bbb");
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : spec.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"ociVersion", "process", "root", "hostname", "mounts",
+                                            "linux"}))
+      << "untouched fields stay, in order";
+}
+
+TEST(Isolation, DenyAfterAllowAllIsKeptByListingNodes) {
+  Json spec = privileged_spec();
+  spec["linux"]["resources"]["devices"] = Json::parse(R"([
+    {"allow": true, "access": "rwm"},
+    {"allow": false, "type": "c", "major": 10, "minor": 229, "access": "rwm"}])");
+  spec["linux"]["devices"].push_back(
+      Json::parse(R"({"path": "/dev/net/tun", "type": "c", "major": 10, "minor": 200})"));
+  auto r = isolate_spec(spec, grant_gpu1());
+  ASSERT_TRUE(r) << r.error().message;
+  auto rules = rules_of(spec);
+  EXPECT_FALSE(rules_allow_open(rules, 10, 229)) << "the spec's own deny survives";
+  EXPECT_TRUE(rules_allow_open(rules, 10, 200)) << "listed nodes of that major stay open";
+  EXPECT_TRUE(rules_allow_open(rules, 4, 1));
+}
+
+TEST(Isolation, WildcardCharAllowInADefaultDenySpecIsNarrowedToo) {
+  Json spec = Json::parse(R"({"linux": {"resources": {"devices": [
+      {"allow": false, "access": "rwm"}, {"allow": true, "type": "c", "access": "rwm"}]}}})");
+  auto r = isolate_spec(spec, grant_gpu1());
+  ASSERT_TRUE(r) << r.error().message;
+  auto rules = rules_of(spec);
+  EXPECT_FALSE(rules_allow_open(rules, 195, 0));
+  EXPECT_TRUE(rules_allow_open(rules, 195, 1));
+  EXPECT_TRUE(rules_allow_open(rules, 136, 3));
+  EXPECT_FALSE(effective_access(rules, 'b', 8, 0).find('r') != std::string::npos)
+      << "the spec gave no block devices";
+}
+
+TEST(Isolation, DefaultDenySpecLosesAllowsForReservedMajorsOnly) {
   Json spec = Json::parse(R"({
     "process": {"env": []},
     "linux": {"resources": {"devices": [
       {"allow": false, "access": "rwm"},
       {"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rw"},
       {"allow": true, "type": "c", "major": 195, "access": "rw"},
+      {"allow": true, "type": "c", "major": 510, "access": "rw"},
       {"allow": true, "type": "c", "access": "m"},
       {"allow": true, "type": "c", "major": 1, "minor": 3, "access": "rwm"}
     ]}}
   })");
   auto r = isolate_spec(spec, grant_gpu1());
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->removed_rules, 2u);
-  EXPECT_TRUE(r->denied_minors.empty());
-  const Json& rules = spec["linux"]["resources"]["devices"];
-  for (const auto& rule : rules)
-    EXPECT_TRUE(rule["allow"] == false || rule.value("minor", -1) != 0) << rule.dump();
-  EXPECT_EQ(rules.size(), 5u);  // deny-all, c *:* m, 1:3, allow 195:1, allow 195:255
-  EXPECT_EQ(
-      rules[3],
-      Json::parse(R"({"allow": true, "type": "c", "major": 195, "minor": 1, "access": "rwm"})"));
+  EXPECT_FALSE(r->whitelisted);
+  EXPECT_EQ(r->removed_rules, 3u);
+  auto rules = rules_of(spec);
+  EXPECT_EQ(rules.size(), 6u);  // deny-all, c *:* m, 1:3, then 195:1, 195:255, 511:0
+  EXPECT_EQ(describe_device_rule(rules[1]), "allow c *:* m");
+  EXPECT_EQ(describe_device_rule(rules[3]), "allow c 195:1 rwm");
+  EXPECT_FALSE(rules_allow_open(rules, 195, 0));
+  EXPECT_FALSE(rules_allow_open(rules, 510, 1));
 }
 
-TEST(Isolation, WildcardReadWriteAllowInDefaultDenySpecIsRefused) {
-  Json spec = Json::parse(R"({"linux": {"resources": {"devices": [
-      {"allow": false, "access": "rwm"}, {"allow": true, "type": "c", "access": "rwm"}]}}})");
+TEST(Isolation, KubeletDeviceSpecForTheGrantedGpuIsKept) {
+  Json spec = Json::parse(R"({"linux": {
+    "devices": [{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}],
+    "resources": {"devices": [{"allow": false, "access": "rwm"},
+      {"allow": true, "type": "c", "major": 195, "minor": 1, "access": "rw"}]}}})");
   auto r = isolate_spec(spec, grant_gpu1());
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, Errc::denied);
-  EXPECT_NE(r.error().message.find("allow c *:* rwm"), std::string::npos) << r.error().message;
+  ASSERT_TRUE(r);
+  auto rules = rules_of(spec);
+  EXPECT_TRUE(rules_allow_open(rules, 195, 1));
+  EXPECT_EQ(device_paths(spec),
+            (std::vector<std::string>{"/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"}));
 }
 
 TEST(Isolation, NothingGrantedNothingToChangeLeavesTheSpecAlone) {
@@ -102,7 +228,6 @@ TEST(Isolation, NothingGrantedNothingToChangeLeavesTheSpecAlone) {
       {"allow": false, "access": "rwm"}]}}})");
   Json before = spec;
   IsolationPlan plan;
-  plan.deny_minors = {0, 1};
   auto r = isolate_spec(spec, plan);
   ASSERT_TRUE(r);
   EXPECT_FALSE(r->changed);
@@ -113,17 +238,19 @@ TEST(Isolation, NothingGrantedNothingToChangeLeavesTheSpecAlone) {
   EXPECT_EQ(bare, bare_before) << "no linux/resources/devices sections are invented";
 }
 
-TEST(Isolation, NoGpuGrantedRewritesAllToVoid) {
+TEST(Isolation, PrivilegedWithNoGpuLosesEveryGpuAndItsControlNodes) {
   Json spec = privileged_spec();
-  IsolationPlan plan;
-  plan.deny_minors = {0, 1};
+  IsolationPlan plan = grant_gpu1();
+  plan.grant.clear();
+  plan.uuids.clear();
   auto r = isolate_spec(spec, plan);
   ASSERT_TRUE(r);
   EXPECT_EQ(get_env(spec, "NVIDIA_VISIBLE_DEVICES"), "void");
   EXPECT_FALSE(get_env(spec, "CUDA_VISIBLE_DEVICES").has_value());
-  EXPECT_EQ(r->denied_minors, (std::vector<unsigned>{0, 1}));
-  for (const auto& d : spec["linux"]["devices"])
-    EXPECT_FALSE(gpu_node_minor(d["path"].get<std::string>()));
+  EXPECT_EQ(device_paths(spec), (std::vector<std::string>{"/dev/fuse", "/dev/sda"}));
+  auto rules = rules_of(spec);
+  for (unsigned minor : {0u, 1u, 2u, 254u, 255u}) EXPECT_FALSE(rules_allow_open(rules, 195, minor));
+  EXPECT_FALSE(rules_allow_open(rules, 511, 0));
 }
 
 TEST(Isolation, GpuNodeMinor) {
@@ -134,53 +261,82 @@ TEST(Isolation, GpuNodeMinor) {
   EXPECT_FALSE(gpu_node_minor("/dev/nvidia"));
 }
 
-TEST(Allocation, ChannelsInOrderAndEnvTrust) {
-  RuntimeConfig cfg;
-  Json spec = Json::parse(R"({
-    "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]},
-    "annotations": {"cdi.k8s.io/gpufence": "nvidia.com/gpu=GPU-aaa,vendor.com/fpga=1", "other/x": "nvidia.com/gpu=1"},
-    "mounts": [{"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/GPU-bbb"}]
-  })");
-  auto req = find_allocation_request(spec, cfg, false);
-  ASSERT_TRUE(req);
-  EXPECT_EQ(req->channel, Channel::cdi_annotations);
-  ASSERT_EQ(req->tokens.size(), 1u);
-  EXPECT_EQ(req->tokens[0].uuid, "GPU-aaa");
+// runc 1.1's systemd cgroup driver (libcontainer/cgroups/systemd/common.go,
+// generateDeviceProperties), replayed on the rules gpufence emits: DevicePolicy=strict plus one
+// DeviceAllow per allow rule; a list that is a blacklist cannot be expressed at all. No systemd
+// runs on these machines, so its translation is what is tested. docs/device-cgroup.md
+namespace {
 
-  spec.erase("annotations");
-  req = find_allocation_request(spec, cfg, false);
-  EXPECT_EQ(req->channel, Channel::mount_markers);
-  EXPECT_EQ(req->tokens[0].uuid, "GPU-bbb");
+struct SystemdDevices {
+  bool blacklist = false;  // runc would fall back to a deny-all placeholder
+  std::vector<std::pair<std::string, std::string>> allow;  // DeviceAllow (path, perms)
+};
 
-  spec.erase("mounts");
-  req = find_allocation_request(spec, cfg, false);
-  EXPECT_EQ(req->channel, Channel::none) << "unprivileged env is not trusted";
-  EXPECT_NE(req->ignored.find("unprivileged"), std::string::npos);
-  req = find_allocation_request(spec, cfg, true);
-  EXPECT_EQ(req->channel, Channel::envvar);
-  EXPECT_EQ(req->tokens[0].index, 0u);
-
-  Json all = Json::parse(R"({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}})");
-  EXPECT_EQ(find_allocation_request(all, cfg, true)->channel, Channel::none)
-      << "image 'all' is not an allocation";
-  cfg.trusted_channels.push_back(TrustedChannel::envvar);
-  EXPECT_EQ(find_allocation_request(all, cfg, false)->channel, Channel::envvar);
+SystemdDevices runc_systemd_translation(const std::vector<DeviceRule>& rules,
+                                        const ProcDevices& proc,
+                                        const std::set<std::string>& existing_dev_paths) {
+  SystemdDevices out;
+  // The emulator: a wildcard "a *:*" rule resets the list to allow-all (blacklist) or deny-all.
+  std::vector<DeviceRule> list;
+  for (const auto& r : rules) {
+    if (r.type == 'a' && !r.major && !r.minor && r.access == "rwm") {
+      out.blacklist = r.allow;
+      list.clear();
+      continue;
+    }
+    list.push_back(r);
+  }
+  if (out.blacklist) return out;
+  for (const auto& r : list) {
+    if (!r.allow) continue;  // whitelist denies only remove entries
+    std::string path;
+    const auto& section = r.type == 'b' ? proc.block : proc.character;
+    std::string prefix = r.type == 'b' ? "block-" : "char-";
+    if (!r.major) {
+      if (r.minor) continue;  // "*:n" is not supported by systemd
+      path = prefix + "*";
+    } else if (!r.minor) {
+      auto it = std::find_if(section.begin(), section.end(),
+                             [&](const RegisteredMajor& m) { return m.major == *r.major; });
+      if (it == section.end()) continue;  // runc warns and skips it
+      path = prefix + it->name;
+    } else {
+      path = cat(r.type == 'b' ? "/dev/block/" : "/dev/char/", *r.major, ":", *r.minor);
+      if (!existing_dev_paths.contains(path)) continue;  // runc skips paths that do not exist
+    }
+    out.allow.emplace_back(path, r.access);
+  }
+  return out;
 }
 
-TEST(Allocation, MalformedIdsOnTrustedChannelsAreErrors) {
-  RuntimeConfig cfg;
-  Json bad_marker = Json::parse(
-      R"({"mounts": [{"source": "/dev/null", "destination": "/var/run/nvidia-container-devices/GPU-"}]})");
-  auto r = find_allocation_request(bad_marker, cfg, false);
-  ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("mount marker /var/run/nvidia-container-devices/GPU-"),
-            std::string::npos);
-  Json bad_ann = Json::parse(R"({"annotations": {"cdi.k8s.io/a": "nvidia.com/gpu=0:1"}})");
-  r = find_allocation_request(bad_ann, cfg, false);
-  ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("MIG is not supported yet"), std::string::npos);
-  Json not_marker = Json::parse(
-      R"({"mounts": [{"source": "/tmp/x", "destination": "/var/run/nvidia-container-devices/GPU-zzz"}]})");
-  EXPECT_EQ(find_allocation_request(not_marker, cfg, false)->channel, Channel::none)
-      << "only /dev/null sources are markers";
+}  // namespace
+
+TEST(SystemdDriver, PrivilegedSpecAsEmittedIsExpressibleAndGrantsExactlyTheGpu) {
+  auto proc = parse_proc_devices(kProcDevices);
+  ASSERT_TRUE(proc);
+  Json original = privileged_spec();
+  auto before = runc_systemd_translation(rules_of(original), *proc, {});
+  EXPECT_TRUE(before.blacklist) << "containerd's privileged rules are what systemd cannot say";
+
+  Json spec = privileged_spec();
+  ASSERT_TRUE(isolate_spec(spec, grant_gpu1()));
+  std::set<std::string> dev_char = {"/dev/char/195:0", "/dev/char/195:1", "/dev/char/195:255",
+                                    "/dev/char/511:0"};
+  auto sd = runc_systemd_translation(rules_of(spec), *proc, dev_char);
+  ASSERT_FALSE(sd.blacklist);
+  std::map<std::string, std::string> allow(sd.allow.begin(), sd.allow.end());
+  EXPECT_EQ(allow["/dev/char/195:1"], "rwm");
+  EXPECT_EQ(allow["/dev/char/195:255"], "rwm");
+  EXPECT_FALSE(allow.contains("/dev/char/195:0"));
+  EXPECT_FALSE(allow.contains("char-nvidia-frontend"));
+  EXPECT_FALSE(allow.contains("char-drm"));
+  EXPECT_FALSE(allow.contains("char-nvidia-caps"));
+  EXPECT_EQ(allow["char-*"], "m");
+  EXPECT_EQ(allow["char-misc"], "rwm");
+  EXPECT_EQ(allow["block-sd"], "rwm");
+  for (const auto& [path, perms] : sd.allow) {
+    if (path.ends_with("*")) {
+      EXPECT_EQ(perms, "m") << path;
+    }
+  }
 }

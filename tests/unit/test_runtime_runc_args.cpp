@@ -55,3 +55,31 @@ TEST(RuncArgs, MissingFlagValueIsAnError) {
   ASSERT_FALSE(inv);
   EXPECT_NE(inv.error().message.find("--bundle"), std::string::npos);
 }
+
+TEST(RuncArgs, GlobalLogFlagsAndSystemdCgroupAreRead) {
+  auto inv = parse_runc_args({"--root", "/run/containerd/runc/k8s.io", "--log", "/b/log.json",
+                              "--log-format", "json", "--systemd-cgroup", "create", "--bundle",
+                              "/b", "--pid-file", "/b/init.pid", "c1"});
+  ASSERT_TRUE(inv);
+  EXPECT_EQ(inv->log_path, "/b/log.json");
+  EXPECT_EQ(inv->log_format, "json");
+  EXPECT_TRUE(inv->systemd_cgroup);
+  EXPECT_EQ(inv->container_id, "c1");
+  auto eq =
+      parse_runc_args({"--log=/l", "--log-format=text", "--systemd-cgroup=false", "run", "x"});
+  ASSERT_TRUE(eq);
+  EXPECT_EQ(eq->log_path, "/l");
+  EXPECT_EQ(eq->log_format, "text");
+  EXPECT_FALSE(eq->systemd_cgroup);
+  EXPECT_EQ(parse_runc_args({"--log"})->subcommand, "") << "left to runc to report";
+}
+
+TEST(RuncArgs, RestoreCreatesFromTheSpecAndIsEdited) {
+  auto inv = parse_runc_args({"--root", "/r", "restore", "--image-path", "/ckpt", "--work-path",
+                              "/w", "--tcp-established", "--manage-cgroups-mode", "soft",
+                              "--bundle", "/b", "--detach", "c9"});
+  ASSERT_TRUE(inv);
+  EXPECT_TRUE(inv->edits_spec());
+  EXPECT_EQ(inv->bundle, "/b");
+  EXPECT_EQ(inv->container_id, "c9");
+}

@@ -1,0 +1,111 @@
+#include "cdi/spec_dirs.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "common/strings.hpp"
+
+namespace gpufence {
+
+std::vector<CdiSourceFile> read_cdi_spec_files(const HostFs& fs,
+                                               const std::vector<std::string>& dirs) {
+  std::vector<CdiSourceFile> out;
+  for (size_t priority = 0; priority < dirs.size(); ++priority) {
+    std::string dir = dirs[priority];
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    auto names = fs.list(dir);
+    if (!names) {
+      // A missing directory holds no specs (upstream skips ErrNotExist); any other failure is
+      // reported as an unreadable entry so the reader can say why nothing came from it.
+      if (names.error().code != Errc::not_found)
+        out.push_back({dir, priority, std::unexpected(names.error())});
+      continue;
+    }
+    for (const auto& name : *names) {
+      // Upstream's filter is the extension alone: ".yml" files are not specs to containerd.
+      if (!name.ends_with(".json") && !name.ends_with(".yaml")) continue;
+      std::string path = dir == "/" ? "/" + name : dir + "/" + name;
+      // Subdirectories are skipped; a symlink to a file is read through (filepath.Walk, lstat).
+      if (auto info = fs.stat(path); info && info->type == FileType::directory) continue;
+      out.push_back({path, priority, fs.read(path)});
+    }
+  }
+  return out;
+}
+
+Result<CdiSpecSet> parse_cdi_spec_files(const std::vector<CdiSourceFile>& files,
+                                        std::string_view kind) {
+  CdiSpecSet set;
+  for (const auto& file : files) {
+    if (!file.text) {
+      set.skipped.push_back({file.path, CdiSkip::unreadable, file.text.error().message});
+      continue;
+    }
+    // Read the kind first: only a file that says it is `kind` is judged.
+    auto doc = parse_cdi_document(*file.text, file.path);
+    if (!doc) {
+      set.skipped.push_back({file.path, CdiSkip::unreadable, doc.error().message});
+      continue;
+    }
+    auto file_kind = cdi_document_kind(*doc);
+    if (!file_kind) {
+      set.skipped.push_back({file.path, CdiSkip::unreadable, "no kind"});
+      continue;
+    }
+    if (*file_kind != kind) {
+      set.skipped.push_back({file.path, CdiSkip::other_kind, *file_kind});
+      continue;
+    }
+    auto spec = decode_cdi_spec(*doc, file.path);
+    if (!spec) return std::unexpected(spec.error().wrap("malformed CDI spec"));
+    set.specs.push_back({file.path, std::move(*spec), file.priority});
+  }
+  return set;
+}
+
+Result<CdiSpecSet> load_cdi_spec_dirs(const HostFs& fs, const std::vector<std::string>& dirs,
+                                      std::string_view kind) {
+  return parse_cdi_spec_files(read_cdi_spec_files(fs, dirs), kind);
+}
+
+std::vector<CdiDuplicateDevice> duplicate_cdi_devices(const std::vector<CdiSpecFile>& specs) {
+  // name -> (priority, path) of every file defining it, in reading order.
+  std::map<std::string, std::vector<std::pair<size_t, std::string>>> defined;
+  for (const auto& file : specs) {
+    for (const auto& d : file.spec.devices) defined[d.name].emplace_back(file.priority, file.path);
+  }
+  std::vector<CdiDuplicateDevice> out;
+  for (const auto& [name, files] : defined) {
+    if (files.size() < 2) continue;
+    size_t top = 0;
+    for (const auto& f : files) top = std::max(top, f.first);
+    CdiDuplicateDevice dup;
+    dup.name = name;
+    for (const auto& [priority, path] : files)
+      (priority == top ? dup.winners : dup.ignored).push_back(path);
+    dup.resolution = dup.winners.size() > 1 ? CdiDuplicateDevice::Resolution::conflict
+                                            : CdiDuplicateDevice::Resolution::overridden;
+    out.push_back(std::move(dup));
+  }
+  return out;
+}
+
+std::vector<CdiDuplicateDevice> apply_cdi_priority(std::vector<CdiSpecFile>& specs) {
+  auto duplicates = duplicate_cdi_devices(specs);
+  std::vector<CdiDuplicateDevice> removed;
+  for (const auto& dup : duplicates) {
+    if (dup.ignored.empty()) continue;
+    for (auto& file : specs) {
+      if (std::find(dup.ignored.begin(), dup.ignored.end(), file.path) == dup.ignored.end())
+        continue;
+      auto& devs = file.spec.devices;
+      devs.erase(std::remove_if(devs.begin(), devs.end(),
+                                [&](const CdiDevice& d) { return d.name == dup.name; }),
+                 devs.end());
+    }
+    removed.push_back(dup);
+  }
+  return removed;
+}
+
+}  // namespace gpufence

@@ -1,0 +1,176 @@
+// The shim's create flow through its seams: a fake host root (device nodes need mknod, so these
+// tests need root and skip without it) and an InventoryFactory that counts NVML opens.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "common/file.hpp"
+#include "runtime/shim.hpp"
+#include "support/fake_node.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+
+namespace {
+
+constexpr const char* kUuid0 = "GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01";
+constexpr const char* kUuid1 = "GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2";
+
+class ShimFlow : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to mknod fake GPU nodes (195:N)";
+    for (unsigned i = 0; i < 2; ++i) {
+      make_node("dev/nvidia" + std::to_string(i), 195, i);
+      std::string bus = "0000:0" + std::to_string(i + 1) + ":00.0";
+      m_root.write("proc/driver/nvidia/gpus/" + bus + "/information",
+                   cat("Model: \t\t Fake\nGPU UUID: \t ", i == 0 ? kUuid0 : kUuid1,
+                       "\nBus Location: \t ", bus, "\nDevice Minor: \t ", i, "\n"));
+    }
+    make_node("dev/nvidiactl", 195, 255);
+    m_root.write("proc/devices",
+                 "Character devices:\n  1 mem\n  4 tty\n 10 misc\n195 nvidia-frontend\n\n"
+                 "Block devices:\n  8 sd\n");
+    m_config.device_root = m_root.path().string();
+    m_config.log_file = "";
+    m_inventory.list = {gpu(0, kUuid0), gpu(1, kUuid1)};
+  }
+
+  static Gpu gpu(unsigned i, const char* uuid) {
+    Gpu g;
+    g.index = i;
+    g.minor = i;
+    g.uuid = uuid;
+    g.pci_bus_id = "00000000:0" + std::to_string(i + 1) + ":00.0";
+    return g;
+  }
+
+  void make_node(const std::string& rel, unsigned major, unsigned minor) {
+    auto path = m_root / rel;
+    std::filesystem::create_directories(path.parent_path());
+    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0666, makedev(major, minor)), 0) << path;
+  }
+
+  // Writes a bundle whose config.json is `spec` and runs prepare_bundle on it.
+  Result<ShimDecision> prepare(const Json& spec) {
+    m_bundle = m_dir.path() / ("b" + std::to_string(++m_count));
+    std::filesystem::create_directories(m_bundle);
+    m_text = spec.dump();
+    EXPECT_TRUE(write_file_atomic(m_bundle / "config.json", m_text));
+    ShimContext ctx{m_config, m_log,
+                    [this]() -> Result<std::unique_ptr<GpuInventory>> {
+                      ++m_nvml_opens;
+                      auto inv = std::make_unique<test::FakeInventory>();
+                      inv->list = m_inventory.list;
+                      return std::unique_ptr<GpuInventory>(std::move(inv));
+                    },
+                    "/usr/local/bin/gpufence-runtime"};
+    RuncInvocation inv;
+    inv.subcommand = "create";
+    inv.bundle = m_bundle.string();
+    inv.container_id = "c" + std::to_string(m_count);
+    return prepare_bundle(inv, ctx);
+  }
+
+  Json written() { return Json::parse(read_file(m_bundle / "config.json").value_or("null")); }
+  bool untouched() { return read_file(m_bundle / "config.json").value_or("") == m_text; }
+
+  test::TempDir m_root, m_dir;
+  RuntimeConfig m_config;
+  Logger m_log{LogLevel::off};
+  test::FakeInventory m_inventory;
+  int m_nvml_opens = 0;
+  int m_count = 0;
+  std::filesystem::path m_bundle;
+  std::string m_text;
+};
+
+Json unprivileged() {
+  return Json::parse(R"({"ociVersion": "1.0.2", "process": {"env": ["PATH=/bin"]},
+    "root": {"path": "rootfs"}, "mounts": [],
+    "linux": {"resources": {"devices": [{"allow": false, "access": "rwm"}]}}})");
+}
+
+}  // namespace
+
+TEST_F(ShimFlow, UuidAllocationsResolveFromTheDriverWithoutOpeningNvml) {
+  Json spec = unprivileged();
+  spec["annotations"]["cdi.k8s.io/gpufence_x"] = std::string("nvidia.com/gpu=") + kUuid1;
+  auto d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(m_nvml_opens, 0);
+  EXPECT_EQ(d->inventory_source, "driver-procfs");
+  EXPECT_EQ(d->granted, (std::vector<std::string>{kUuid1}));
+  Json out = written();
+  ASSERT_EQ(out["linux"]["devices"].size(), 2u);
+  EXPECT_EQ(out["linux"]["devices"][0]["path"], "/dev/nvidia1");
+  EXPECT_EQ(out["linux"]["devices"][1]["path"], "/dev/nvidiactl");
+  // The driver-procfs hook, with its own environment and a timeout.
+  const Json& hook = out["hooks"]["createContainer"][0];
+  EXPECT_EQ(hook["path"], "/usr/local/bin/gpufence-runtime");
+  EXPECT_EQ(hook["env"], Json::parse(R"(["PATH=/usr/sbin:/usr/bin:/sbin:/bin"])"));
+  EXPECT_GT(hook["timeout"].get<int>(), 0);
+}
+
+TEST_F(ShimFlow, IndicesNeedNvmlsNumbering) {
+  Json spec = unprivileged();
+  spec["annotations"]["cdi.k8s.io/gpufence_x"] = "nvidia.com/gpu=1";
+  auto d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(m_nvml_opens, 1);
+  EXPECT_EQ(d->inventory_source, "nvml");
+  EXPECT_EQ(d->granted, (std::vector<std::string>{kUuid1}));
+}
+
+TEST_F(ShimFlow, AContainerThatAsksForNothingIsLeftByteForByte) {
+  auto d = prepare(unprivileged());
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(m_nvml_opens, 0);
+  EXPECT_FALSE(d->spec_changed);
+  EXPECT_TRUE(untouched());
+}
+
+TEST_F(ShimFlow, RefusalsLeaveConfigJsonAsItWas) {
+  Json spec = unprivileged();
+  spec["annotations"]["cdi.k8s.io/gpufence_x"] = "nvidia.com/gpu=GPU-deadbeef";
+  auto d = prepare(spec);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("GPU-deadbeef"), std::string::npos) << d.error().message;
+  EXPECT_TRUE(untouched());
+
+  Json bad = unprivileged();
+  bad["process"]["env"] = Json::array({"PATH=/bin", 7});
+  d = prepare(bad);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("process.env[1] must be a string"), std::string::npos)
+      << d.error().message;
+  EXPECT_TRUE(untouched());
+}
+
+TEST_F(ShimFlow, PrivilegedSpecNeedsTheHostsMajorsToBeNarrowed) {
+  Json spec = unprivileged();
+  spec["linux"]["resources"]["devices"] = Json::parse(R"([{"allow": true, "access": "rwm"}])");
+  auto d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_TRUE(d->privileged);
+  EXPECT_TRUE(d->whitelisted);
+  std::filesystem::remove(m_root / "proc/devices");
+  d = prepare(spec);
+  ASSERT_FALSE(d) << "fail closed: no whitelist can be written";
+  EXPECT_NE(d.error().message.find("device majors"), std::string::npos) << d.error().message;
+  EXPECT_TRUE(untouched());
+}
+
+TEST_F(ShimFlow, EveryHookGetsAFixedEnvironment) {
+  Json spec = unprivileged();
+  spec["hooks"]["prestart"] = Json::parse(R"([{"path": "/usr/bin/other-vendor-hook"},
+      {"path": "/usr/bin/with-env", "env": ["A=1"], "timeout": 5}])");
+  auto d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  Json out = written();
+  EXPECT_EQ(out["hooks"]["prestart"][0]["env"],
+            Json::parse(R"(["PATH=/usr/sbin:/usr/bin:/sbin:/bin"])"));
+  EXPECT_EQ(out["hooks"]["prestart"][1]["env"], Json::parse(R"(["A=1"])")) << "its own env stays";
+  EXPECT_EQ(out["hooks"]["prestart"][1]["timeout"], 5);
+}
