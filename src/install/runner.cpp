@@ -5,7 +5,13 @@
 namespace gpufence {
 
 Result<ProcessResult> SystemProcessRunner::run(const std::vector<std::string>& argv) {
-  return run_process(argv);
+  // A restart that hangs (a unit stuck stopping) must not hang install: systemd's own default
+  // stop timeout is 90 s (DefaultTimeoutStopSec), so two minutes is past any honest restart.
+  ProcessOptions opt;
+  opt.timeout = std::chrono::minutes(2);
+  auto res = run_process(argv, opt);
+  if (res && res->timed_out) return fail(Errc::io, "`", argv.front(), "` timed out after 2 min");
+  return res;
 }
 
 std::vector<std::string> host_command(HostExec how, const std::vector<std::string>& argv) {

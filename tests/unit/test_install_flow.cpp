@@ -19,6 +19,13 @@ namespace {
 namespace fs = std::filesystem;
 using test::TempDir;
 
+ProcessResult exited(int code, std::string out) {
+  ProcessResult r;
+  r.exit_code = code;
+  r.out = std::move(out);
+  return r;
+}
+
 // A containerd that reads `config` (a real path) when restarted and answers CRI with what it
 // read. k3s/rke2 templates: the `{{ template "base" . }}` line stands for k3s's own config.
 class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
@@ -35,16 +42,16 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
   Result<ProcessResult> run(const std::vector<std::string>& argv) override {
     if (argv.back() == "--gpufence-help") {  // install's check that the copied shim starts
       smoke_tests.push_back(argv);
-      if (binary_runs) return ProcessResult{0, "gpufence-runtime: usage"};
-      return ProcessResult{1,
-                           "/usr/local/bin/gpufence-runtime: /lib/x86_64-linux-gnu/libc.so.6: "
-                           "version `GLIBC_2.36' not found"};
+      if (binary_runs) return exited(0, "gpufence-runtime: usage");
+      return exited(1,
+                    "/usr/local/bin/gpufence-runtime: /lib/x86_64-linux-gnu/libc.so.6: "
+                    "version `GLIBC_2.36' not found");
     }
     commands.push_back(argv);
-    if (restart_fails) return ProcessResult{1, "Job for containerd.service failed."};
+    if (restart_fails) return exited(1, "Job for containerd.service failed.");
     m_up = comes_back;
     load();
-    return ProcessResult{0, ""};
+    return exited(0, "");
   }
 
   Result<std::vector<LoadedRuntime>> loaded_runtimes(const std::string& socket,
