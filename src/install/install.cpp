@@ -180,6 +180,15 @@ bool edit_containerd_config(Run& r, ConfigEdit& edit) {
   };
   auto plan = plan_containerd_setup(so, read);
   if (!plan) return r.failed("containerd config", plan.error().message);
+  // What setup saw already wrong in the file (left alone) is worth a line; its advice to
+  // restart is not: install restarts containerd itself.
+  for (const auto& note : plan->notes) {
+    if (note.starts_with("restart ")) continue;
+    std::string text = note;  // named as the host names it, not under our --host-root
+    if (auto at = text.find(so.config_path); at != std::string::npos)
+      text.replace(at, so.config_path.size(), r.layout.config_path);
+    r.report.notes.push_back(text);
+  }
   if (plan->changes.empty()) {
     r.step("containerd config", Outcome::unchanged,
            cat(r.layout.config_path, " already has runtime ", r.opt.runtime_name));

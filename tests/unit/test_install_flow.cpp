@@ -281,6 +281,24 @@ TEST(InstallFlow, Microk8sTemplateGetsTheHandlerAndSnapRestart) {
             (n.host / "var/snap/microk8s/common/run/containerd.sock").string());
   std::string tmpl = slurp(n.host / "var/snap/microk8s/current/args/containerd-template.toml");
   EXPECT_NE(tmpl.find("${SNAP_DATA}"), std::string::npos) << "placeholders stay for microk8s";
+  // setup's "restart microk8s" advice is not passed on: install restarted it.
+  EXPECT_EQ(render_install_report(report).find("note: restart"), std::string::npos);
+}
+
+TEST(InstallFlow, WhatSetupFindsWrongInTheFileReachesTheScreen) {
+  Node n;
+  // The seed's snippet: its nvidia runtime sits under the v1 linux plugin, where the CRI plugin
+  // never looks. setup leaves that section alone and says so; install shows it.
+  n.dir.write("host/etc/containerd/config.toml",
+              slurp(test::source_path("tests/fixtures/containerd/seed-snippet.toml")));
+  n.start_containerd("/etc/containerd/config.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  std::string screen = render_install_report(report);
+  EXPECT_NE(screen.find("note: already in /etc/containerd/config.toml (left alone)"),
+            std::string::npos)
+      << screen;
+  EXPECT_NE(screen.find("io.containerd.runtime.v1.linux"), std::string::npos) << screen;
 }
 
 TEST(InstallFlow, K3sAgentTemplateIsCreatedAndK3sAgentRestarted) {
