@@ -40,6 +40,7 @@ struct InstallArgs {
               state_file = "/etc/gpufence/install-state.json", cdi = "generate",
               cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = ":9402";
   double ready_timeout = 60, interval = 30;
+  int host_pid = 1;
   int config_version = 0;
   bool watch = false;
 };
@@ -56,6 +57,9 @@ void add_common_flags(CLI::App* c, InstallArgs& a) {
   c->add_option("--host-exec", a.host_exec,
                 "How host commands run: auto (direct with --host-root /, else nsenter), direct, "
                 "nsenter (into PID 1's namespaces; needs hostPID)")
+      ->capture_default_str();
+  c->add_option("--host-pid", a.host_pid,
+                "--host-exec nsenter: the process whose namespaces are the host's")
       ->capture_default_str();
   c->add_option("--runtime-link", a.runtime_link, "Host path containerd's BinaryName names")
       ->capture_default_str();
@@ -86,6 +90,8 @@ Result<InstallOptions> to_options(const InstallArgs& a, const Context& ctx) {
     o.host_exec = HostExec::nsenter;
   else
     return fail(Errc::invalid_argument, "--host-exec: '", a.host_exec, "' (auto, direct, nsenter)");
+  if (a.host_pid < 1) return fail(Errc::invalid_argument, "--host-pid must be a process id");
+  o.host_pid = a.host_pid;
   o.runtime_name = a.runtime_name;
   o.binary.source = a.runtime_source;
   o.binary.link = a.runtime_link;

@@ -106,7 +106,7 @@ bool smoke_test_binary(Run& r) {
   std::string path = r.opt.host_exec == HostExec::nsenter
                          ? r.opt.binary.link
                          : r.env.host.resolve(r.binary_target).string();
-  auto argv = host_command(r.opt.host_exec, {path, "--gpufence-help"});
+  auto argv = host_command(r.opt.host_exec, {path, "--gpufence-help"}, r.opt.host_pid);
   auto res = r.env.runner.run(argv);
   if (!res) return r.failed("runtime binary", res.error().message);
   if (res->exit_code != 0)
@@ -246,7 +246,7 @@ bool has_handler(const std::vector<LoadedRuntime>& loaded, const std::string& na
 }
 
 Status restart_containerd(Run& r) {
-  auto argv = host_command(r.opt.host_exec, r.layout.restart);
+  auto argv = host_command(r.opt.host_exec, r.layout.restart, r.opt.host_pid);
   auto res = r.env.runner.run(argv);
   if (!res) return std::unexpected(res.error());
   if (res->exit_code != 0)
@@ -396,7 +396,8 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
       if (edit.changed) roll_back(r, edit, state);
       return finish();
     }
-    r.step("restart", Outcome::changed, shell_words(host_command(opt.host_exec, r.layout.restart)));
+    r.step("restart", Outcome::changed,
+           shell_words(host_command(opt.host_exec, r.layout.restart, opt.host_pid)));
   }
 
   // Step 7: the running containerd, not the file, is the proof.
@@ -500,7 +501,8 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
       r.failed("restart", rs.error().message);
       return finish();
     }
-    r.step("restart", Outcome::changed, shell_words(host_command(opt.host_exec, r.layout.restart)));
+    r.step("restart", Outcome::changed,
+           shell_words(host_command(opt.host_exec, r.layout.restart, opt.host_pid)));
     auto running = wait_ready(r);
     if (!running) {
       r.failed("verify", running.error().message);

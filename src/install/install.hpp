@@ -25,6 +25,7 @@ struct InstallOptions {
   std::string socket;                        // host path; the distribution's when empty
   std::vector<std::string> restart_command;  // the distribution's when empty
   HostExec host_exec = HostExec::direct;
+  int host_pid = 1;  // nsenter's target: a process in the host's namespaces
   std::string runtime_name = "nvidia";
   std::optional<int> config_version;  // for a new config (setup's --config-version)
   BinaryInstallOptions binary;

@@ -14,9 +14,10 @@ Result<ProcessResult> SystemProcessRunner::run(const std::vector<std::string>& a
   return res;
 }
 
-std::vector<std::string> host_command(HostExec how, const std::vector<std::string>& argv) {
+std::vector<std::string> host_command(HostExec how, const std::vector<std::string>& argv, int pid) {
   if (how == HostExec::direct) return argv;
-  std::vector<std::string> out = {"nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--"};
+  std::vector<std::string> out = {"nsenter", "-t", std::to_string(pid), "-m", "-u", "-i", "-n",
+                                  "-p",      "--"};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }

@@ -34,7 +34,9 @@ class SystemProcessRunner final : public ProcessRunner {
 //            chroot ("Running in chroot, ignoring request") — docs/install.md.
 enum class HostExec { direct, nsenter };
 
-std::vector<std::string> host_command(HostExec how, const std::vector<std::string>& argv);
+// `pid`: whose namespaces nsenter joins (1, the host's init, in a DaemonSet with hostPID).
+std::vector<std::string> host_command(HostExec how, const std::vector<std::string>& argv,
+                                      int pid = 1);
 
 struct LoadedRuntime {
   std::string name;
