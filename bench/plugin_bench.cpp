@@ -2,13 +2,21 @@
 // - Allocate round-trip latency over the Unix socket, p50/p99 of 10,000 calls, 8 GPUs;
 // - the daemon's RSS and anonymous memory (/proc/<pid>/smaps_rollup) after start, after 1,000
 //   and after 10,000 Allocates, beside a bare gRPC C++ server as the baseline;
-// - time from an injected XID to the kubelet seeing the GPU Unhealthy.
+// - time from an injected XID to the kubelet seeing the GPU Unhealthy;
+// - under a hung nvmlDeviceGetUUID (the mock's hang injection): time until the kubelet sees the
+//   GPUs Unhealthy, Allocate round trip, re-registration after a kubelet restart, SIGTERM to exit;
+// - /healthz round trip with 31 idle clients connected to the metrics port.
 // Usage: bench_plugin [CALLS]
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <regex>
 
 #include "support/test_support.hpp"
 #include "test_kubelet.hpp"
@@ -42,6 +50,110 @@ std::string mib(long kb) {
 double percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   return v[static_cast<size_t>(p * (v.size() - 1))];
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int connect_port(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// The plugin under a hung NVML: 2 GPUs, no event stream (the monitor polls nvmlDeviceGetUUID),
+// a 1 s deadline. Prints what the kubelet sees.
+int hung_nvml_phase(const test::TempDir& dir) {
+  auto plugin_dir = dir / "hung-plugins";
+  std::filesystem::create_directories(plugin_dir);
+  auto events = dir.write("hung-events", "");
+  auto cfg = test::mock_gpus(2);
+  cfg["events_file"] = events.string();
+  cfg["fail"] = {{"nvmlEventSetWait_v2", 999}};
+  auto config = dir.write("hung-nvml.json", cfg.dump());
+  test::TestKubelet kubelet(plugin_dir);
+  kubelet.start();
+  test::Subprocess plugin(
+      {test::bin_path("gpufence-device-plugin"), "--plugin-dir", plugin_dir.string(),
+       "--nvml-timeout", "1s", "--metrics-address", "127.0.0.1:0"},
+      {"MOCK_NVML_CONFIG=" + config.string(), "GPUFENCE_NVML_LIBRARY=" + test::mock_nvml_library()},
+      (dir / "hung-plugin.log").string());
+  auto both = [](const test::TestKubelet::Devices& d, const char* h) {
+    return d.size() == 2 && d.at(test::mock_uuid(0)) == h && d.at(test::mock_uuid(1)) == h;
+  };
+  if (!kubelet.wait_devices([&](const auto& d) { return both(d, "Healthy"); }, 10s)) {
+    std::cerr << "hung phase: plugin did not register\n";
+    return 1;
+  }
+  // /healthz beside 31 idle clients.
+  std::smatch m;
+  std::string log = slurp(dir / "hung-plugin.log");
+  if (!std::regex_search(log, m, std::regex("event=plugin.metrics .*port=(\\d+)"))) return 1;
+  int port = std::stoi(m[1]);
+  std::vector<int> idle;
+  for (int i = 0; i < 31; ++i) idle.push_back(connect_port(port));
+  std::vector<double> healthz_ms;
+  for (int i = 0; i < 20; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    int fd = connect_port(port);
+    std::string req = "GET /healthz HTTP/1.0\r\n\r\n";
+    [[maybe_unused]] auto w = ::write(fd, req.data(), req.size());
+    char buf[512];
+    std::string out;
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    if (out.find("200 OK") == std::string::npos) return 1;
+    healthz_ms.push_back(ms_since(t0));
+  }
+  for (int fd : idle) ::close(fd);
+
+  auto t_hang = std::chrono::steady_clock::now();
+  std::ofstream(events, std::ios::app) << "{\"hang\": \"nvmlDeviceGetUUID\"}\n";
+  if (!kubelet.wait_devices([&](const auto& d) { return both(d, "Unhealthy"); }, 10s)) {
+    std::cerr << "hung phase: GPUs never became Unhealthy\n";
+    return 1;
+  }
+  double unhealthy_ms = ms_since(t_hang);
+  std::vector<double> alloc_us;
+  for (int i = 0; i < 100; ++i) {
+    v1beta1::AllocateResponse resp;
+    auto t0 = std::chrono::steady_clock::now();
+    auto st = kubelet.allocate({{test::mock_uuid(0)}}, &resp);  // refused: Unhealthy
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return 1;
+    alloc_us.push_back(ms_since(t0) * 1000);
+  }
+  kubelet.stop();
+  auto t_restart = std::chrono::steady_clock::now();
+  kubelet.start();
+  if (!kubelet.wait_registrations(2, 10s)) return 1;
+  double rereg_ms = ms_since(t_restart);
+  auto t_term = std::chrono::steady_clock::now();
+  int code = plugin.signal_and_wait(SIGTERM, 10s);
+  double term_ms = ms_since(t_term);
+  std::printf("/healthz with 31 idle clients connected, 20 calls: median %.2f ms, max %.2f ms\n",
+              percentile(healthz_ms, 0.5), percentile(healthz_ms, 1.0));
+  std::printf(
+      "hung nvmlDeviceGetUUID (deadline 1 s): kubelet sees both GPUs Unhealthy after %.0f ms\n",
+      unhealthy_ms);
+  std::printf("  Allocate round trip meanwhile, 100 calls: p50 %.0f us, max %.0f us\n",
+              percentile(alloc_us, 0.5), percentile(alloc_us, 1.0));
+  std::printf("  kubelet restart -> registered again: %.0f ms\n", rereg_ms);
+  std::printf("  SIGTERM -> exit (code %d): %.0f ms\n", code, term_ms);
+  return 0;
 }
 
 }  // namespace
@@ -127,5 +239,5 @@ int main(int argc, char** argv) {
               mib(after_all.anon_kb).c_str());
   std::printf("XID injected -> kubelet sees Unhealthy, 10 samples: median %.0f ms, max %.0f ms\n",
               percentile(xid_ms, 0.5), percentile(xid_ms, 1.0));
-  return 0;
+  return hung_nvml_phase(dir);
 }

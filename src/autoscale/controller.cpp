@@ -1,68 +1,87 @@
 #include "autoscale/controller.hpp"
 
-#include <set>
-
 #include "common/file.hpp"
 #include "common/strings.hpp"
 
 namespace gpufence {
 namespace {
 
-std::string url_escape(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '/')
-      out += static_cast<char>(c);
-    else
-      out += cat("%", "0123456789ABCDEF"[c >> 4], "0123456789ABCDEF"[c & 15]);
-  }
-  return out;
+ScaleEvent describe_scale(const ReconcileResult& r) {
+  ScaleEvent e;
+  e.reason = r.desired > r.current ? "ScaledUp" : "ScaledDown";
+  e.note = cat("replicas ", r.current, " -> ", r.desired, ": ", r.reason, "; free GPUs ",
+               r.free_gpus, " on ", r.capacity.schedulable_nodes, " of ", r.capacity.nodes,
+               " node(s), ", r.gpus_per_pod, " per pod");
+  return e;
 }
 
 }  // namespace
 
-Result<long> free_gpus(KubeClient& kube, const std::string& node_selector,
-                       const std::string& resource) {
-  auto nodes =
-      kube.get("/api/v1/nodes" +
-               (node_selector.empty() ? "" : "?labelSelector=" + url_escape(node_selector)));
-  if (!nodes) return std::unexpected(nodes.error());
-  long allocatable = 0;
-  std::set<std::string> names;
-  for (const auto& n : nodes->value("items", nlohmann::json::array())) {
-    names.insert(n.value("metadata", nlohmann::json::object()).value("name", ""));
-    allocatable += resource_quantity(
-        n.value("status", nlohmann::json::object()).value("allocatable", nlohmann::json::object()),
-        resource);
-  }
-  auto pods = kube.get("/api/v1/pods");
-  if (!pods) return std::unexpected(pods.error());
-  long used = 0;
-  for (const auto& p : pods->value("items", nlohmann::json::array())) {
-    std::string phase = p.value("status", nlohmann::json::object()).value("phase", "");
-    if (phase == "Succeeded" || phase == "Failed") continue;
-    auto spec = p.value("spec", nlohmann::json::object());
-    std::string node = spec.value("nodeName", "");
-    if (!node.empty() && !names.contains(node)) continue;
-    for (const auto& c : spec.value("containers", nlohmann::json::array())) {
-      used += resource_quantity(
-          c.value("resources", nlohmann::json::object()).value("limits", nlohmann::json::object()),
-          resource);
-    }
-  }
-  return std::max(0L, allocatable - used);
+ClusterSource cluster_from_lists(KubeClient& kube, const std::string& node_selector) {
+  // The watch's own list (every page, restarted on an expired continue token), without the watch.
+  return [&kube, node_selector]() -> Result<ClusterView> {
+    WatchCache nodes(kube, "/api/v1/nodes", WatchOptions{node_selector, "", 500, {}, {}});
+    WatchCache pods(kube, "/api/v1/pods", WatchOptions{"", kLivePods, 500, {}, {}});
+    if (auto st = nodes.relist(); !st) return std::unexpected(st.error());
+    if (auto st = pods.relist(); !st) return std::unexpected(st.error());
+    return ClusterView{nodes.items().value(), pods.items().value()};
+  };
+}
+
+ClusterWatch::ClusterWatch(KubeClient& kube, const std::string& node_selector)
+    : m_nodes(kube, "/api/v1/nodes",
+              WatchOptions{node_selector, "", 500, std::chrono::seconds(300), project_node}),
+      m_pods(kube, "/api/v1/pods",
+             WatchOptions{"", kLivePods, 500, std::chrono::seconds(300), project_pod}) {}
+
+Status ClusterWatch::start() {
+  auto nodes = m_nodes.relist();
+  auto pods = m_pods.relist();
+  m_nodes.start();
+  m_pods.start();
+  if (!nodes) return nodes;
+  return pods;
+}
+
+void ClusterWatch::stop() {
+  m_nodes.stop();
+  m_pods.stop();
+}
+
+ClusterSource ClusterWatch::source() {
+  return [this]() -> Result<ClusterView> {
+    auto nodes = m_nodes.items();
+    if (!nodes) return std::unexpected(nodes.error());
+    auto pods = m_pods.items();
+    if (!pods) return std::unexpected(pods.error());
+    return ClusterView{std::move(*nodes), std::move(*pods)};
+  };
 }
 
 Result<ReconcileResult> reconcile(KubeClient& kube, const AutoscaleOptions& opt,
-                                  const StreamSource& streams, Stabilizer& stabilizer,
-                                  SteadyTime now) {
+                                  const StreamSource& streams, const ClusterSource& cluster,
+                                  Stabilizer& stabilizer, SteadyTime now,
+                                  const EventSource* events) {
   ReconcileResult out;
+  // 1. Demand.
   auto demand = streams();
   if (!demand) return std::unexpected(demand.error().wrap("stream demand"));
   out.streams = *demand;
-  auto capacity = free_gpus(kube, opt.node_selector, opt.resource);
-  if (!capacity) return std::unexpected(capacity.error().wrap("free GPU capacity"));
-  out.free_gpus = *capacity;
+  // 2. The Deployment: what one pod requests, where it may run, how many it asked for.
+  auto deployment =
+      kube.get(cat("/apis/apps/v1/namespaces/", opt.ns, "/deployments/", opt.deployment));
+  if (!deployment) return std::unexpected(deployment.error().wrap("read Deployment"));
+  auto dv = deployment_view(*deployment, opt.resource);
+  if (!dv) return std::unexpected(dv.error());
+  out.gpus_per_pod = dv->pod.gpus;
+  out.deployment = *dv;
+  // 3. Capacity new pods can use: schedulable nodes only, whole pods per node, minus what
+  //    pending pods and not-yet-created replicas will take.
+  auto view = cluster();
+  if (!view) return std::unexpected(view.error().wrap("free GPU capacity"));
+  out.capacity = free_capacity(view->nodes, view->pods, *dv, opt.resource);
+  out.free_gpus = out.capacity.free_gpus;
+  // 4. Recommend, stabilise, write with optimistic concurrency.
   const std::string path =
       cat("/apis/apps/v1/namespaces/", opt.ns, "/deployments/", opt.deployment, "/scale");
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -70,8 +89,9 @@ Result<ReconcileResult> reconcile(KubeClient& kube, const AutoscaleOptions& opt,
     if (!scale) return std::unexpected(scale.error().wrap("read scale"));
     out.current = scale->value("spec", nlohmann::json::object()).value("replicas", 0L);
     auto rec = recommend({out.streams, opt.streams_per_pod, out.current, opt.min_replicas,
-                          opt.max_replicas, opt.gpus_per_pod, out.free_gpus, 0.1});
+                          opt.max_replicas, out.gpus_per_pod, out.free_gpus, 0.1});
     out.reason = rec.reason;
+    out.capped = rec.capped_by_gpus;
     // Only the first attempt feeds the stabiliser: a retry is the same decision, re-applied.
     out.desired = attempt == 0 ? stabilizer.stabilize(rec.replicas, out.current, now) : out.desired;
     if (out.desired == out.current || opt.dry_run) return out;
@@ -79,6 +99,11 @@ Result<ReconcileResult> reconcile(KubeClient& kube, const AutoscaleOptions& opt,
     auto written = kube.request("PUT", path, scale->dump());
     if (written) {
       out.scaled = true;
+      // 5. Say so where users look (kubectl describe/events); a failure here changes nothing.
+      if (events) {
+        if (auto st = post_scale_event(kube, *dv, *events, describe_scale(out)); !st)
+          out.event_error = st.error().message;
+      }
       return out;
     }
     if (written.error().code != Errc::conflict)
@@ -87,6 +112,52 @@ Result<ReconcileResult> reconcile(KubeClient& kube, const AutoscaleOptions& opt,
   }
   return fail(Errc::conflict, "scale of ", opt.ns, "/", opt.deployment,
               " kept changing under us (3 conflicts)");
+}
+
+Controller::Controller(KubeClient& kube, AutoscaleOptions opt, StreamSource streams,
+                       ClusterSource cluster, EventSource events, std::optional<LeaseOptions> lease)
+    : m_kube(kube),
+      m_opt(std::move(opt)),
+      m_streams(std::move(streams)),
+      m_cluster(std::move(cluster)),
+      m_events(std::move(events)) {
+  if (lease) m_elector.emplace(kube, std::move(*lease));
+}
+
+Controller::Step Controller::step(SteadyTime now) {
+  Step s;
+  if (m_elector) {
+    auto leading = m_elector->try_acquire_or_renew(now);
+    if (!leading) {
+      s.leader = false;
+      s.error = leading.error();
+      return s;
+    }
+    s.leader = *leading;
+    s.holder = m_elector->holder();
+    if (!s.leader) return s;
+  }
+  auto r = reconcile(m_kube, m_opt, m_streams, m_cluster, m_stabilizer, now, &m_events);
+  if (!r) {
+    s.error = r.error();
+    return s;
+  }
+  // Demand the GPUs cannot meet is a decision too (not to scale further): one Warning when it
+  // starts, so `kubectl describe` says why the Deployment stays short, without one per period.
+  if (r->capped && !m_capped && !m_opt.dry_run) {
+    ScaleEvent e{"Warning", "ScaleUpCappedByGpus",
+                 cat(r->reason, "; free GPUs ", r->free_gpus, " on ", r->capacity.schedulable_nodes,
+                     " of ", r->capacity.nodes, " node(s)")};
+    if (auto st = post_scale_event(m_kube, r->deployment, m_events, e); !st)
+      r->event_error = st.error().message;
+  }
+  m_capped = r->capped;
+  s.result = std::move(*r);
+  return s;
+}
+
+Status Controller::shutdown() {
+  return m_elector ? m_elector->release() : Status{};
 }
 
 StreamSource streams_from_configmap(KubeClient& kube, const std::string& spec) {

@@ -7,6 +7,7 @@
 #include "cdi/hook_defaults.hpp"
 #include "cdi/ldcache.hpp"
 #include "common/strings.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 namespace {
@@ -27,8 +28,6 @@ const std::vector<std::string> kExpectedLibraries = {
 const std::vector<std::string> kLibraryDirs = {"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu",
                                                "/usr/lib64", "/lib64", "/usr/lib"};
 const std::vector<std::string> kUtilities = {"/usr/bin/nvidia-smi", "/usr/bin/nvidia-debugdump"};
-const std::vector<std::string> kControlNodes = {"/dev/nvidiactl", "/dev/nvidia-uvm",
-                                                "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
 
 std::string join_root(const std::string& root, const std::string& path) {
   if (root.empty() || root == "/") return path;
@@ -93,7 +92,8 @@ Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vecto
   CdiContainerEdits& e = spec.edits;
   // The legacy NVIDIA hook must not inject devices again (NVIDIA container toolkit PR #395).
   e.env.push_back("NVIDIA_VISIBLE_DEVICES=void");
-  for (const auto& path : kControlNodes) {
+  for (const auto& control : kControlNodes) {
+    std::string path(control.path);
     auto info = host.stat(path);
     if (info && info->type == FileType::char_device) {
       e.device_nodes.push_back(

@@ -1,4 +1,7 @@
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -15,14 +18,51 @@ void on_stop(int) {
   g_stop = 1;
 }
 
+// Who this replica is in the Lease and in Events: the pod's name (the Downward API's POD_NAME, or
+// HOSTNAME, which a pod's hostname defaults to) plus the pid, as client-go adds a unique part.
+std::string default_identity() {
+  const char* pod = std::getenv("POD_NAME");
+  if (!pod || !*pod) pod = std::getenv("HOSTNAME");
+  char host[256] = "gpufence-autoscale";
+  if (!pod || !*pod) {
+    if (::gethostname(host, sizeof host) == 0) host[sizeof host - 1] = '\0';
+    pod = host;
+  }
+  return std::string(pod) + "_" + std::to_string(::getpid());
+}
+
+void print_step(const std::string& deployment, const Controller::Step& s, bool dry_run) {
+  if (s.error) {
+    std::cerr << "gpufence autoscale: " << s.error->message << " (nothing changed)" << std::endl;
+    return;
+  }
+  if (!s.leader) {
+    std::cout << "gpufence autoscale: standby: the lease is held by " << s.holder << std::endl;
+    return;
+  }
+  const auto& r = *s.result;
+  std::cout << "gpufence autoscale: " << deployment << ": " << r.reason << "; free GPUs "
+            << r.free_gpus << " on " << r.capacity.schedulable_nodes << "/" << r.capacity.nodes
+            << " node(s), " << r.gpus_per_pod << " per pod; replicas " << r.current << " -> "
+            << r.desired
+            << (r.scaled                            ? " (scaled)"
+                : dry_run && r.desired != r.current ? " (dry run)"
+                                                    : "")
+            << std::endl;
+  for (const auto& why : r.capacity.skipped)
+    std::cout << "gpufence autoscale:   skipped node " << why << std::endl;
+  if (!r.event_error.empty())
+    std::cerr << "gpufence autoscale: " << r.event_error << " (the scale stands)" << std::endl;
+}
+
 }  // namespace
 
 std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
   struct Args {
     AutoscaleOptions opt;
-    std::string deployment, streams_file, streams_configmap, kubeconfig;
-    bool in_cluster = false, once = false;
-    int period = 15;
+    std::string deployment, streams_file, streams_configmap, kubeconfig, lease, identity;
+    bool in_cluster = false, once = false, no_leader_election = false;
+    int period = 15, lease_duration = 0;
   };
   auto args = std::make_shared<Args>();
   auto* a = app.add_subcommand(
@@ -30,8 +70,6 @@ std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
       "Scale a DeepStream Deployment by stream demand, never past the free GPU capacity");
   a->add_option("--deployment", args->deployment, "NAMESPACE/NAME of the Deployment")->required();
   a->add_option("--streams-per-pod", args->opt.streams_per_pod, "Streams one pod handles")
-      ->capture_default_str();
-  a->add_option("--gpus-per-pod", args->opt.gpus_per_pod, "nvidia.com/gpu each pod requests")
       ->capture_default_str();
   a->add_option("--min", args->opt.min_replicas, "Fewest replicas")->capture_default_str();
   a->add_option("--max", args->opt.max_replicas, "Most replicas")->capture_default_str();
@@ -42,6 +80,16 @@ std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
   a->add_option("--node-selector", args->opt.node_selector,
                 "Label selector of the GPU nodes (default: all nodes)");
   a->add_option("--period", args->period, "Seconds between reconciles")->capture_default_str();
+  a->add_option("--lease", args->lease,
+                "NAMESPACE/NAME of the coordination.k8s.io Lease replicas elect a leader on "
+                "(default: the Deployment's namespace, gpufence-autoscale-NAME)");
+  a->add_option("--lease-duration", args->lease_duration,
+                "Seconds a leader's Lease lasts unrenewed (default: 3 periods, at least 15)");
+  a->add_option("--identity", args->identity,
+                "This replica's name in the Lease and Events (default: $POD_NAME or hostname, "
+                "and the pid)");
+  a->add_flag("--no-leader-election", args->no_leader_election,
+              "Scale without holding the Lease (only when a single replica runs)");
   a->add_flag("--once", args->once, "Reconcile once and exit");
   a->add_flag("--dry-run", args->opt.dry_run, "Say what would be done, write nothing");
   a->add_option("--kubeconfig", args->kubeconfig, "kubeconfig (else --in-cluster)");
@@ -52,10 +100,12 @@ std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
       "      --streams-configmap video/streams:count --max 2\n"
       "desired = ceil(streams / streams-per-pod) within [min, max], skipped inside a 10 % band, "
       "capped\n"
-      "by free nvidia.com/gpu (allocatable minus requested, Pending pods included); scale-down "
-      "waits\n"
-      "for the highest recommendation of 5 minutes, scale-up at most max(100 %, 4 pods) per "
-      "period.");
+      "by the GPUs new pods can use: nodes that are Ready, not cordoned, matching the template's\n"
+      "nodeSelector and with every NoSchedule/NoExecute taint tolerated; allocatable minus the\n"
+      "effective requests of their pods, in whole pods (GPUs per pod from the template), minus\n"
+      "pending pods and replicas not created yet. Scale-down waits for the highest recommendation\n"
+      "of 5 minutes, scale-up at most max(100 %, 4 pods) per period. Only the Lease holder "
+      "scales.");
 
   return {{a, [args, &ctx]() -> int {
              (void)ctx;
@@ -71,6 +121,27 @@ std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
                             "--streams-configmap\n";
                return 2;
              }
+             std::optional<LeaseOptions> lease;
+             if (!args->no_leader_election) {
+               LeaseOptions l;
+               std::string spec = args->lease.empty()
+                                      ? args->opt.ns + "/gpufence-autoscale-" + args->opt.deployment
+                                      : args->lease;
+               auto ls = spec.find('/');
+               if (ls == std::string::npos || ls == 0 || ls + 1 == spec.size()) {
+                 std::cerr << "gpufence autoscale: --lease wants NAMESPACE/NAME, got '" << spec
+                           << "'\n";
+                 return 2;
+               }
+               l.ns = spec.substr(0, ls);
+               l.name = spec.substr(ls + 1);
+               l.identity = args->identity.empty() ? default_identity() : args->identity;
+               // Longer than a period, or the leader's own renewals would lapse between them.
+               l.duration = std::chrono::seconds(args->lease_duration > 0
+                                                     ? args->lease_duration
+                                                     : std::max(15, 3 * std::max(1, args->period)));
+               lease = l;
+             }
              auto creds = load_credentials(args->in_cluster ? std::string() : args->kubeconfig);
              if (!creds) {
                std::cerr << "gpufence autoscale: " << creds.error().message << "\n";
@@ -80,32 +151,38 @@ std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
              StreamSource source = args->streams_file.empty()
                                        ? streams_from_configmap(*kube, args->streams_configmap)
                                        : streams_from_file(args->streams_file);
-             Stabilizer stabilizer;
+             // --once lists; a loop keeps nodes and pods by list + watch instead of listing the
+             // cluster's pods every period.
+             std::unique_ptr<ClusterWatch> watch;
+             ClusterSource cluster;
+             if (args->once) {
+               cluster = cluster_from_lists(*kube, args->opt.node_selector);
+             } else {
+               watch = std::make_unique<ClusterWatch>(*kube, args->opt.node_selector);
+               if (auto st = watch->start(); !st)
+                 std::cerr << "gpufence autoscale: " << st.error().message
+                           << " (retrying in the background)" << std::endl;
+               cluster = watch->source();
+             }
+             EventSource events;
+             events.instance = lease ? lease->identity : default_identity();
+             Controller controller(*kube, args->opt, source, cluster, events, lease);
              std::signal(SIGTERM, on_stop);
              std::signal(SIGINT, on_stop);
              int failures = 0;
              while (true) {
-               auto r = reconcile(*kube, args->opt, source, stabilizer,
-                                  std::chrono::steady_clock::now());
-               if (r) {
-                 failures = 0;
-                 std::cout << "gpufence autoscale: " << args->deployment << ": " << r->reason
-                           << "; free GPUs " << r->free_gpus << "; replicas " << r->current
-                           << " -> " << r->desired
-                           << (r->scaled                                       ? " (scaled)"
-                               : args->opt.dry_run && r->desired != r->current ? " (dry run)"
-                                                                               : "")
-                           << std::endl;
-               } else {
-                 ++failures;
-                 std::cerr << "gpufence autoscale: " << r.error().message << " (nothing changed)"
-                           << std::endl;
-               }
-               if (args->once) return r ? 0 : 1;
+               auto s = controller.step(std::chrono::steady_clock::now());
+               print_step(args->deployment, s, args->opt.dry_run);
+               failures = s.error ? failures + 1 : 0;
+               if (args->once || g_stop) break;
                for (int i = 0; i < args->period * 10 && !g_stop; ++i)
                  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-               if (g_stop) return failures ? 1 : 0;
+               if (g_stop) break;
              }
+             if (auto st = controller.shutdown(); !st)
+               std::cerr << "gpufence autoscale: " << st.error().message << std::endl;
+             if (watch) watch->stop();
+             return failures ? 1 : 0;
            }}};
 }
 

@@ -1,3 +1,4 @@
+#include <filesystem>
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -61,8 +62,20 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
              GatherOptions opt = args->gather;
              if (!args->pod_resources_socket.empty())
                opt.pod_resources_sockets = {args->pod_resources_socket};
-             if (!args->containerd_config.empty())
-               opt.containerd_configs = {args->containerd_config};
+             if (!args->containerd_config.empty()) {
+               std::string cfg = args->containerd_config;
+               if (!std::filesystem::path(cfg).is_absolute()) {
+                 // A relative path is the user's current directory, not "/" (only without
+                 // --host-root: there the path must be the host's, absolute).
+                 if (std::filesystem::path(ctx.host_root) != "/") {
+                   std::cerr << "gpufence doctor: --containerd-config " << cfg
+                             << " is relative: with --host-root, give the host path\n";
+                   return 2;
+                 }
+                 cfg = std::filesystem::absolute(cfg).lexically_normal().string();
+               }
+               opt.containerd_configs = {cfg};
+             }
              if (!args->handlers.empty()) opt.handlers = args->handlers;
              opt.runc_roots.insert(opt.runc_roots.end(), args->runc_roots.begin(),
                                    args->runc_roots.end());

@@ -32,7 +32,8 @@ Status process_config(const std::filesystem::path& path, size_t allocated, Confi
   job.done.insert(path.string());
   auto text = read_file(path);
   if (!text) return std::unexpected(text.error());
-  auto rw = rewrite_gpu_ids(*text, allocated, path.string());
+  const ConfigFormat format = config_format(path.string());
+  auto rw = rewrite_gpu_ids(format, *text, allocated, path.string());
   if (!rw) return std::unexpected(rw.error());
   std::map<std::string, std::string> renames;
   for (const auto& ref : rw->referenced) {
@@ -44,7 +45,12 @@ Status process_config(const std::filesystem::path& path, size_t allocated, Confi
     if (auto it = job.copies.find(child.string()); it != job.copies.end())
       renames[ref] = it->second;
   }
-  std::string out = renames.empty() ? rw->text : rename_config_refs(rw->text, renames);
+  std::string out = rw->text;
+  if (!renames.empty()) {
+    auto renamed = rename_config_refs(format, rw->text, renames, path.string());
+    if (!renamed) return std::unexpected(renamed.error());
+    out = *renamed;
+  }
   job.rewritten += rw->changed;
   if (out == *text) return {};
   if (auto st = write_file_atomic(path, out); st) return {};
@@ -80,10 +86,12 @@ std::vector<Command> add_launch_command(CLI::App& app, Context& ctx) {
   l->footer(
       "Example (container command):\n"
       "  gpufence launch --config /opt/app/ds.txt -- deepstream-app -c /opt/app/ds.txt\n"
-      "It sets CUDA_VISIBLE_DEVICES to the allocated UUIDs, rewrites gpu-id=N to count within\n"
-      "them (0 with one GPU), writes a copy under $TMPDIR when a config is read-only (and passes\n"
-      "the copy's path to the app), and refuses to start (exit 1) if the container can open more\n"
-      "GPUs than it was allocated.");
+      "It sets CUDA_VISIBLE_DEVICES to the allocated UUIDs, rewrites gpu-id values (key files and\n"
+      ".yml/.yaml configs) to count within them (0 with one GPU), changing only the values that\n"
+      "change, writes a copy under $TMPDIR when a config is read-only (and passes the copy's path\n"
+      "to the app), and refuses to start (exit 1) if the container can open more GPUs than it was\n"
+      "allocated, or (exit 2) if CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES and the mount\n"
+      "markers name different GPUs.");
 
   auto app_remaining = [l](const std::shared_ptr<Args>&) { return l->remaining(); };
   return {

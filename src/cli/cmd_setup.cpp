@@ -35,6 +35,21 @@ void print_findings(const std::vector<Finding>& findings, std::ostream& out) {
   }
 }
 
+// A --config/--drop-in path as a host path: relative ones are taken from the current directory
+// (not from "/"); under another --host-root only absolute host paths make sense.
+Result<std::string> host_path_arg(const std::string& value, const std::string& flag,
+                                  const std::string& host_root) {
+  if (value.empty() || std::filesystem::path(value).is_absolute()) return value;
+  if (!host_root.empty() && std::filesystem::path(host_root) != "/") {
+    return fail(Errc::invalid_argument, flag, " ", value,
+                " is relative: with --host-root, give the path on the host (absolute)");
+  }
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(value, ec);
+  if (ec) return fail(Errc::invalid_argument, flag, " ", value, ": ", ec.message());
+  return abs.lexically_normal().string();
+}
+
 nlohmann::json findings_json(const std::vector<Finding>& findings) {
   auto arr = nlohmann::json::array();
   for (const auto& f : findings) {
@@ -58,13 +73,14 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
   struct SetupArgs {
     std::string flavor = "containerd", config, runtime_name = "nvidia",
                 binary = installed_runtime(), drop_in;
-    bool set_as_default = false, dry_run = false;
+    bool set_as_default = false, include_node_agents = false, dry_run = false;
     int version = 0;
   };
   auto args = std::make_shared<SetupArgs>();
   auto* sc = setup->add_subcommand(
       "containerd", "Add a runtime handler that runs gpufence-runtime to containerd's config");
-  sc->add_option("--flavor", args->flavor, "containerd, microk8s or k3s (picks the config file)")
+  sc->add_option("--flavor", args->flavor,
+                 "containerd, microk8s, k3s or rke2 (picks the config file)")
       ->capture_default_str();
   sc->add_option("--config", args->config, "Config file to edit (default per flavor)");
   sc->add_option("--runtime-name", args->runtime_name, "Handler name (the RuntimeClass's handler)")
@@ -77,15 +93,22 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
   sc->add_option("--drop-in", args->drop_in,
                  "Version 3 only: drop-in path (default <config dir>/conf.d/99-gpufence.toml)");
   sc->add_flag("--set-as-default", args->set_as_default,
-               "Also make it containerd's default runtime");
+               "Also make it containerd's default runtime (needs --include-node-agents)");
+  sc->add_flag("--include-node-agents", args->include_node_agents,
+               "Accept that with --set-as-default the node agents' own pods (the device plugin: "
+               "privileged, no GPU request) run gpufence-runtime too and lose every GPU unless "
+               "they use a RuntimeClass whose handler is plain runc");
   sc->add_flag("--dry-run", args->dry_run, "Print the diff, change nothing");
   sc->footer(
       "Examples:\n"
       "  gpufence setup containerd --dry-run\n"
       "  gpufence setup containerd --flavor microk8s --runtime-name nvidia\n"
       "Versions 1 and 2 are edited in place (containerd 1.x replaces whole plugin sections from\n"
-      "imports); version 3 gets a drop-in listed in imports. A backup is kept; running twice\n"
-      "changes nothing. Prints the matching RuntimeClass manifest.");
+      "imports); version 3 gets a drop-in listed in imports. Only the lines it adds change; a\n"
+      "backup is kept (never overwritten); a symlinked config stays a symlink; running twice\n"
+      "changes nothing. k3s/rke2: a block in config.toml.tmpl (config-v3.toml.tmpl for\n"
+      "containerd 2.x), renamed when k3s renders a runtime of that name itself. Prints the\n"
+      "matching RuntimeClass manifest. Honours --host-root.");
 
   // gpufence setup check-containerd
   struct CheckArgs {
@@ -96,7 +119,8 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
   auto check = std::make_shared<CheckArgs>();
   auto* cc = setup->add_subcommand(
       "check-containerd", "Report every problem in a containerd config for GPU pods, with the fix");
-  cc->add_option("--flavor", check->flavor, "containerd, microk8s or k3s")->capture_default_str();
+  cc->add_option("--flavor", check->flavor, "containerd, microk8s, k3s or rke2")
+      ->capture_default_str();
   cc->add_option("--config", check->config, "Config file (default per flavor, under --host-root)");
   cc->add_option("--handler", check->handlers,
                  "RuntimeClass handler that must exist (repeatable; default nvidia)");
@@ -112,21 +136,39 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
       std::cerr << "gpufence setup containerd: " << flavor.error().message << "\n";
       return 2;
     }
+    auto config = host_path_arg(args->config, "--config", ctx.host_root);
+    auto drop_in = host_path_arg(args->drop_in, "--drop-in", ctx.host_root);
+    if (!config || !drop_in) {
+      std::cerr << "gpufence setup containerd: "
+                << (config ? drop_in.error() : config.error()).message << "\n";
+      return 2;
+    }
     SetupOptions opt;
     opt.flavor = *flavor;
-    opt.config_path = args->config;
+    opt.config_path = *config;
     opt.runtime_name = args->runtime_name;
     opt.binary = args->binary;
     opt.set_as_default = args->set_as_default;
-    opt.drop_in_path = args->drop_in;
+    opt.node_agents =
+        args->include_node_agents ? DefaultForNodeAgents::accept : DefaultForNodeAgents::refuse;
+    opt.drop_in_path = *drop_in;
     if (args->version) opt.version = args->version;
-    ReadFile read = [](const std::string& path) -> Result<std::optional<std::string>> {
-      auto text = read_file(path);
+    HostFs host(ctx.host_root);
+    ReadFile read = [&host](const std::string& path) -> Result<std::optional<std::string>> {
+      auto text = host.read(path);
       if (text) return std::optional<std::string>(std::move(*text));
       if (text.error().code == Errc::not_found) return std::optional<std::string>{};
       return std::unexpected(text.error());
     };
-    auto plan = plan_containerd_setup(opt, read);
+    IsExecutable executable = [&host](const std::string& path) {
+      auto info = host.stat(path);
+      // A link (update-alternatives) may point outside --host-root from here: k3s would follow
+      // it on the host, so it counts.
+      return info &&
+             (info->type == FileType::symlink || (info->type != FileType::directory &&
+                                                  ::access(host.resolve(path).c_str(), X_OK) == 0));
+    };
+    auto plan = plan_containerd_setup(opt, read, executable);
     if (!plan) {
       std::cerr << "gpufence setup containerd: " << plan.error().message << "\n";
       return 2;
@@ -137,10 +179,10 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
       if (diff) std::cout << *diff;
     }
     if (plan->changes.empty())
-      std::cout << "containerd already has runtime '" << opt.runtime_name
+      std::cout << "containerd already has runtime '" << plan->handler_name
                 << "': nothing to change\n";
     if (!args->dry_run && !plan->changes.empty()) {
-      auto backups = apply_setup_plan(*plan);
+      auto backups = apply_setup_plan(*plan, host);
       if (!backups) {
         std::cerr << "gpufence setup containerd: " << backups.error().message << "\n";
         return 2;
@@ -152,7 +194,7 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
     }
     for (const auto& note : plan->notes) std::cout << "note: " << note << "\n";
     std::cout << "\n# RuntimeClass for pods to use it (kubectl apply -f -):\n"
-              << runtime_class_manifest(opt.runtime_name);
+              << runtime_class_manifest(plan->handler_name);
     return 0;
   };
 
@@ -163,13 +205,19 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
       return 2;
     }
     HostFs host(ctx.host_root);
-    std::string path = check->config.empty() ? default_config_path(*flavor) : check->config;
+    auto config = host_path_arg(check->config, "--config", ctx.host_root);
+    if (!config) {
+      std::cerr << "gpufence setup check-containerd: " << config.error().message << "\n";
+      return 2;
+    }
+    std::string path = config->empty() ? default_config_path(*flavor) : *config;
     auto text = host.read(path);
     if (!text) {
       std::cerr << "gpufence setup check-containerd: " << text.error().message << "\n";
       return 2;
     }
-    if (*flavor == Flavor::k3s && text->find("{{") != std::string::npos) {
+    if ((*flavor == Flavor::k3s || *flavor == Flavor::rke2) &&
+        text->find("{{") != std::string::npos) {
       std::cerr << "gpufence setup check-containerd: " << path
                 << " is a Go template; check the config k3s renders from it "
                    "(/var/lib/rancher/k3s/agent/etc/containerd/config.toml)\n";

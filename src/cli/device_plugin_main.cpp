@@ -1,4 +1,5 @@
 // gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu.
+#include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -21,6 +22,26 @@ int fail_startup(const std::string& message) {
   return 2;
 }
 
+// Whether SIGTERM/SIGINT is pending on the signalfd (it stays readable until read).
+bool stop_requested(int sfd) {
+  pollfd fd{sfd, POLLIN, 0};
+  return ::poll(&fd, 1, 0) == 1;
+}
+
+// Ends the process with `code`. While a call is stuck in NVML, the thread inside it can be
+// neither joined nor cancelled, and nothing it may touch (the NvmlInventory, the loaded library)
+// may be destroyed under it; so once the kubelet-facing cleanup is done (streams ended, socket
+// removed, both done by DevicePlugin::run before it returns) the process leaves with _exit and
+// runs no destructors. Otherwise it returns `code` for main to return normally.
+int leave(int code, NvmlWatchdog& nvml, Logger& log) {
+  if (nvml.wait_idle(std::chrono::milliseconds(0))) return code;
+  log.warn("plugin.nvml_abandoned",
+           {{"call", nvml.overdue_call().value_or("an NVML call in flight")},
+            {"action", "exit without waiting for it"}});
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -31,11 +52,15 @@ int main(int argc, char** argv) try {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Read from the start, so a SIGTERM during a hung NVML start-up still ends the plugin.
+  int sfd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);
+  if (sfd < 0) return fail_startup("signalfd failed");
 
   PluginOptions opt;
   std::string id_strategy = "uuid", list_strategy = "device-specs,volume-mounts,cdi-annotations";
   std::string nvml_library, log_file, log_level = "info", metrics_address, ignore_xids,
-                                      recovery = "off";
+                                      recovery = "off", reregister_after = "30s",
+                                      nvml_timeout = "10s";
   bool no_cuda_env = false, disable_health = false;
 
   CLI::App app{
@@ -72,6 +97,14 @@ int main(int argc, char** argv) try {
   app.add_option("--health-recovery", recovery,
                  "Mark an XID-Unhealthy GPU Healthy again after this long without a new critical "
                  "XID (e.g. 10m); off by default")
+      ->capture_default_str();
+  app.add_option("--nvml-timeout", nvml_timeout,
+                 "An NVML call that takes longer counts as hung: the GPU it was for becomes "
+                 "Unhealthy (start-up calls get 6x as long)")
+      ->capture_default_str();
+  app.add_option("--reregister-after", reregister_after,
+                 "Register again when no kubelet ListAndWatch stream has been open this long "
+                 "(off: never)")
       ->capture_default_str();
   app.add_option("--metrics-address", metrics_address,
                  "Serve Prometheus /metrics and /healthz on HOST:PORT (e.g. :9400)");
@@ -117,14 +150,31 @@ int main(int argc, char** argv) try {
       return fail_startup("DP_DISABLE_HEALTHCHECKS: " + extra.error().message);
   }
   opt.health.enabled = !disable_health;
+  auto rereg = parse_duration(reregister_after);
+  if (!rereg) return fail_startup("--reregister-after: " + rereg.error().message);
+  opt.reregister_after = *rereg;
+  auto timeout = parse_duration(nvml_timeout);
+  if (!timeout || !*timeout)
+    return fail_startup("--nvml-timeout: " +
+                        (timeout ? std::string("must not be off") : timeout.error().message));
+  opt.nvml_timeout = **timeout;
 
-  auto nvml = NvmlInventory::open(nvml_library_path(nvml_library), HostFs(opt.host_root));
-  if (!nvml) return fail_startup(nvml.error().message);
+  // Every NVML call, nvmlInit_v2 first, runs on the watchdog's thread with a deadline.
+  NvmlWatchdog watchdog(opt.nvml_timeout);
+  auto nvml = watchdog.call<Result<std::unique_ptr<NvmlInventory>>>(
+      "nvmlInit_v2",
+      [library = nvml_library_path(nvml_library), root = opt.host_root] {
+        return NvmlInventory::open(library, HostFs(root));
+      },
+      sfd, opt.nvml_timeout * 6);
+  if (!nvml && stop_requested(sfd)) return leave(0, watchdog, log);
+  if (!nvml) return leave(fail_startup(nvml.error().message), watchdog, log);
 
   PluginMetrics metrics;
-  PluginContext ctx{opt, log, **nvml, metrics};
-  auto plugin = DevicePlugin::create(ctx);
-  if (!plugin) return fail_startup(plugin.error().message);
+  PluginContext ctx{opt, log, **nvml, watchdog, metrics};
+  auto plugin = DevicePlugin::create(ctx, sfd);
+  if (!plugin && stop_requested(sfd)) return leave(0, watchdog, log);
+  if (!plugin) return leave(fail_startup(plugin.error().message), watchdog, log);
 
   MetricsServer http;
   if (!metrics_address.empty()) {
@@ -136,15 +186,21 @@ int main(int argc, char** argv) try {
              {{"address", metrics_address}, {"port", std::to_string(http.port())}});
   }
 
-  int sfd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);
-  if (sfd < 0) return fail_startup("signalfd failed");
   auto st = (*plugin)->run(sfd);
   http.stop();
-  if (!st) {
-    log.error("plugin.failed", {{"error", st.error().message}});
-    return 1;
-  }
-  return 0;
+  if (!st) log.error("plugin.failed", {{"error", st.error().message}});
+  int code = st ? 0 : 1;
+  plugin->reset();
+  // nvmlShutdown can hang like any NVML call: unload on the watchdog, with a short deadline.
+  NvmlInventory* inventory = nvml->release();
+  (void)watchdog.call<Status>(
+      "nvmlShutdown",
+      [inventory] {
+        delete inventory;
+        return Status{};
+      },
+      -1, std::chrono::seconds(1));
+  return leave(code, watchdog, log);
 } catch (const std::exception& e) {
   std::cerr << "gpufence-device-plugin: internal error: " << e.what() << "\n";
   return 2;

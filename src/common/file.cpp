@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <string>
+
 namespace gpufence {
 namespace {
 
@@ -65,6 +67,59 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
     if (dir.fd >= 0) ::fsync(dir.fd);
   }
   return {};
+}
+
+Result<std::filesystem::path> write_target_through_links(const std::filesystem::path& path,
+                                                         const std::filesystem::path& root) {
+  std::filesystem::path current = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st {};
+    if (::lstat(current.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return current;
+    std::error_code ec;
+    std::filesystem::path target = std::filesystem::read_symlink(current, ec);
+    if (ec) return fail(Errc::io, "readlink ", current.native(), ": ", ec.message());
+    if (target.is_absolute()) {
+      current = root.native() == "/" ? target : root / target.relative_path();
+    } else {
+      current = current.parent_path() / target;
+    }
+  }
+  return fail(Errc::io, path.native(), ": more than 40 symbolic links");
+}
+
+Result<std::filesystem::path> write_backup_exclusive(const std::filesystem::path& path,
+                                                     std::string_view content,
+                                                     std::string_view stamp) {
+  mode_t mode = 0600;  // a config may hold registry credentials: keep the original's mode
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) mode = st.st_mode & 0777;
+  const std::string base = path.native() + ".bak-" + std::string(stamp);
+  for (int n = 0; n < 1000; ++n) {
+    std::string name = n == 0 ? base : base + "." + std::to_string(n);
+    Fd f{::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)};
+    if (f.fd < 0) {
+      if (errno == EEXIST) continue;
+      return fail_errno("create backup", name);
+    }
+    size_t done = 0;
+    while (done < content.size()) {
+      ssize_t w = ::write(f.fd, content.data() + done, content.size() - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        auto err = fail_errno("write backup", name);
+        ::unlink(name.c_str());
+        return err;
+      }
+      done += static_cast<size_t>(w);
+    }
+    if (::fchmod(f.fd, mode) != 0 || ::fsync(f.fd) != 0) {
+      auto err = fail_errno("fsync backup", name);
+      ::unlink(name.c_str());
+      return err;
+    }
+    return std::filesystem::path(name);
+  }
+  return fail(Errc::io, base, ": 1000 backups with this time stamp already exist");
 }
 
 }  // namespace gpufence

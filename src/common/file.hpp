@@ -19,4 +19,17 @@ enum class Durability { fsync, none };
 Status write_file_atomic(const std::filesystem::path& path, std::string_view content,
                          Durability durability = Durability::fsync);
 
+// Where a write meant for `path` must land so that a symlink stays a symlink: follows links in
+// the last component (at most 40), an absolute target taken under `root` (--host-root). Returns
+// `path` itself when it is not a link or does not exist.
+Result<std::filesystem::path> write_target_through_links(const std::filesystem::path& path,
+                                                         const std::filesystem::path& root = "/");
+
+// Keeps `content` in a new file "<path>.bak-<stamp>" (".1", ".2", ... appended when taken),
+// created with O_CREAT|O_EXCL so no existing file, earlier backup or planted link is ever
+// replaced or followed; written and fsynced before it returns the name.
+Result<std::filesystem::path> write_backup_exclusive(const std::filesystem::path& path,
+                                                     std::string_view content,
+                                                     std::string_view stamp);
+
 }  // namespace gpufence

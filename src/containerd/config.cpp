@@ -1,5 +1,6 @@
 #include "containerd/config.hpp"
 
+#include <fnmatch.h>
 #include <glob.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <set>
 
 #include "common/strings.hpp"
+#include "containerd/cdi_specs.hpp"
 
 namespace gpufence {
 namespace {
@@ -88,19 +90,36 @@ std::vector<RuntimeHandler> runtimes_of(const toml::table* runtimes) {
     h.name = std::string(name.str());
     h.runtime_type =
         rt->get("runtime_type") ? rt->get("runtime_type")->value_or(std::string()) : "";
-    h.runtime_engine =
-        rt->get("runtime_engine") ? rt->get("runtime_engine")->value_or(std::string()) : "";
+    h.runtime_engine = (*rt)["runtime_engine"].value_or(std::string());
+    h.runtime_root = (*rt)["runtime_root"].value_or(std::string());
+    h.runtime_path = (*rt)["runtime_path"].value_or(std::string());
     if (const auto* opts = rt->get_as<toml::table>("options")) {
       for (const auto& [k, v] : *opts) h.option_keys.emplace_back(k.str());
       if (auto bin = (*opts)["BinaryName"].value<std::string>(); bin && !bin->empty())
         h.binary_name = *bin;
+      if (auto r = (*opts)["Runtime"].value<std::string>(); r && !r->empty())
+        h.options_runtime = *r;
     }
+    auto strings = [&](std::string_view key) {
+      std::vector<std::string> v;
+      if (const auto* arr = rt->get_as<toml::array>(key)) {
+        for (const auto& e : *arr)
+          if (auto str = e.value<std::string>()) v.push_back(*str);
+      }
+      return v;
+    };
+    h.pod_annotations = strings("pod_annotations");
+    h.container_annotations = strings("container_annotations");
     out.push_back(std::move(h));
   }
   return out;
 }
 
 }  // namespace
+
+bool is_runc_option_key(std::string_view key) {
+  return kRuncOptionKeys.contains(key);
+}
 
 std::vector<RuntimeHandler> cri_runtimes(const ContainerdConfig& cfg) {
   const toml::table* containerd = cri_containerd_table(cfg);
@@ -115,6 +134,65 @@ std::string default_runtime_name(const ContainerdConfig& cfg) {
       return *name;
   }
   return "runc";
+}
+
+static bool is_runc_family(std::string_view runtime_type) {
+  return runtime_type.empty() || runtime_type == "io.containerd.runc.v2" ||
+         runtime_type == "io.containerd.runc.v1" ||
+         runtime_type == "io.containerd.runtime.v1.linux" ||
+         runtime_type.find("${") != std::string_view::npos;  // microk8s fills in runc.v2
+}
+
+const toml::table* inherit_base_runtime(const ContainerdConfig& cfg, std::string_view skip,
+                                        std::string* chosen) {
+  const toml::table* containerd = cri_containerd_table(cfg);
+  const toml::table* runtimes = containerd ? containerd->get_as<toml::table>("runtimes") : nullptr;
+  if (!runtimes) return nullptr;
+  for (const std::string& name : {default_runtime_name(cfg), std::string("runc")}) {
+    if (name == skip) continue;
+    const toml::table* rt = runtimes->get_as<toml::table>(name);
+    if (!rt || !is_runc_family((*rt)["runtime_type"].value_or(std::string()))) continue;
+    if (chosen) *chosen = name;
+    return rt;
+  }
+  return nullptr;
+}
+
+bool pod_annotation_pattern_admits_cdi(std::string_view pattern) {
+  // An annotation key has at most one '/' (prefix/name), and path.Match never lets '*', '?' or
+  // a class match '/': the pattern must be "<segment matching cdi.k8s.io>/<anything>".
+  std::string p(pattern);
+  size_t slash = std::string::npos;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\') {
+      ++i;
+      continue;
+    }
+    if (p[i] == '/') {
+      if (slash != std::string::npos) return false;
+      slash = i;
+    }
+  }
+  if (slash == std::string::npos || slash + 1 >= p.size()) return false;
+  std::string first = p.substr(0, slash);
+  return ::fnmatch(first.c_str(), "cdi.k8s.io", FNM_PATHNAME) == 0;
+}
+
+CdiSettings cdi_settings(const ContainerdConfig& cfg) {
+  CdiSettings out;
+  out.enabled = cfg.version >= 3;  // containerd 2.x turns CDI on by default
+  const toml::table* cri = table_at(cfg.doc, {"plugins", cri_plugin_name(cfg.version)});
+  if (!cri) return out;
+  if (auto on = (*cri)["enable_cdi"].value<bool>()) {
+    out.enabled = *on;
+    out.explicitly_set = true;
+  }
+  if (const auto* dirs = cri->get_as<toml::array>("cdi_spec_dirs")) {
+    out.spec_dirs.clear();
+    for (const auto& d : *dirs)
+      if (auto s = d.value<std::string>()) out.spec_dirs.push_back(*s);
+  }
+  return out;
 }
 
 Result<ContainerdConfig> merge_imports(
@@ -164,12 +242,81 @@ Result<ContainerdConfig> merge_imports_from_host(const ContainerdConfig& main, c
         glob_t g{};
         if (::glob(host.resolve(pattern).c_str(), 0, nullptr, &g) == 0) {
           std::string root = host.root().native() == "/" ? "" : host.root().native();
-          for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
+          for (size_t i = 0; i < g.gl_pathc; ++i)
+            out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
         }
         globfree(&g);
         return out;
       });
 }
+
+namespace {
+
+// A GPU handler must run its BinaryName through the runc v2 shim; anything else never runs
+// gpufence-runtime, whatever BinaryName says.
+void check_bypass(const RuntimeHandler& h, const std::string& where, std::vector<Finding>& out) {
+  auto bypass = [&](std::string evidence, std::string why) {
+    out.push_back(
+        {"containerd.handler-bypasses-binary", Severity::error,
+         cat("runtime '", h.name, "' never runs its BinaryName: ", why), std::move(evidence),
+         cat("set runtime_type = \"io.containerd.runc.v2\", remove runtime_engine, runtime_root, "
+             "runtime_path and options.Runtime, keep options.BinaryName; or run: gpufence setup "
+             "containerd --runtime-name ",
+             h.name)});
+  };
+  const std::string& type = h.runtime_type;
+  if (type.find("${") != std::string::npos) return;  // a template variable (microk8s)
+  if (type == "io.containerd.runtime.v1.linux") {
+    bypass(cat(where, " runtime_type = \"", type, "\""),
+           cat("the v1 linux shim ignores options.BinaryName and runs ",
+               h.options_runtime
+                   ? *h.options_runtime
+                   : (h.runtime_engine.empty() ? std::string("runc") : h.runtime_engine)));
+  } else if (type == "io.containerd.runc.v1") {
+    bypass(cat(where, " runtime_type = \"", type, "\""),
+           "io.containerd.runc.v1 is deprecated and gone in containerd 2.0, where the handler "
+           "fails; io.containerd.runc.v2 is the shim gpufence-runtime is tested under");
+  } else if (!type.empty() && type != "io.containerd.runc.v2") {
+    bypass(cat(where, " runtime_type = \"", type, "\""),
+           cat(type, " is not the runc shim, so BinaryName does not name the OCI runtime it runs"));
+  }
+  if (!h.runtime_path.empty()) {
+    bypass(cat(where, " runtime_path = \"", h.runtime_path, "\""),
+           cat("runtime_path makes containerd start ", h.runtime_path,
+               " as the shim instead of containerd-shim-runc-v2"));
+  }
+  // options.Runtime under the runc shim is dropped (containerd.unknown-runc-option says so).
+}
+
+// CDI on (enable_cdi, or containerd 2.x's default) with no nvidia.com/gpu spec: containerd
+// resolves the device plugin's CDI devices itself and fails every GPU pod at CreateContainer.
+void check_cdi_specs(const ContainerdConfig& cfg, const HostFs& host, std::vector<Finding>& out) {
+  CdiSettings cdi = cdi_settings(cfg);
+  if (!cdi.enabled) return;
+  auto specs = read_cdi_spec_dirs(host, cdi.spec_dirs);
+  std::vector<std::string> gpu_specs, broken;
+  for (const auto& s : specs) {
+    if (s.kind != kGpuCdiKind) continue;
+    (s.error.empty() ? gpu_specs : broken).push_back(s.path);
+  }
+  if (!gpu_specs.empty()) return;
+  std::string how = cdi.explicitly_set ? "enable_cdi = true"
+                                       : "config version 3: containerd 2.x enables CDI by default";
+  out.push_back(
+      {"containerd.cdi-no-gpu-spec", Severity::error,
+       cat("containerd resolves CDI devices itself (", how, ") but no CDI spec for ", kGpuCdiKind,
+           " is in cdi_spec_dirs: GPU pods fail with \"unresolvable CDI devices\""),
+       cat(cfg.path, ": [plugins.\"", cri_plugin_name(cfg.version), "\"] ", how,
+           "; cdi_spec_dirs = ", join(cdi.spec_dirs, ", "), "; ",
+           broken.empty() ? cat("no ", kGpuCdiKind, " spec there")
+                          : cat(kGpuCdiKind, " specs that do not parse: ", join(broken, ", "))),
+       cat("write the spec: gpufence cdi generate --output ",
+           cdi.spec_dirs.empty() ? std::string("/etc/cdi") : cdi.spec_dirs.front(),
+           "/nvidia.yaml (the device plugin's CDI device names must resolve there), or run the "
+           "device plugin with a device strategy that does not use CDI")});
+}
+
+}  // namespace
 
 std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,
                                              const ContainerdCheckOptions& options) {
@@ -281,6 +428,32 @@ std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,
       }
     }
   }
+
+  for (const auto& h : runtimes) {
+    std::string where = cat(cfg.path, ": [", runtime_table_name(cfg.version, h.name), "]");
+    bool gpu_handler = std::find(options.handlers.begin(), options.handlers.end(), h.name) !=
+                       options.handlers.end();
+    bool runs_gpufence =
+        h.binary_name && std::filesystem::path(*h.binary_name).filename() == "gpufence-runtime";
+    if (!gpu_handler && !runs_gpufence) continue;
+    check_bypass(h, where, out);
+    for (const auto& pattern : h.pod_annotations) {
+      if (!pod_annotation_pattern_admits_cdi(pattern)) continue;
+      out.push_back(
+          {"containerd.pod-annotations-cdi", Severity::error,
+           cat("runtime '", h.name, "' copies pod annotations matching \"", pattern,
+               "\" into container specs: any pod can write a cdi.k8s.io/ annotation and "
+               "gpufence-runtime would take it for the device plugin's allocation"),
+           cat(where, " pod_annotations = [..., \"", pattern, "\", ...]"),
+           cat("remove \"", pattern, "\" from pod_annotations of [",
+               runtime_table_name(cfg.version, h.name),
+               "] (gpufence-runtime trusts cdi.k8s.io/ container annotations only because "
+               "containerd does not copy pod annotations there; only the device plugin's "
+               "Allocate answer may set them)")});
+    }
+  }
+
+  if (options.host) check_cdi_specs(cfg, *options.host, out);
 
   for (const auto& handler : options.handlers) {
     if (find(handler) != runtimes.end()) continue;

@@ -38,11 +38,37 @@ struct RuntimeHandler {
   std::string name;
   std::string runtime_type;
   std::string runtime_engine;
-  std::optional<std::string> binary_name;  // options.BinaryName
+  std::string runtime_root;                    // deprecated, runtime.v1.linux only
+  std::string runtime_path;                    // containerd 1.7+: the shim binary to run instead
+  std::optional<std::string> binary_name;      // options.BinaryName
+  std::optional<std::string> options_runtime;  // options.Runtime (runtime.v1.linux's binary)
   std::vector<std::string> option_keys;
+  std::vector<std::string> pod_annotations, container_annotations;
 };
 
+// The runtime table a new handler inherits its options from: the default runtime (what the
+// kubelet's pods use today, so the cgroup driver matches), else "runc"; nullptr when neither is
+// a runc-family table. `skip` names a runtime not to inherit from (our own handler on a re-run).
+const toml::table* inherit_base_runtime(const ContainerdConfig& cfg, std::string_view skip,
+                                        std::string* chosen = nullptr);
+
+// Whether a containerd `pod_annotations` pattern lets a pod annotation under cdi.k8s.io/ through
+// to the container spec. containerd matches with Go's path.Match (pkg/cri/server helpers:
+// getPassthroughAnnotations), where '*' and '?' never match '/': see docs/containerd-setup.md.
+bool pod_annotation_pattern_admits_cdi(std::string_view pattern);
+
+// The CRI plugin's CDI settings: enable_cdi (default off in containerd 1.7 with versions 1-2, on
+// with version 3 / containerd 2.x) and cdi_spec_dirs (default /etc/cdi, /var/run/cdi).
+struct CdiSettings {
+  bool enabled = false;
+  bool explicitly_set = false;
+  std::vector<std::string> spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+};
+CdiSettings cdi_settings(const ContainerdConfig& cfg);
+
 std::vector<RuntimeHandler> cri_runtimes(const ContainerdConfig& cfg);
+// A key of runc's Options (containerd runtime/v2/runc/options/oci.proto) as TOML spells it.
+bool is_runc_option_key(std::string_view key);
 // default_runtime_name, or "runc" when unset (containerd's default).
 std::string default_runtime_name(const ContainerdConfig& cfg);
 

@@ -2,10 +2,12 @@
 
 #include <ctime>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "common/file.hpp"
 #include "common/strings.hpp"
+#include "containerd/toml_text.hpp"
 
 namespace gpufence {
 namespace {
@@ -13,6 +15,13 @@ namespace {
 constexpr std::string_view kK3sBegin =
     "# --- gpufence: begin (managed by gpufence setup containerd) ---";
 constexpr std::string_view kK3sEnd = "# --- gpufence: end ---";
+constexpr std::string_view kAddedComment =
+    "# Added by gpufence setup containerd: GPU pods with this RuntimeClass handler run "
+    "gpufence-runtime.";
+// Device plugin annotations reach the OCI spec only through this allow-list (containerd
+// pkg/cri/config, container_annotations); gpufence-runtime reads the plugin's CDI annotation
+// from there. See docs/containerd-setup.md.
+constexpr std::string_view kCdiAnnotations = "cdi.k8s.io/*";
 
 std::string serialize(const toml::table& doc) {
   std::ostringstream out;
@@ -32,86 +41,97 @@ toml::table& cri_containerd(toml::table& doc, int version) {
                       "containerd");
 }
 
-// The handler's table: a copy of the runc runtime (so cgroup driver and other options match),
-// runtime_type runc v2, BinaryName the shim.
-toml::table handler_table(const toml::table* runc, const std::string& binary) {
-  toml::table rt = runc ? *runc : toml::table{};
-  if (!rt.get("runtime_type") || rt["runtime_type"].value_or(std::string()).empty()) {
-    rt.insert_or_assign("runtime_type", "io.containerd.runc.v2");
-  }
-  rt.erase("runtime_engine");  // deprecated, ignored by runc.v2
-  // Device plugin annotations reach the OCI spec only through this allow-list (containerd
-  // pkg/cri/config); gpufence-runtime reads the plugin's CDI annotation from there.
+std::vector<std::string> containerd_key(int version) {
+  return {"plugins", cri_plugin_name(version), "containerd"};
+}
+
+std::vector<std::string> runtime_key(int version, const std::string& name) {
+  auto k = containerd_key(version);
+  k.push_back("runtimes");
+  k.push_back(name);
+  return k;
+}
+
+// The handler's table, inheriting from `base` (the default runtime) what keeps pods behaving as
+// they do under it — the cgroup driver above all, as nvidia-ctk runtime configure does — and
+// nothing that would make containerd run something other than BinaryName through the runc v2
+// shim: runtime_type is always io.containerd.runc.v2; runtime_engine, runtime_root, runtime_path
+// and options other than runc's own (options.Runtime of a v1 linux runc) are dropped. Pod
+// annotation patterns that would admit cdi.k8s.io/ are dropped too (see check-containerd).
+toml::table handler_table(const toml::table* base, const std::string& base_name,
+                          const std::string& binary, std::vector<std::string>& notes) {
+  toml::table rt;
   toml::array annotations;
-  if (auto* existing = rt.get_as<toml::array>("container_annotations")) annotations = *existing;
+  toml::table options;
+  std::vector<std::string> dropped;
+  if (base) {
+    for (const auto& [k, v] : *base) {
+      std::string key(k.str());
+      if (key == "runtime_type") continue;
+      if (key == "runtime_engine" || key == "runtime_root" || key == "runtime_path") {
+        if (!v.value_or(std::string()).empty()) dropped.push_back(key);
+        continue;
+      }
+      if (key == "container_annotations" && v.is_array()) {
+        annotations = *v.as_array();
+        continue;
+      }
+      if (key == "pod_annotations" && v.is_array()) {
+        toml::array kept;
+        for (const auto& p : *v.as_array()) {
+          auto pattern = p.value<std::string>();
+          if (pattern && pod_annotation_pattern_admits_cdi(*pattern))
+            dropped.push_back(cat("pod_annotations \"", *pattern, "\""));
+          else
+            kept.push_back(p);
+        }
+        rt.insert_or_assign("pod_annotations", std::move(kept));
+        continue;
+      }
+      if (key == "options" && v.is_table()) {
+        for (const auto& [ok, ov] : *v.as_table()) {
+          if (ok.str() == "BinaryName") continue;
+          if (is_runc_option_key(ok.str()))
+            options.insert_or_assign(ok.str(), ov);
+          else
+            dropped.push_back(cat("options.", ok.str()));
+        }
+        continue;
+      }
+      rt.insert_or_assign(key, v);
+    }
+  }
+  rt.insert_or_assign("runtime_type", "io.containerd.runc.v2");
   bool listed = false;
-  for (const auto& a : annotations) listed |= a.value<std::string>() == "cdi.k8s.io/*";
-  if (!listed) annotations.push_back("cdi.k8s.io/*");
+  for (const auto& a : annotations) listed |= a.value<std::string>() == kCdiAnnotations;
+  if (!listed) annotations.push_back(std::string(kCdiAnnotations));
   rt.insert_or_assign("container_annotations", std::move(annotations));
-  ensure_table(rt, "options").insert_or_assign("BinaryName", binary);
+  options.insert_or_assign("BinaryName", binary);
+  rt.insert_or_assign("options", std::move(options));
+  if (base) {
+    std::string systemd = "unset";
+    if (auto* o = rt.get_as<toml::table>("options"))
+      if (auto v = (*o)["SystemdCgroup"].value<bool>()) systemd = *v ? "true" : "false";
+    notes.push_back(cat("the handler inherits the settings of runtime '", base_name,
+                        "' (the default runtime pods use now; SystemdCgroup ", systemd, ")"));
+  } else {
+    notes.push_back(
+        "no runc-type default runtime to inherit from: the handler has containerd's defaults "
+        "(cgroupfs); set options.SystemdCgroup = true if the kubelet uses the systemd driver");
+  }
+  if (!dropped.empty()) {
+    notes.push_back(
+        cat("not copied into the handler, since each would bypass or undermine "
+            "gpufence-runtime: ",
+            join(dropped, ", ")));
+  }
   return rt;
 }
 
-// Adds the handler (and runc, if the file defines runtimes without it) to a config's CRI table.
-void add_handler(toml::table& doc, int version, const SetupOptions& opt) {
-  toml::table& containerd = cri_containerd(doc, version);
-  toml::table& runtimes = ensure_table(containerd, "runtimes");
-  const toml::table* runc = runtimes.get_as<toml::table>("runc");
-  toml::table handler = handler_table(runc, opt.binary);
-  if (!runc) {
-    // Defining runtimes without runc while default_runtime_name is runc stops the CRI plugin.
-    toml::table plain;
-    plain.insert_or_assign("runtime_type", "io.containerd.runc.v2");
-    runtimes.insert_or_assign("runc", std::move(plain));
-  }
-  runtimes.insert_or_assign(opt.runtime_name, std::move(handler));
-  if (opt.set_as_default) containerd.insert_or_assign("default_runtime_name", opt.runtime_name);
-}
-
-// What our change must guarantee, checked on the re-parsed result.
-enum class DefaultRuntimeCheck { yes, no };  // no for a drop-in, whose runc lives elsewhere
-
-Status verify(const std::string& text, const std::string& origin, int version_hint,
-              const SetupOptions& opt, bool handler_expected_here,
-              DefaultRuntimeCheck check_default = DefaultRuntimeCheck::yes) {
-  auto cfg = parse_containerd_config(text, origin);
-  if (!cfg) return std::unexpected(cfg.error().wrap("result does not parse"));
-  if (cfg->version != version_hint) {
-    return fail(Errc::internal, origin, ": result has version ", cfg->version, ", expected ",
-                version_hint);
-  }
-  if (!handler_expected_here) return {};
-  auto runtimes = cri_runtimes(*cfg);
-  auto it = std::find_if(runtimes.begin(), runtimes.end(),
-                         [&](const RuntimeHandler& h) { return h.name == opt.runtime_name; });
-  if (it == runtimes.end() || it->binary_name != opt.binary) {
-    return fail(Errc::internal, origin, ": result lacks runtime ", opt.runtime_name,
-                " with BinaryName ", opt.binary);
-  }
-  for (const auto& f : check_containerd_config(*cfg, {{opt.runtime_name}, nullptr, false})) {
-    bool default_check =
-        f.id == "containerd.default-runtime-undefined" && check_default == DefaultRuntimeCheck::yes;
-    if (default_check || f.id == "containerd.handler-missing" ||
-        f.id == "containerd.handler-plain-runc") {
-      return fail(Errc::internal, origin, ": result fails its check: ", f.summary);
-    }
-  }
-  return {};
-}
-
-std::string k3s_block(int version, const SetupOptions& opt) {
-  std::string table = runtime_table_name(version, opt.runtime_name);
-  return cat(kK3sBegin, "\n[", table, "]\n  runtime_type = \"io.containerd.runc.v2\"\n[", table,
-             ".options]\n  BinaryName = \"", opt.binary, "\"\n", kK3sEnd, "\n");
-}
-
-// Our handler as TOML text to append to an existing file, so a first-time setup changes only
-// the lines it adds. nullopt when the table has nested tables besides options (then the whole
-// document is re-serialised instead).
+// Our handler as TOML text to append to an existing file. nullopt when the table holds nested
+// tables besides options (then the document is re-serialised instead).
 std::optional<std::string> appendable_handler(int version, const std::string& name,
-                                              const toml::table& handler,
-                                              const std::optional<std::string>& default_runtime) {
-  if (default_runtime) return std::nullopt;  // default_runtime_name sits in an existing table
+                                              const toml::table& handler) {
   toml::table flat = handler, options;
   if (auto* o = handler.get_as<toml::table>("options")) options = *o;
   flat.erase("options");
@@ -129,11 +149,377 @@ std::optional<std::string> appendable_handler(int version, const std::string& na
     }
     return out;
   };
-  return cat(
-      "\n# Added by gpufence setup containerd: GPU pods with this RuntimeClass handler run "
-      "gpufence-runtime.\n[",
-      header, "]\n", indent(serialize(flat)), "\n[", header, ".options]\n",
-      indent(serialize(options)));
+  return cat("\n[", header, "]\n  ", kAddedComment, "\n", indent(serialize(flat)), "\n[", header,
+             ".options]\n", indent(serialize(options)));
+}
+
+// What our change must guarantee, checked on the re-parsed result.
+enum class DefaultRuntimeCheck { yes, no };  // no for a drop-in, whose runc lives elsewhere
+
+Status verify(const std::string& text, const std::string& origin, int version_hint,
+              const SetupOptions& opt, const std::string& handler, bool handler_expected_here,
+              DefaultRuntimeCheck check_default = DefaultRuntimeCheck::yes) {
+  auto cfg = parse_containerd_config(text, origin);
+  if (!cfg) return std::unexpected(cfg.error().wrap("result does not parse"));
+  if (cfg->version != version_hint) {
+    return fail(Errc::internal, origin, ": result has version ", cfg->version, ", expected ",
+                version_hint);
+  }
+  if (!handler_expected_here) return {};
+  auto runtimes = cri_runtimes(*cfg);
+  auto it = std::find_if(runtimes.begin(), runtimes.end(),
+                         [&](const RuntimeHandler& h) { return h.name == handler; });
+  if (it == runtimes.end() || it->binary_name != opt.binary ||
+      it->runtime_type != "io.containerd.runc.v2" ||
+      std::find(it->container_annotations.begin(), it->container_annotations.end(),
+                kCdiAnnotations) == it->container_annotations.end()) {
+    return fail(Errc::internal, origin, ": result lacks runtime ", handler,
+                " (runc v2, BinaryName ", opt.binary, ", container_annotations ", kCdiAnnotations,
+                ")");
+  }
+  for (const auto& f : check_containerd_config(*cfg, {{handler}, nullptr, false})) {
+    bool default_check =
+        f.id == "containerd.default-runtime-undefined" && check_default == DefaultRuntimeCheck::yes;
+    if (default_check || f.id == "containerd.handler-missing" ||
+        f.id == "containerd.handler-plain-runc" || f.id == "containerd.handler-bypasses-binary" ||
+        f.id == "containerd.pod-annotations-cdi") {
+      return fail(Errc::internal, origin, ": result fails its check: ", f.summary);
+    }
+  }
+  return {};
+}
+
+// The text `edit` produced when it parses to exactly `expected`; nullopt otherwise.
+std::optional<std::string> if_equivalent(const std::optional<std::string>& edit,
+                                         const toml::table& expected, const std::string& origin) {
+  if (!edit) return std::nullopt;
+  auto parsed = parse_containerd_config(*edit, origin);
+  if (!parsed || parsed->doc != expected) return std::nullopt;
+  return edit;
+}
+
+std::string with_newline(std::string text) {
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  return text;
+}
+
+// ---- k3s / rke2 ----
+
+std::string rancher_dir(Flavor flavor) {
+  return flavor == Flavor::rke2 ? "/var/lib/rancher/rke2/agent/etc/containerd"
+                                : "/var/lib/rancher/k3s/agent/etc/containerd";
+}
+
+// Runtimes k3s renders into its base template by itself when it finds their binary (k3s
+// pkg/agent/containerd/runtimes.go: the PATH and the GPU Operator's toolkit directory).
+struct K3sRuntime {
+  std::string_view handler, binary;
+};
+constexpr K3sRuntime kK3sRuntimes[] = {
+    {"nvidia", "nvidia-container-runtime"},
+    {"nvidia-experimental", "nvidia-container-runtime-experimental"},
+    {"nvidia-cdi", "nvidia-container-runtime.cdi"},
+    {"crun", "crun"}};
+constexpr std::string_view kK3sSearchDirs[] = {"/usr/local/nvidia/toolkit",
+                                               "/usr/local/sbin",
+                                               "/usr/local/bin",
+                                               "/usr/sbin",
+                                               "/usr/bin",
+                                               "/sbin",
+                                               "/bin"};
+
+std::string without_gpufence_block(std::string text, const std::string& path, Status& st) {
+  auto begin = text.find(kK3sBegin);
+  if (begin == std::string::npos) return text;
+  auto end = text.find(kK3sEnd, begin);
+  if (end == std::string::npos) {
+    st = fail(Errc::parse, path, ": gpufence begin marker without end marker");
+    return text;
+  }
+  auto stop = text.find('\n', end);
+  text.erase(begin, (stop == std::string::npos ? text.size() : stop + 1) - begin);
+  return text;
+}
+
+// Handler names some table of `text` defines (any CRI plugin name).
+std::set<std::string> runtime_tables(std::string_view text) {
+  std::set<std::string> out;
+  for (const auto& s : toml_sections(text)) {
+    for (size_t i = 0; i + 1 < s.key.size(); ++i) {
+      if (s.key[i] == "runtimes" && i >= 1 && s.key[i - 1] == "containerd") {
+        out.insert(s.key[i + 1]);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::optional<int> version_line(std::string_view text) {
+  for (std::string_view line : split(text, '\n')) {
+    std::string_view t = trim(line);
+    if (!t.starts_with("version")) continue;
+    t.remove_prefix(7);
+    t = trim(t);
+    if (!t.starts_with("=")) continue;
+    t.remove_prefix(1);
+    t = trim(t.substr(0, t.find('#')));
+    if (auto v = parse_number<int>(trim(t))) return *v;
+  }
+  return std::nullopt;
+}
+
+std::string k3s_block(int version, const std::string& name, const std::string& binary) {
+  std::string table = runtime_table_name(version, name);
+  return cat(kK3sBegin, "\n[", table, "]\n  runtime_type = \"io.containerd.runc.v2\"\n",
+             "  container_annotations = [\"", kCdiAnnotations, "\"]\n[", table,
+             ".options]\n  BinaryName = ", toml_quote(binary),
+             "\n  # k3s's own runc gets the same cgroup driver from this variable.\n",
+             "  SystemdCgroup = {{ .SystemdCgroup }}\n", kK3sEnd, "\n");
+}
+
+Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
+                           const IsExecutable& executable) {
+  SetupPlan plan;
+  const std::string dir = rancher_dir(opt.flavor);
+  const std::string rendered_path = dir + "/config.toml";
+  auto rendered = read(rendered_path);
+  if (!rendered) return std::unexpected(rendered.error());
+  int rendered_version = 0;  // 0: none rendered yet, or no version line
+  if (rendered->has_value()) rendered_version = version_line(**rendered).value_or(0);
+
+  std::string path = opt.config_path;
+  std::optional<std::string> existing;
+  if (path.empty()) {
+    // k3s reads config-v3.toml.tmpl for containerd 2.x (version 3), config.toml.tmpl otherwise.
+    for (const std::string& candidate : {dir + "/config-v3.toml.tmpl", dir + "/config.toml.tmpl"}) {
+      auto r = read(candidate);
+      if (!r) return std::unexpected(r.error());
+      if (r->has_value()) {
+        path = candidate;
+        existing = **r;
+        break;
+      }
+    }
+    if (path.empty())
+      path = dir + (rendered_version == 3 ? "/config-v3.toml.tmpl" : "/config.toml.tmpl");
+  } else {
+    auto r = read(path);
+    if (!r) return std::unexpected(r.error());
+    existing = *r;
+  }
+  const std::string old_text = existing.value_or("");
+  Status st;
+  std::string text = old_text.empty() ? "{{ template \"base\" . }}\n\n"
+                                      : without_gpufence_block(old_text, path, st);
+  if (!st) return std::unexpected(st.error());
+
+  // The template's version: the flag; its own `version =` line; the CRI plugin it names; the
+  // version k3s rendered last time (a template of only `base` follows k3s's containerd); its name.
+  int version = 2;
+  std::string version_why = "default";
+  if (opt.version) {
+    version = *opt.version;
+    version_why = "--config-version";
+  } else if (auto v = version_line(text)) {
+    version = *v;
+    version_why = "the template's version line";
+  } else if (text.find("io.containerd.cri.v1.runtime") != std::string::npos) {
+    version = 3;
+    version_why = "the template names io.containerd.cri.v1.runtime";
+  } else if (text.find("io.containerd.grpc.v1.cri") != std::string::npos) {
+    version = 2;
+    version_why = "the template names io.containerd.grpc.v1.cri";
+  } else if (rendered_version != 0) {
+    version = rendered_version;
+    version_why = "the config k3s rendered last (" + rendered_path + ")";
+  } else if (path.find("config-v3") != std::string::npos) {
+    version = 3;
+    version_why = "the template's name";
+  }
+  if (version < 2 || version > 3)
+    return fail(Errc::invalid_argument, path, ": k3s templates are version 2 or 3, not ", version);
+
+  // Names already taken: tables in the template itself, tables in the rendered config outside
+  // our block (k3s's own), and the runtimes k3s renders when it finds their binary. A second
+  // table of one name makes containerd refuse the whole file.
+  std::map<std::string, std::string> taken;  // name -> why
+  for (const auto& n : runtime_tables(text)) taken[n] = "the template defines it";
+  if (rendered->has_value()) {
+    Status ignored;
+    for (const auto& n : runtime_tables(without_gpufence_block(**rendered, rendered_path, ignored)))
+      taken.emplace(n, "k3s rendered it into " + rendered_path);
+  }
+  if (executable) {
+    for (const auto& rt : kK3sRuntimes) {
+      for (auto d : kK3sSearchDirs) {
+        std::string bin = cat(d, "/", rt.binary);
+        if (!executable(bin)) continue;
+        taken.emplace(std::string(rt.handler), cat("k3s renders it itself: it finds ", bin));
+        break;
+      }
+    }
+  }
+  std::string name = opt.runtime_name;
+  if (auto it = taken.find(name); it != taken.end()) {
+    std::string why = it->second;
+    for (std::string candidate : {std::string("gpufence"), std::string("gpufence-runtime")}) {
+      if (!taken.contains(candidate)) {
+        name = candidate;
+        break;
+      }
+    }
+    if (name == opt.runtime_name)
+      return fail(Errc::conflict, path, ": runtime '", name, "' exists already (", why,
+                  "); choose another with --runtime-name");
+    plan.notes.push_back(cat("k3s already has a runtime '", opt.runtime_name, "' (", why,
+                             "): a second table of that name stops containerd, so gpufence's "
+                             "handler is named '",
+                             name, "'; point the RuntimeClass at handler ", name));
+  }
+  plan.handler_name = name;
+
+  std::string block = k3s_block(version, name, opt.binary);
+  text = with_newline(text) + block;
+  // The block alone, with k3s's variable filled in, must be valid TOML with the handler in it.
+  std::string probe = block;
+  probe.replace(probe.find("{{ .SystemdCgroup }}"), 20, "false");
+  if (auto v = verify(cat("version = ", version, "\n", probe), path, version, opt, name, true,
+                      DefaultRuntimeCheck::no);
+      !v) {
+    return std::unexpected(v.error());
+  }
+  plan.notes.push_back(cat("config version ", version, " (", version_why,
+                           "); the handler's SystemdCgroup follows k3s's own runc"));
+  if (opt.set_as_default) {
+    plan.notes.push_back(cat("k3s: set the default runtime with k3s's own flag, --default-runtime ",
+                             name, " (default_runtime_name lives in the base template)"));
+  }
+  plan.notes.push_back(opt.flavor == Flavor::rke2
+                           ? "restart rke2 to render the new containerd config"
+                           : "restart k3s to render the new containerd config");
+  if (text != old_text) plan.changes.push_back({path, existing.has_value(), old_text, text});
+  return plan;
+}
+
+// ---- versions 1 and 2: in place ----
+
+Status plan_in_place(const SetupOptions& opt, const std::string& path, const ContainerdConfig& cfg,
+                     const std::string& old_text, bool existed, SetupPlan& plan) {
+  const std::string& name = opt.runtime_name;
+  auto runtimes_before = cri_runtimes(cfg);
+  auto before = std::find_if(runtimes_before.begin(), runtimes_before.end(),
+                             [&](const RuntimeHandler& h) { return h.name == name; });
+  bool had_handler = before != runtimes_before.end();
+  bool has_runc = std::any_of(runtimes_before.begin(), runtimes_before.end(),
+                              [](const RuntimeHandler& h) { return h.name == "runc"; });
+  std::string base_name;
+  const toml::table* base = inherit_base_runtime(cfg, name, &base_name);
+  toml::table handler = handler_table(base, base_name, opt.binary, plan.notes);
+
+  toml::table edited = cfg.doc;
+  toml::table& containerd = cri_containerd(edited, cfg.version);
+  toml::table& runtimes = ensure_table(containerd, "runtimes");
+  // Defining runtimes without runc while default_runtime_name is runc stops the CRI plugin.
+  bool add_runc = !has_runc && default_runtime_name(cfg) == "runc";
+  toml::table plain;
+  plain.insert_or_assign("runtime_type", "io.containerd.runc.v2");
+  if (add_runc) runtimes.insert_or_assign("runc", plain);
+  runtimes.insert_or_assign(name, handler);
+  if (opt.set_as_default) containerd.insert_or_assign("default_runtime_name", name);
+  if (edited == cfg.doc) return {};  // already configured
+  if (had_handler && before->binary_name != opt.binary) {
+    plan.notes.push_back(cat("replaced runtime '", name, "' (BinaryName ",
+                             before->binary_name.value_or("unset"),
+                             ") with gpufence's; the backup keeps the old one"));
+  }
+
+  std::string text;
+  if (!old_text.empty()) {
+    // Edit the text: cut our old tables, append the new ones, set default_runtime_name in its
+    // line. Used only when it parses to exactly the document we want.
+    std::optional<std::string> t = with_newline(
+        had_handler ? remove_toml_tables(old_text, runtime_key(cfg.version, name)) : old_text);
+    if (add_runc) {
+      *t += cat("\n[", runtime_table_name(cfg.version, "runc"),
+                "]\n  runtime_type = ", "\"io.containerd.runc.v2\"\n");
+    }
+    auto block = appendable_handler(cfg.version, name, handler);
+    t = block ? std::optional<std::string>(*t + *block) : std::nullopt;
+    if (t && opt.set_as_default)
+      t = set_toml_key(*t, containerd_key(cfg.version), "default_runtime_name", toml_quote(name));
+    if (auto kept = if_equivalent(t, edited, path)) {
+      text = *kept;
+    } else {
+      plan.notes.push_back(cat(path,
+                               " could not be edited line by line, so it was re-serialised: its "
+                               "comments are gone (the backup keeps them)"));
+    }
+  }
+  if (text.empty()) text = serialize(edited);
+  if (auto st = verify(text, path, cfg.version, opt, name, true); !st) return st;
+  if (text != old_text) plan.changes.push_back({path, existed, old_text, text});
+  return {};
+}
+
+// ---- version 3: a drop-in ----
+
+Status plan_drop_in(const SetupOptions& opt, const std::string& path, const ContainerdConfig& cfg,
+                    const std::string& old_text, bool existed, const ReadFile& read,
+                    SetupPlan& plan) {
+  const std::string& name = opt.runtime_name;
+  std::string drop_in =
+      opt.drop_in_path.empty()
+          ? (std::filesystem::path(path).parent_path() / "conf.d" / "99-gpufence.toml").string()
+          : opt.drop_in_path;
+  auto old_drop = read(drop_in);
+  if (!old_drop) return std::unexpected(old_drop.error());
+  toml::table drop;
+  drop.insert_or_assign("version", 3);
+  std::string base_name;
+  const toml::table* base = inherit_base_runtime(cfg, name, &base_name);
+  ensure_table(cri_containerd(drop, 3), "runtimes")
+      .insert_or_assign(name, handler_table(base, base_name, opt.binary, plan.notes));
+  if (opt.set_as_default) cri_containerd(drop, 3).insert_or_assign("default_runtime_name", name);
+  std::string drop_text = cat("# Written by gpufence setup containerd (listed in ", path,
+                              "'s imports).\n", serialize(drop));
+  if (auto st = verify(drop_text, drop_in, 3, opt, name, true, DefaultRuntimeCheck::no); !st)
+    return st;
+  if (drop_text != old_drop->value_or(""))
+    plan.changes.push_back({drop_in, old_drop->has_value(), old_drop->value_or(""), drop_text});
+
+  const toml::array* imports = cfg.doc.get_as<toml::array>("imports");
+  bool listed = false;
+  if (imports) {
+    for (const auto& i : *imports) listed |= i.value<std::string>() == drop_in;
+  }
+  if (listed) return {};
+  toml::table expected = cfg.doc;
+  if (!expected.get_as<toml::array>("imports")) expected.insert_or_assign("imports", toml::array{});
+  expected.get_as<toml::array>("imports")->push_back(drop_in);
+  std::string text;
+  if (old_text.empty()) {
+    text = serialize(expected);
+  } else if (auto kept = if_equivalent(add_toml_import(old_text, drop_in), expected, path)) {
+    text = *kept;  // one line changed or added; the rest byte for byte
+  } else {
+    text = serialize(expected);
+    plan.notes.push_back(cat(path,
+                             ": imports could not be edited line by line, so the file was "
+                             "re-serialised: its comments are gone (the backup keeps them)"));
+  }
+  if (auto st = verify(text, path, 3, opt, name, false); !st) return st;
+  plan.changes.push_back({path, existed, old_text, text});
+  return {};
+}
+
+std::string utc_stamp() {
+  std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  return stamp;
 }
 
 }  // namespace
@@ -142,7 +528,9 @@ Result<Flavor> parse_flavor(std::string_view name) {
   if (name == "containerd") return Flavor::containerd;
   if (name == "microk8s") return Flavor::microk8s;
   if (name == "k3s") return Flavor::k3s;
-  return fail(Errc::invalid_argument, "unknown flavor '", name, "' (containerd, microk8s, k3s)");
+  if (name == "rke2") return Flavor::rke2;
+  return fail(Errc::invalid_argument, "unknown flavor '", name,
+              "' (containerd, microk8s, k3s, rke2)");
 }
 
 std::string default_config_path(Flavor flavor) {
@@ -152,49 +540,34 @@ std::string default_config_path(Flavor flavor) {
     case Flavor::microk8s:
       return "/var/snap/microk8s/current/args/containerd-template.toml";
     case Flavor::k3s:
-      return "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl";
+    case Flavor::rke2:
+      return rancher_dir(flavor) + "/config.toml.tmpl";
   }
   return "/etc/containerd/config.toml";
 }
 
-Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile& read) {
+Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile& read,
+                                        const IsExecutable& executable) {
+  if (opt.set_as_default && opt.node_agents != DefaultForNodeAgents::accept) {
+    return fail(Errc::invalid_argument,
+                "--set-as-default would make gpufence-runtime the runtime of every pod without a "
+                "runtimeClassName, the node agents' own among them: gpufence-device-plugin is "
+                "privileged and requests no GPU, so under privileged = \"isolate\" it loses every "
+                "GPU and the node's GPU capacity drops to 0. Give GPU pods runtimeClassName: ",
+                opt.runtime_name,
+                " instead; or, if the device plugin and other node agents run with a RuntimeClass "
+                "whose handler is plain runc, add --include-node-agents");
+  }
+  if (opt.flavor == Flavor::k3s || opt.flavor == Flavor::rke2)
+    return plan_k3s(opt, read, executable);
+
   SetupPlan plan;
+  plan.handler_name = opt.runtime_name;
   const std::string path =
       opt.config_path.empty() ? default_config_path(opt.flavor) : opt.config_path;
   auto existing = read(path);
   if (!existing) return std::unexpected(existing.error());
   const std::string old_text = existing->value_or("");
-
-  if (opt.flavor == Flavor::k3s) {
-    // k3s renders config.toml from this Go template; "base" is its own generated config, and
-    // TOML appended after it adds our handler. Our block is kept between markers.
-    int version = opt.version.value_or(2);
-    std::string text = old_text.empty() ? "{{ template \"base\" . }}\n\n" : old_text;
-    auto begin = text.find(kK3sBegin);
-    if (begin != std::string::npos) {
-      auto end = text.find(kK3sEnd, begin);
-      if (end == std::string::npos)
-        return fail(Errc::parse, path, ": gpufence begin marker without end marker");
-      auto stop = text.find('\n', end);
-      text.erase(begin, (stop == std::string::npos ? text.size() : stop + 1) - begin);
-    }
-    if (!text.empty() && text.back() != '\n') text += '\n';
-    text += k3s_block(version, opt);
-    // The block alone must be valid TOML with the handler in it.
-    if (auto st = verify(cat("version = ", version, "\n", k3s_block(version, opt)), path, version,
-                         opt, true, DefaultRuntimeCheck::no);
-        !st) {
-      return std::unexpected(st.error());
-    }
-    if (opt.set_as_default) {
-      plan.notes.push_back("k3s: set the default runtime with k3s's own flag, --default-runtime " +
-                           opt.runtime_name + " (default_runtime_name lives in the base template)");
-    }
-    plan.notes.push_back("restart k3s to render the new containerd config");
-    if (text != old_text) plan.changes.push_back({path, existing->has_value(), old_text, text});
-    return plan;
-  }
-
   if (opt.flavor == Flavor::microk8s && !existing->has_value()) {
     return fail(Errc::not_found, path,
                 " does not exist: is microk8s installed? (--config to point elsewhere)");
@@ -212,85 +585,12 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
   for (const auto& f : check_containerd_config(cfg, {{}, nullptr, false})) {
     plan.notes.push_back(cat("already in ", path, " (left alone): ", f.summary, "; fix: ", f.fix));
   }
-
-  if (cfg.version <= 2 || opt.flavor == Flavor::microk8s) {
-    // containerd 1.x replaces whole plugin sections from imports, so edit in place. Prefer
-    // appending our table (the rest of the file, comments included, stays as it was); fall back
-    // to re-serialising the document when that is not valid TOML or not enough.
-    auto runtimes_before = cri_runtimes(cfg);
-    bool had_handler =
-        std::any_of(runtimes_before.begin(), runtimes_before.end(),
-                    [&](const RuntimeHandler& h) { return h.name == opt.runtime_name; });
-    bool has_runc = std::any_of(runtimes_before.begin(), runtimes_before.end(),
-                                [](const RuntimeHandler& h) { return h.name == "runc"; });
-    toml::table edited = cfg.doc;
-    add_handler(edited, cfg.version, opt);
-    std::string text;
-    if (!had_handler && has_runc && !old_text.empty()) {
-      const toml::table* runtimes =
-          cri_containerd(edited, cfg.version).get_as<toml::table>("runtimes");
-      auto block = appendable_handler(
-          cfg.version, opt.runtime_name, *runtimes->get_as<toml::table>(opt.runtime_name),
-          opt.set_as_default ? std::optional<std::string>(opt.runtime_name) : std::nullopt);
-      if (block) {
-        std::string appended = old_text + (old_text.back() == '\n' ? "" : "\n") + *block;
-        if (verify(appended, path, cfg.version, opt, true)) text = appended;
-      }
-    }
-    bool unchanged = had_handler && serialize(edited) == serialize(cfg.doc);
-    if (text.empty() && !unchanged) text = serialize(edited);
-    if (!text.empty()) {
-      if (auto st = verify(text, path, cfg.version, opt, true); !st)
-        return std::unexpected(st.error());
-      if (text != old_text) plan.changes.push_back({path, existing->has_value(), old_text, text});
-    }
-  } else {
-    // Version 3 (containerd 2.x): a drop-in with only our handler, listed in imports.
-    std::string drop_in =
-        opt.drop_in_path.empty()
-            ? (std::filesystem::path(path).parent_path() / "conf.d" / "99-gpufence.toml").string()
-            : opt.drop_in_path;
-    auto old_drop = read(drop_in);
-    if (!old_drop) return std::unexpected(old_drop.error());
-    toml::table drop;
-    drop.insert_or_assign("version", 3);
-    // Copy runc's settings from the main file so the handler behaves like it.
-    const toml::table* main_runtimes = nullptr;
-    if (auto* p = cfg.doc.get_as<toml::table>("plugins")) {
-      if (auto* c = p->get_as<toml::table>(cri_plugin_name(3))) {
-        if (auto* cd = c->get_as<toml::table>("containerd"))
-          main_runtimes = cd->get_as<toml::table>("runtimes");
-      }
-    }
-    toml::table& runtimes = ensure_table(cri_containerd(drop, 3), "runtimes");
-    runtimes.insert_or_assign(
-        opt.runtime_name,
-        handler_table(main_runtimes ? main_runtimes->get_as<toml::table>("runc") : nullptr,
-                      opt.binary));
-    if (opt.set_as_default)
-      cri_containerd(drop, 3).insert_or_assign("default_runtime_name", opt.runtime_name);
-    std::string drop_text = serialize(drop);
-    if (auto st = verify(drop_text, drop_in, 3, opt, true, DefaultRuntimeCheck::no); !st)
-      return std::unexpected(st.error());
-    if (drop_text != old_drop->value_or(""))
-      plan.changes.push_back({drop_in, old_drop->has_value(), old_drop->value_or(""), drop_text});
-
-    toml::array* imports = cfg.doc.get_as<toml::array>("imports");
-    bool listed = false;
-    if (imports) {
-      for (const auto& i : *imports) listed |= i.value<std::string>() == drop_in;
-    }
-    if (!listed) {
-      if (!imports) {
-        cfg.doc.insert_or_assign("imports", toml::array{});
-        imports = cfg.doc.get_as<toml::array>("imports");
-      }
-      imports->push_back(drop_in);
-      std::string text = serialize(cfg.doc);
-      if (auto st = verify(text, path, 3, opt, false); !st) return std::unexpected(st.error());
-      plan.changes.push_back({path, existing->has_value(), old_text, text});
-    }
-  }
+  // containerd 1.x replaces whole plugin sections from imports, so versions 1-2 are edited in
+  // place; version 3 (containerd 2.x merges imports deeply) gets a drop-in.
+  Status st = cfg.version <= 2 || opt.flavor == Flavor::microk8s
+                  ? plan_in_place(opt, path, cfg, old_text, existing->has_value(), plan)
+                  : plan_drop_in(opt, path, cfg, old_text, existing->has_value(), read, plan);
+  if (!st) return std::unexpected(st.error());
   if (opt.flavor == Flavor::microk8s)
     plan.notes.push_back("restart microk8s to apply: microk8s stop && microk8s start");
   else
@@ -298,23 +598,30 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
   return plan;
 }
 
-Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan) {
+Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const HostFs& host) {
   std::vector<std::string> backups;
-  std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  ::gmtime_r(&now, &utc);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+  const std::string stamp = utc_stamp();
   for (const auto& change : plan.changes) {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(change.path).parent_path(), ec);
-    if (change.existed) {
-      std::string backup = change.path + ".bak-" + stamp;
-      if (auto st = write_file_atomic(backup, change.old_text); !st)
-        return std::unexpected(st.error().wrap("backup"));
-      backups.push_back(backup);
+    const std::filesystem::path local = host.resolve(change.path);
+    auto target = write_target_through_links(local, host.root());
+    if (!target) return std::unexpected(target.error());
+    auto current = read_file(*target);
+    if (current ? (!change.existed || *current != change.old_text)
+                : (change.existed || current.error().code != Errc::not_found)) {
+      return fail(Errc::conflict, change.path,
+                  " changed since it was read (or could not be read again): nothing written; run "
+                  "gpufence setup containerd again");
     }
-    if (auto st = write_file_atomic(change.path, change.new_text); !st)
+    std::error_code ec;
+    std::filesystem::create_directories(target->parent_path(), ec);
+    if (change.existed) {
+      auto backup = write_backup_exclusive(local, change.old_text, stamp);
+      if (!backup) return std::unexpected(backup.error().wrap("backup"));
+      std::string shown = backup->native();
+      if (host.root().native() != "/") shown = shown.substr(host.root().native().size());
+      backups.push_back(shown);
+    }
+    if (auto st = write_file_atomic(*target, change.new_text); !st)
       return std::unexpected(st.error());
   }
   return backups;

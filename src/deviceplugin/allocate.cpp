@@ -4,6 +4,7 @@
 
 #include "common/strings.hpp"
 #include "gpu/selector.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -31,8 +32,7 @@ Result<std::vector<Gpu>> validate_allocation(
 
 v1beta1::ContainerAllocateResponse build_allocate_response(
     const std::vector<Gpu>& gpus, const PluginOptions& options,
-    const std::vector<HostNode>& control_nodes,
-    const std::function<std::string(const std::string&)>& gpu_host_path) {
+    const std::vector<HostNode>& control_nodes) {
   v1beta1::ContainerAllocateResponse resp;
   std::vector<std::string> uuids;
   for (const auto& g : gpus) uuids.push_back(g.uuid);
@@ -44,7 +44,7 @@ v1beta1::ContainerAllocateResponse build_allocate_response(
     for (const auto& g : gpus) {
       auto* spec = resp.add_devices();
       spec->set_container_path(g.device_path());
-      spec->set_host_path(gpu_host_path(g.device_path()));
+      spec->set_host_path(g.device_path());
       spec->set_permissions("rw");
     }
     for (const auto& node : control_nodes) {
@@ -68,7 +68,8 @@ v1beta1::ContainerAllocateResponse build_allocate_response(
     std::vector<std::string> names;
     for (const auto& u : uuids) names.push_back(std::string(kCdiKind) + "=" + u);
     // One key per allocation; GPUs are exclusive, so the first UUID makes it unique on the node.
-    (*resp.mutable_annotations())[options.cdi_annotation_prefix + "gpufence_" + uuids.front()] =
+    (*resp.mutable_annotations())[allocation_annotation_key(options.cdi_annotation_prefix,
+                                                             uuids.front())] =
         join(names, ",");
   }
   if (options.list_strategies.contains(ListStrategy::cdi_cri)) {
@@ -79,6 +80,17 @@ v1beta1::ContainerAllocateResponse build_allocate_response(
   // CUDA then uses the allocated GPU even in a container that can see more.
   if (options.set_cuda_visible_devices) envs["CUDA_VISIBLE_DEVICES"] = uuid_list;
   return resp;
+}
+
+std::vector<HostNode> present_control_nodes(const HostFs& host) {
+  // NVIDIA's plugin sends these only when they exist (docs/deviceplugin.md).
+  std::vector<HostNode> out;
+  for (const auto& node : kControlNodes) {
+    std::string path(node.path);
+    auto info = host.stat(path);
+    if (info && info->type == FileType::char_device) out.push_back({path, path});
+  }
+  return out;
 }
 
 }  // namespace gpufence

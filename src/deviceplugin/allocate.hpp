@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hostfs.hpp"
 #include "deviceplugin/api.hpp"
 #include "deviceplugin/options.hpp"
 #include "gpu/gpu.hpp"
@@ -29,14 +30,19 @@ Result<std::vector<Gpu>> validate_allocation(
 
 struct HostNode {
   std::string container_path;  // "/dev/nvidiactl"
-  std::string host_path;       // where the kubelet finds it (the host root applied)
+  std::string host_path;       // the node's path on the host, as the kubelet resolves it
 };
 
-// `control_nodes` are the control nodes present on the host; `gpu_host_path` maps a GPU node's
-// container path to its host path.
+// The NVIDIA control nodes (/dev/nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset) that
+// are character devices under `host`'s root, each named by its host path: --host-root changes
+// where we look, never what we answer.
+std::vector<HostNode> present_control_nodes(const HostFs& host);
+
+// `control_nodes` are the control nodes present on the host. A GPU node's host path is its
+// path on the host, /dev/nvidia<minor>: the kubelet and the runtime resolve DeviceSpec host
+// paths in the host's mount namespace, never under the root this process sees the host at.
 v1beta1::ContainerAllocateResponse build_allocate_response(
     const std::vector<Gpu>& gpus, const PluginOptions& options,
-    const std::vector<HostNode>& control_nodes,
-    const std::function<std::string(const std::string&)>& gpu_host_path);
+    const std::vector<HostNode>& control_nodes);
 
 }  // namespace gpufence

@@ -22,7 +22,8 @@ bool HealthTracker::on_event(const GpuEvent& event, SteadyTime now, const AliveC
   if (event.gpu_lost) {
     // NVML does not say which GPU fell off the bus: ask each one.
     for (auto& [uuid, s] : m_state) {
-      if (!alive(uuid)) changed |= mark(s, false, true, "lost (GPU is not answering NVML)", now);
+      if (auto st = alive(uuid); !st)
+        changed |= mark(s, false, true, "lost: " + st.error().message, now);
     }
     return changed;
   }
@@ -43,7 +44,10 @@ bool HealthTracker::on_tick(SteadyTime now, const AliveCheck& alive) {
   for (auto& [uuid, s] : m_state) {
     if (s.healthy) continue;
     if (s.lost) {
-      if (alive(uuid)) changed |= mark(s, true, false, "", now);
+      if (auto st = alive(uuid))
+        changed |= mark(s, true, false, "", now);
+      else
+        s.reason = "lost: " + st.error().message;  // why it is still lost may change
     } else if (m_options.recovery && now - s.last_critical >= *m_options.recovery) {
       changed |= mark(s, true, false, "", now);
     }
@@ -59,6 +63,20 @@ bool HealthTracker::healthy(const std::string& uuid) const {
 std::string HealthTracker::reason(const std::string& uuid) const {
   auto it = m_state.find(uuid);
   return it == m_state.end() ? std::string() : it->second.reason;
+}
+
+std::vector<std::string> HealthTracker::lost() const {
+  std::vector<std::string> out;
+  for (const auto& [uuid, s] : m_state) {
+    if (!s.healthy && s.lost) out.push_back(uuid);
+  }
+  return out;
+}
+
+std::vector<std::string> HealthTracker::uuids() const {
+  std::vector<std::string> out;
+  for (const auto& [uuid, s] : m_state) out.push_back(uuid);
+  return out;
 }
 
 bool HealthTracker::any_unhealthy() const {

@@ -1,5 +1,5 @@
 // GPU health as the kubelet sees it, as a pure state machine: events and clock ticks in,
-// "did anything change" out. The monitor thread (server.cpp) feeds it from NVML.
+// "did anything change" out. The HealthMonitor (health_monitor.hpp) feeds it from NVML.
 #pragma once
 
 #include <chrono>
@@ -14,8 +14,8 @@
 namespace gpufence {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
-// Whether a GPU answers the driver now.
-using AliveCheck = std::function<bool(const std::string& uuid)>;
+// Whether a GPU answers the driver now; the error says why not (and becomes the reason).
+using AliveCheck = std::function<Status(const std::string& uuid)>;
 
 class HealthTracker {
  public:
@@ -27,6 +27,10 @@ class HealthTracker {
   bool on_tick(SteadyTime now, const AliveCheck& alive);
 
   bool healthy(const std::string& uuid) const;
+  // The GPUs on_tick will ask `alive` about: the lost ones. Lets the caller ask NVML first,
+  // outside any lock, and hand on_tick the answers.
+  std::vector<std::string> lost() const;
+  std::vector<std::string> uuids() const;
   // Why a GPU is unhealthy ("xid 48", "lost"); empty when healthy.
   std::string reason(const std::string& uuid) const;
   bool any_unhealthy() const;

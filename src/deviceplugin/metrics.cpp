@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "common/strings.hpp"
 
@@ -90,7 +92,7 @@ Status MetricsServer::start(const std::string& address, Render metrics,
     return fail(Errc::invalid_argument, "metrics address '", address,
                 "': host must be an IPv4 address");
   }
-  m_listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  m_listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (m_listen_fd < 0) return fail_errno("socket for", address);
   int one = 1;
   ::setsockopt(m_listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -119,43 +121,104 @@ void MetricsServer::stop() {
   }
 }
 
-void MetricsServer::serve() {
-  while (true) {
-    pollfd fds[2] = {{m_listen_fd, POLLIN, 0}, {m_stop_pipe[0], POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents) return;
-    int conn = ::accept4(m_listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;
-    // One short request per connection; a slow client gets 1 s.
-    timeval tv{1, 0};
-    ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char buf[2048];
-    ssize_t n = ::recv(conn, buf, sizeof buf - 1, 0);
-    std::string request(buf, n > 0 ? static_cast<size_t>(n) : 0);
-    std::string status = "404 Not Found", body = "not found\n", type = "text/plain";
-    if (request.starts_with("GET /metrics")) {
-      status = "200 OK";
-      body = m_render();
-      type = "text/plain; version=0.0.4";
-    } else if (request.starts_with("GET /healthz")) {
-      bool ok = m_healthy();
-      status = ok ? "200 OK" : "503 Service Unavailable";
-      body = ok ? "ok\n" : "not registered with the kubelet\n";
-    }
-    std::string resp =
-        cat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
-            "\r\nConnection: close\r\n\r\n", body);
-    size_t sent = 0;
-    while (sent < resp.size()) {
-      ssize_t w = ::send(conn, resp.data() + sent, resp.size() - sent, MSG_NOSIGNAL);
-      if (w <= 0) break;
-      sent += static_cast<size_t>(w);
-    }
-    ::close(conn);
+namespace {
+
+// Each client gets this long from accept to the last byte of its answer; an idle or slow one is
+// dropped then, without holding up anyone else.
+constexpr auto kClientDeadline = std::chrono::seconds(10);
+// More clients than this and the oldest is dropped: a flood of idle connections cannot make the
+// kubelet's liveness probe wait.
+constexpr size_t kMaxClients = 32;
+constexpr size_t kMaxRequest = 8192;
+
+struct Client {
+  int fd = -1;
+  std::string in, out;
+  size_t sent = 0;
+  bool answering = false;
+  std::chrono::steady_clock::time_point deadline;
+};
+
+bool request_complete(const std::string& in) {
+  return in.find("\r\n\r\n") != std::string::npos || in.find("\n\n") != std::string::npos ||
+         in.size() >= kMaxRequest;
+}
+
+}  // namespace
+
+std::string MetricsServer::answer(const std::string& request) const {
+  std::string status = "404 Not Found", body = "not found\n", type = "text/plain";
+  if (request.starts_with("GET /metrics")) {
+    status = "200 OK";
+    body = m_render();
+    type = "text/plain; version=0.0.4";
+  } else if (request.starts_with("GET /healthz")) {
+    bool ok = m_healthy();
+    status = ok ? "200 OK" : "503 Service Unavailable";
+    body = ok ? "ok\n" : "not registered with the kubelet\n";
   }
+  return cat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ", body.size(),
+             "\r\nConnection: close\r\n\r\n", body);
+}
+
+// One thread, every client at once: poll over the listening socket and each connection, all
+// non-blocking, so a client that connects and sends nothing (or reads slowly) delays no other.
+void MetricsServer::serve() {
+  std::vector<Client> clients;
+  auto drop = [&](size_t i) {
+    ::close(clients[i].fd);
+    clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  while (true) {
+    auto now = std::chrono::steady_clock::now();
+    for (size_t i = clients.size(); i-- > 0;) {
+      if (clients[i].deadline <= now) drop(i);
+    }
+    std::vector<pollfd> fds = {{m_listen_fd, POLLIN, 0}, {m_stop_pipe[0], POLLIN, 0}};
+    int timeout = -1;
+    for (const auto& c : clients) {
+      fds.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(c.deadline - now).count();
+      timeout = timeout < 0 ? static_cast<int>(left) : std::min(timeout, static_cast<int>(left));
+    }
+    if (::poll(fds.data(), fds.size(), timeout) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[1].revents) break;
+    // Serve the connections polled this round (new ones join the next round).
+    for (size_t i = clients.size(); i-- > 0;) {
+      short ev = fds[i + 2].revents;
+      if (!ev) continue;
+      Client& c = clients[i];
+      if (!c.answering) {
+        char buf[2048];
+        ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+          if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+          drop(i);
+          continue;
+        }
+        c.in.append(buf, static_cast<size_t>(n));
+        if (!request_complete(c.in)) continue;
+        c.out = answer(c.in);
+        c.answering = true;
+      }
+      ssize_t w = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+      if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (w > 0) c.sent += static_cast<size_t>(w);
+      if (w <= 0 || c.sent == c.out.size()) drop(i);
+    }
+    if (fds[0].revents & POLLIN) {
+      int conn;
+      while ((conn = ::accept4(m_listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+        if (clients.size() >= kMaxClients) drop(0);  // the oldest
+        clients.push_back(
+            Client{conn, {}, {}, 0, false, std::chrono::steady_clock::now() + kClientDeadline});
+      }
+    }
+  }
+  for (auto& c : clients) ::close(c.fd);
 }
 
 }  // namespace gpufence

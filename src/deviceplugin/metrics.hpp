@@ -40,7 +40,8 @@ class PluginMetrics {
   std::atomic<size_t> m_healthy{0}, m_unhealthy{0};
 };
 
-// Serves GET /metrics and GET /healthz on a TCP address ("127.0.0.1:9400", ":9400").
+// Serves GET /metrics and GET /healthz on a TCP address ("127.0.0.1:9400", ":9400"), to many
+// clients at once: a slow scraper never makes the liveness probe wait.
 class MetricsServer {
  public:
   using Render = std::function<std::string()>;
@@ -52,6 +53,7 @@ class MetricsServer {
 
  private:
   void serve();
+  std::string answer(const std::string& request) const;
   int m_listen_fd = -1;
   int m_stop_pipe[2] = {-1, -1};
   int m_port = 0;

@@ -38,9 +38,14 @@ struct PluginOptions {
   std::set<ListStrategy> list_strategies = {ListStrategy::device_specs, ListStrategy::volume_mounts,
                                             ListStrategy::cdi_annotations};
   bool set_cuda_visible_devices = true;
-  std::string host_root = "/";  // where /dev/nvidia* are looked up
+  // Where /dev/nvidia* are looked up; the answers name host paths all the same.
+  std::string host_root = "/";
   std::string cdi_annotation_prefix = "cdi.k8s.io/";
   HealthOptions health;
+  // Re-register when no ListAndWatch stream has been open this long; nullopt: never.
+  std::optional<std::chrono::milliseconds> reregister_after = std::chrono::seconds(30);
+  // How long one NVML call may take before it counts as hung (start-up calls get 6x).
+  std::chrono::milliseconds nvml_timeout = std::chrono::seconds(10);
 };
 
 Result<std::set<ListStrategy>> parse_list_strategies(std::string_view text);

@@ -1,9 +1,6 @@
 #include "deviceplugin/plugin.hpp"
 
 #include <grpcpp/grpcpp.h>
-#include <poll.h>
-#include <sys/inotify.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,8 +14,9 @@
 #include "common/strings.hpp"
 #include "deviceplugin/allocate.hpp"
 #include "deviceplugin/api.hpp"
-#include "deviceplugin/health.hpp"
+#include "deviceplugin/health_monitor.hpp"
 #include "deviceplugin/preferred.hpp"
+#include "deviceplugin/registration.hpp"
 
 namespace gpufence {
 
@@ -26,8 +24,6 @@ namespace {
 
 constexpr const char* kKubeletSocket = "kubelet.sock";
 constexpr const char* kApiVersion = "v1beta1";
-const std::vector<std::string> kControlNodes = {"/dev/nvidiactl", "/dev/nvidia-uvm",
-                                                "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
 
 // How well two GPUs are connected, for GetPreferredAllocation (higher is better).
 int link_score(const Topology& t, bool same_numa) {
@@ -54,44 +50,67 @@ struct DevicePlugin::State {
   HostFs host;
   std::vector<PluginDevice> devices;
   std::map<std::pair<std::string, std::string>, int> scores;  // by device id pair
+  std::unique_ptr<HealthMonitor> monitor;
+  std::unique_ptr<RegistrationLoop> loop;
 
+  // Guards what the ListAndWatch streams wait on. Never held across NVML: the health monitor
+  // owns every NVML call and only takes this lock to bump the version.
   mutable std::mutex mu;
   std::condition_variable cv;
-  HealthTracker health;
   std::uint64_t version = 1;     // bumped on every health change
   std::uint64_t generation = 0;  // bumped when the gRPC server is stopped
   bool stopping = false;
-  std::atomic<bool> registered{false};
+  int open_streams = 0;
+  std::chrono::steady_clock::time_point streams_idle_since = std::chrono::steady_clock::now();
 
-  State(PluginContext c, HostFs h, std::vector<PluginDevice> d, HealthTracker t)
-      : ctx(std::move(c)), host(std::move(h)), devices(std::move(d)), health(std::move(t)) {}
+  // The gRPC server; touched only by the registration loop's thread.
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<v1beta1::DevicePlugin::Service> service;
+
+  State(PluginContext c, HostFs h, std::vector<PluginDevice> d)
+      : ctx(std::move(c)), host(std::move(h)), devices(std::move(d)) {}
+
+  std::string own_socket() const {
+    return (std::filesystem::path(ctx.options.plugin_dir) / ctx.options.socket_name).string();
+  }
+  std::string kubelet_socket() const {
+    return (std::filesystem::path(ctx.options.plugin_dir) / kKubeletSocket).string();
+  }
 
   v1beta1::ListAndWatchResponse snapshot() const {  // call with mu held
     v1beta1::ListAndWatchResponse resp;
     for (const auto& d : devices) {
       auto* dev = resp.add_devices();
       dev->set_id(d.id);
-      dev->set_health(health.healthy(d.gpu.uuid) ? "Healthy" : "Unhealthy");
+      dev->set_health(monitor->healthy(d.gpu.uuid) ? "Healthy" : "Unhealthy");
       if (d.gpu.numa_node) dev->mutable_topology()->add_nodes()->set_id(*d.gpu.numa_node);
     }
     return resp;
   }
 
-  void publish_device_counts() {  // call with mu held
+  void publish_device_counts() {
     size_t healthy = 0;
-    for (const auto& d : devices) healthy += health.healthy(d.gpu.uuid) ? 1 : 0;
+    for (const auto& d : devices) healthy += monitor->healthy(d.gpu.uuid) ? 1 : 0;
     ctx.metrics.set_devices(healthy, devices.size() - healthy);
   }
 
-  std::vector<HostNode> control_nodes() const {
-    std::vector<HostNode> out;
-    for (const auto& path : kControlNodes) {
-      auto info = host.stat(path);
-      if (info && info->type == FileType::char_device)
-        out.push_back({path, host.resolve(path).native()});
-    }
-    return out;
+  // The health monitor's change callback: wake every ListAndWatch stream.
+  void on_health_change() {
+    publish_device_counts();
+    std::lock_guard lock(mu);
+    ++version;
+    cv.notify_all();
   }
+
+  std::optional<std::chrono::steady_clock::time_point> idle_since() const {
+    std::lock_guard lock(mu);
+    if (open_streams > 0) return std::nullopt;
+    return streams_idle_since;
+  }
+
+  Status serve();
+  void stop_serving();
+  Status register_now();
 };
 
 // The DevicePlugin service the kubelet calls.
@@ -111,6 +130,15 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
     std::uint64_t sent = 0;
     std::unique_lock lock(m_s.mu);
+    ++m_s.open_streams;
+    struct Closed {  // counts the stream closed however the handler returns
+      DevicePlugin::State& s;
+      std::unique_lock<std::mutex>& lock;
+      ~Closed() {
+        if (!lock.owns_lock()) lock.lock();
+        if (--s.open_streams == 0) s.streams_idle_since = std::chrono::steady_clock::now();
+      }
+    } closed{m_s, lock};
     while (true) {
       // Wake on a health change, on stop/restart, and twice a second to notice a gone kubelet.
       m_s.cv.wait_for(lock, std::chrono::milliseconds(500), [&] {
@@ -164,13 +192,13 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
  private:
   grpc::Status allocate(const v1beta1::AllocateRequest& req, v1beta1::AllocateResponse* out) {
     // Validate every container first: a bad id refuses the whole request, nothing partial.
+    // No lock: the devices never change after start-up and the monitor guards health itself.
     std::vector<std::vector<Gpu>> granted;
     {
-      std::lock_guard lock(m_s.mu);
       for (const auto& creq : req.container_requests()) {
         std::vector<std::string> ids(creq.devices_ids().begin(), creq.devices_ids().end());
         auto gpus = validate_allocation(
-            ids, m_s.devices, [&](const std::string& uuid) { return m_s.health.healthy(uuid); });
+            ids, m_s.devices, [&](const std::string& uuid) { return m_s.monitor->healthy(uuid); });
         if (!gpus) {
           m_s.ctx.log.warn("plugin.allocate_refused",
                            {{"ids", join(ids, ",")}, {"error", gpus.error().message}});
@@ -181,11 +209,9 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
         granted.push_back(std::move(*gpus));
       }
     }
-    auto control = m_s.control_nodes();
-    auto host_path = [&](const std::string& p) { return m_s.host.resolve(p).native(); };
+    auto control = present_control_nodes(m_s.host);
     for (const auto& gpus : granted) {
-      *out->add_container_responses() =
-          build_allocate_response(gpus, m_s.ctx.options, control, host_path);
+      *out->add_container_responses() = build_allocate_response(gpus, m_s.ctx.options, control);
       std::vector<std::string> uuids;
       for (const auto& g : gpus) uuids.push_back(g.uuid);
       m_s.ctx.log.info("plugin.allocate",
@@ -198,36 +224,73 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
   std::uint64_t m_generation;
 };
 
-Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx) {
-  auto gpus = ctx.inventory.gpus();
+namespace {
+
+// Discovery (at start-up only) may take long on a big node without persistence mode, where each
+// NVML call can initialise a GPU; a hang still ends in an error, and SIGTERM ends it at once.
+constexpr int kStartupDeadlineFactor = 6;
+
+}  // namespace
+
+Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx, int stop_fd) {
+  NvmlWatchdog& nvml = ctx.watchdog;
+  const auto startup = nvml.deadline() * kStartupDeadlineFactor;
+  GpuInventory& inventory = ctx.inventory;
+  // Calls on the watchdog capture by value or the inventory itself: a call abandoned on a hang
+  // may run on after this function has returned.
+  auto gpus = nvml.call<Result<std::vector<Gpu>>>(
+      "nvmlDeviceGetCount_v2 and the GPU queries", [&inventory] { return inventory.gpus(); },
+      stop_fd, startup);
   if (!gpus) return std::unexpected(gpus.error().wrap("discover GPUs"));
   std::vector<PluginDevice> devices;
-  std::vector<std::string> uuids;
+  std::vector<MonitoredGpu> monitored;
   for (const auto& g : *gpus) {
     devices.push_back({plugin_device_id(g, ctx.options.id_strategy), g});
-    uuids.push_back(g.uuid);
+    monitored.push_back({devices.back().id, g.uuid});
   }
   std::map<std::pair<std::string, std::string>, int> scores;
   for (const auto& a : devices) {
     for (const auto& b : devices) {
       if (a.id == b.id) continue;
-      auto topo = ctx.inventory.topology(a.gpu.uuid, b.gpu.uuid);
+      auto topo = nvml.call<Result<Topology>>(
+          "nvmlDeviceGetTopologyCommonAncestor " + a.gpu.uuid,
+          [&inventory, ua = a.gpu.uuid, ub = b.gpu.uuid] { return inventory.topology(ua, ub); },
+          stop_fd, startup);
+      // A failed query scores the pair as unconnected, unless NVML is stuck in it (a hang, or a
+      // stop while waiting): then give up on start-up.
+      if (!topo && !nvml.wait_idle(std::chrono::milliseconds(0)))
+        return std::unexpected(topo.error().wrap("GPU topology"));
       bool same_numa = a.gpu.numa_node && a.gpu.numa_node == b.gpu.numa_node;
       scores[{a.id, b.id}] = link_score(topo ? *topo : Topology{}, same_numa);
     }
   }
   HostFs host(ctx.options.host_root);
-  HealthTracker tracker(uuids, ctx.options.health);
-  auto state = std::make_unique<State>(std::move(ctx), std::move(host), std::move(devices),
-                                       std::move(tracker));
-  state->scores = std::move(scores);
-  state->publish_device_counts();
-  for (const auto& d : state->devices) {
-    state->ctx.log.info("plugin.device",
-                        {{"id", d.id},
-                         {"uuid", d.gpu.uuid},
-                         {"minor", std::to_string(d.gpu.minor)},
-                         {"numa", d.gpu.numa_node ? std::to_string(*d.gpu.numa_node) : "-"}});
+  auto state = std::make_unique<State>(std::move(ctx), std::move(host), std::move(devices));
+  State& s = *state;
+  s.scores = std::move(scores);
+  s.monitor = std::make_unique<HealthMonitor>(s.ctx.inventory, s.ctx.watchdog, monitored,
+                                              s.ctx.options.health, s.ctx.log,
+                                              [&s] { s.on_health_change(); });
+  RegistrationSettings settings;
+  settings.plugin_dir = s.ctx.options.plugin_dir;
+  settings.kubelet_socket = kKubeletSocket;
+  settings.own_socket = s.ctx.options.socket_name;
+  settings.reregister_after = s.ctx.options.reregister_after;
+  RegistrationHooks hooks{
+      .serve = [&s] { return s.serve(); },
+      .stop_serving = [&s] { s.stop_serving(); },
+      .register_now = [&s] { return s.register_now(); },
+      .streams_idle_since = [&s] { return s.idle_since(); },
+  };
+  s.loop = std::make_unique<RegistrationLoop>(std::move(settings), std::move(hooks), s.ctx.log,
+                                              s.ctx.metrics);
+  s.publish_device_counts();
+  for (const auto& d : s.devices) {
+    s.ctx.log.info("plugin.device",
+                   {{"id", d.id},
+                    {"uuid", d.gpu.uuid},
+                    {"minor", std::to_string(d.gpu.minor)},
+                    {"numa", d.gpu.numa_node ? std::to_string(*d.gpu.numa_node) : "-"}});
   }
   return std::unique_ptr<DevicePlugin>(new DevicePlugin(std::move(state)));
 }
@@ -236,221 +299,85 @@ DevicePlugin::DevicePlugin(std::unique_ptr<State> state) : m_state(std::move(sta
 DevicePlugin::~DevicePlugin() = default;
 
 bool DevicePlugin::registered() const {
-  return m_state->registered;
+  return m_state->loop->registered();
 }
 size_t DevicePlugin::device_count() const {
   return m_state->devices.size();
 }
 
-namespace {
+Status DevicePlugin::State::serve() {
+  std::error_code ec;
+  std::filesystem::remove(own_socket(), ec);  // a stale socket from a crash
+  std::uint64_t gen;
+  {
+    std::lock_guard lock(mu);
+    gen = generation;
+  }
+  service = std::make_unique<PluginService>(*this, gen);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix://" + own_socket(), grpc::InsecureServerCredentials());
+  builder.RegisterService(service.get());
+  server = builder.BuildAndStart();
+  if (!server) {
+    service.reset();
+    return fail(Errc::rpc, "cannot serve on ", own_socket());
+  }
+  return {};
+}
 
-Status register_with_kubelet(const PluginOptions& opt, const std::string& kubelet_socket) {
+void DevicePlugin::State::stop_serving() {
+  if (!server) return;
+  {
+    std::lock_guard lock(mu);
+    ++generation;  // ends this server's ListAndWatch streams
+    cv.notify_all();
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  server.reset();
+  service.reset();
+  std::error_code ec;
+  std::filesystem::remove(own_socket(), ec);
+}
+
+Status DevicePlugin::State::register_now() {
+  const PluginOptions& opt = ctx.options;
   auto channel =
-      grpc::CreateChannel("unix://" + kubelet_socket, grpc::InsecureChannelCredentials());
+      grpc::CreateChannel("unix://" + kubelet_socket(), grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
   v1beta1::RegisterRequest req;
   req.set_version(kApiVersion);
   req.set_endpoint(opt.socket_name);
   req.set_resource_name(opt.resource_name);
   req.mutable_options()->set_get_preferred_allocation_available(true);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::ClientContext rpc;
+  rpc.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1beta1::Empty empty;
-  auto status = stub->Register(&ctx, req, &empty);
+  auto status = stub->Register(&rpc, req, &empty);
   if (!status.ok())
-    return fail(Errc::rpc, "register with ", kubelet_socket, ": ", status.error_message());
+    return fail(Errc::rpc, "register with ", kubelet_socket(), ": ", status.error_message());
+  ctx.metrics.count_registration();
+  ctx.log.info("plugin.registered", {{"resource", opt.resource_name},
+                                     {"endpoint", own_socket()},
+                                     {"kubelet", kubelet_socket()},
+                                     {"devices", std::to_string(devices.size())}});
   return {};
 }
 
-}  // namespace
-
+// Two named parts run side by side: the health monitor on its own thread, the registration loop
+// on this one until the stop fd fires. Stopping ends every stream, shuts the server down within
+// a second and removes the socket; neither part waits on NVML.
 Status DevicePlugin::run(int stop_fd) {
   State& s = *m_state;
-  const PluginOptions& opt = s.ctx.options;
-  const std::filesystem::path dir = opt.plugin_dir;
-  const std::string kubelet_socket = (dir / kKubeletSocket).string();
-  const std::string own_socket = (dir / opt.socket_name).string();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-
-  // inotify on the plugin directory: the kubelet re-creates kubelet.sock when it restarts and
-  // deletes every plugin socket when it starts.
-  int ino = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (ino < 0) return fail_errno("inotify_init1 for", dir.native());
-  if (::inotify_add_watch(ino, dir.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM) <
-      0) {
-    ::close(ino);
-    return fail_errno("inotify_add_watch", dir.native());
-  }
-
-  // Health: a thread turning NVML events into health changes.
-  std::thread health_thread([&s] {
-    auto alive = [&](const std::string& uuid) {
-      return s.ctx.inventory.check_alive(uuid).has_value();
-    };
-    bool warned = false;
-    while (true) {
-      {
-        std::lock_guard lock(s.mu);
-        if (s.stopping) return;
-      }
-      if (!s.ctx.options.health.enabled) {
-        std::unique_lock lock(s.mu);
-        s.cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return s.stopping; });
-        continue;
-      }
-      auto event = s.ctx.inventory.wait_event(std::chrono::milliseconds(200));
-      auto now = std::chrono::steady_clock::now();
-      std::unique_lock lock(s.mu);
-      bool changed = false;
-      if (!event) {
-        // No usable event stream: still notice GPUs that stop answering, twice a second.
-        if (!warned)
-          s.ctx.log.warn("plugin.health_events_unavailable", {{"error", event.error().message}});
-        warned = true;
-        changed |= s.health.on_event(GpuEvent{"", 0, true}, now, alive);
-        s.cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return s.stopping; });
-      } else if (event->has_value()) {
-        const GpuEvent& ev = **event;
-        changed |= s.health.on_event(ev, now, alive);
-        s.ctx.log.info(
-            "plugin.gpu_event",
-            {{"uuid", ev.uuid},
-             {"xid", std::to_string(ev.xid)},
-             {"lost", ev.gpu_lost ? "true" : "false"},
-             {"ignored", s.ctx.options.health.ignored_xids.contains(ev.xid) && !ev.gpu_lost
-                             ? "true"
-                             : "false"}});
-      }
-      changed |= s.health.on_tick(now, alive);
-      if (changed) {
-        ++s.version;
-        s.publish_device_counts();
-        for (const auto& d : s.devices) {
-          s.ctx.log.info("plugin.health",
-                         {{"id", d.id},
-                          {"uuid", d.gpu.uuid},
-                          {"health", s.health.healthy(d.gpu.uuid) ? "Healthy" : "Unhealthy"},
-                          {"reason", s.health.reason(d.gpu.uuid)}});
-        }
-        s.cv.notify_all();
-      }
-    }
-  });
-
-  std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<PluginService> service;
-
-  auto stop_server = [&] {
-    if (!server) return;
-    {
-      std::lock_guard lock(s.mu);
-      ++s.generation;  // ends this server's ListAndWatch streams
-      s.cv.notify_all();
-    }
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    server.reset();
-    service.reset();
-    s.registered = false;
-    std::filesystem::remove(own_socket, ec);
-  };
-
-  auto start_server = [&]() -> Status {
-    std::filesystem::remove(own_socket, ec);  // a stale socket from a crash
-    std::uint64_t gen;
-    {
-      std::lock_guard lock(s.mu);
-      gen = s.generation;
-    }
-    service = std::make_unique<PluginService>(s, gen);
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("unix://" + own_socket, grpc::InsecureServerCredentials());
-    builder.RegisterService(service.get());
-    server = builder.BuildAndStart();
-    if (!server) {
-      service.reset();
-      return fail(Errc::rpc, "cannot serve on ", own_socket);
-    }
-    return {};
-  };
-
-  bool waiting_logged = false;
-  auto retry_at = std::chrono::steady_clock::now();
-  Status result;
-  while (true) {
-    // Serve and register whenever the kubelet is there and we are not registered.
-    if (!s.registered && std::chrono::steady_clock::now() >= retry_at) {
-      if (std::filesystem::exists(kubelet_socket, ec)) {
-        waiting_logged = false;
-        Status st = server ? Status{} : start_server();
-        if (st) st = register_with_kubelet(opt, kubelet_socket);
-        if (st) {
-          s.registered = true;
-          s.ctx.metrics.count_registration();
-          s.ctx.log.info("plugin.registered", {{"resource", opt.resource_name},
-                                               {"endpoint", own_socket},
-                                               {"kubelet", kubelet_socket},
-                                               {"devices", std::to_string(s.devices.size())}});
-        } else {
-          s.ctx.log.warn("plugin.register_failed",
-                         {{"error", st.error().message}, {"retry_in", "1s"}});
-          stop_server();
-          retry_at = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-        }
-      } else if (!waiting_logged) {
-        s.ctx.log.info("plugin.waiting_for_kubelet", {{"socket", kubelet_socket}});
-        waiting_logged = true;
-      }
-    }
-
-    pollfd fds[2] = {{stop_fd, POLLIN, 0}, {ino, POLLIN, 0}};
-    int timeout = s.registered ? -1 : 200;
-    if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {
-      result = fail_errno("poll", dir.native());
-      break;
-    }
-    if (fds[0].revents) break;
-    if (!(fds[1].revents & POLLIN)) continue;
-
-    bool restart = false;
-    alignas(inotify_event) char buf[8192];
-    ssize_t n;
-    while ((n = ::read(ino, buf, sizeof buf)) > 0) {
-      for (char* p = buf; p < buf + n;) {
-        auto* ev = reinterpret_cast<inotify_event*>(p);
-        std::string name = ev->len ? ev->name : "";
-        if (name == kKubeletSocket && (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
-          s.ctx.metrics.count_kubelet_restart();
-          s.ctx.log.info("plugin.kubelet_restarted", {{"socket", kubelet_socket}});
-          restart = true;
-        } else if (name == opt.socket_name && (ev->mask & (IN_DELETE | IN_MOVED_FROM))) {
-          // Judge by the state now, not by the event: our own stop/start and gRPC itself
-          // unlink this path too. Only a socket gone from under a running server means the
-          // kubelet wiped the directory.
-          if (server && !std::filesystem::exists(own_socket, ec)) {
-            s.ctx.log.info("plugin.socket_removed", {{"socket", own_socket}});
-            restart = true;
-          }
-        }
-        p += sizeof(inotify_event) + ev->len;
-      }
-    }
-    if (restart) {
-      stop_server();
-      retry_at = std::chrono::steady_clock::now();
-    }
-  }
-
-  // Stop: end the streams, shut the server down within a second, remove the socket.
+  if (auto st = s.monitor->start(); !st) return st;
+  Status result = s.loop->run(stop_fd);
   {
     std::lock_guard lock(s.mu);
     s.stopping = true;
     s.cv.notify_all();
   }
-  stop_server();
-  health_thread.join();
-  ::close(ino);
-  s.ctx.log.info("plugin.stopped", {{"socket", own_socket}});
+  s.stop_serving();
+  s.monitor->stop();
+  s.ctx.log.info("plugin.stopped", {{"socket", s.own_socket()}});
   return result;
 }
 

@@ -1,5 +1,5 @@
 // gpufence-device-plugin's server: discovery, the DevicePlugin gRPC service, registration with
-// the kubelet, re-registration when the kubelet restarts, and the health monitor.
+// the kubelet (registration.hpp) and the health monitor (health_monitor.hpp).
 #pragma once
 
 #include <memory>
@@ -7,6 +7,7 @@
 #include "common/log.hpp"
 #include "deviceplugin/metrics.hpp"
 #include "deviceplugin/options.hpp"
+#include "deviceplugin/watchdog.hpp"
 #include "gpu/gpu.hpp"
 
 namespace gpufence {
@@ -15,14 +16,16 @@ namespace gpufence {
 struct PluginContext {
   PluginOptions options;
   Logger& log;
-  GpuInventory& inventory;  // used by the health thread after start-up
+  GpuInventory& inventory;  // called only through `watchdog`
+  NvmlWatchdog& watchdog;
   PluginMetrics& metrics;
 };
 
 class DevicePlugin {
  public:
-  // Discovers the GPUs and their topology; fails when NVML cannot list them.
-  static Result<std::unique_ptr<DevicePlugin>> create(PluginContext ctx);
+  // Discovers the GPUs and their topology; fails when NVML cannot list them, does not answer in
+  // time, or `stop_fd` (when >= 0) becomes readable meanwhile.
+  static Result<std::unique_ptr<DevicePlugin>> create(PluginContext ctx, int stop_fd = -1);
   ~DevicePlugin();
 
   // Serves and registers until `stop_fd` becomes readable (a signalfd or a pipe): waits for the

@@ -84,119 +84,124 @@ std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const Node
   return std::set<unsigned>{};  // known to the kubelet's view: allocated nothing
 }
 
-const std::vector<std::string>& doctor_check_ids() {
-  static const std::vector<std::string> ids = {"gpu.open-unallocated",
-                                               "gpu.privileged-open-unallocated",
-                                               "gpu.no-request-can-open",
-                                               "gpu.process-on-unallocated",
-                                               "gpu.shared",
-                                               "env.visible-devices-mismatch",
-                                               "node.gpu-capacity",
-                                               "node.gpu-not-allocatable",
-                                               "deepstream.gpu-id-invisible",
-                                               "pod.runtimeclass-missing",
-                                               "pod.no-gpu-runtime",
-                                               "pod.env-visible-devices",
-                                               "containerd.*"};
-  return ids;
+namespace {
+
+// What a container can open beyond its allocation, when both are known.
+struct Overreach {
+  std::set<unsigned> allocated, extra;
+  std::string evidence;
+};
+
+std::optional<Overreach> overreach(const Snapshot& s, const NodeContainer& c) {
+  auto allocated = allocated_minors(s, c);
+  if (!allocated || !c.openable) return std::nullopt;
+  const std::set<unsigned>& reach = *c.openable;
+  Overreach o{*allocated, {}, ""};
+  std::set_difference(reach.begin(), reach.end(), allocated->begin(), allocated->end(),
+                      std::inserter(o.extra, o.extra.end()));
+  if (o.extra.empty()) return std::nullopt;
+  o.evidence = cat(c.label(), ": kubelet allocated ", gpu_names(s, *allocated),
+                   "; its devices cgroup (", c.openable_source, ") lets it open ",
+                   gpu_names(s, reach), "; nodes in its /dev: ", gpu_names(s, c.gpu_nodes_present),
+                   c.privileged ? "; privileged (CAP_SYS_ADMIN)" : "");
+  return o;
 }
 
-std::vector<Finding> judge(const Snapshot& s) {
-  std::vector<Finding> out;
-  const auto inv = inventory(s);
+void check_no_request_can_open(const Snapshot& s, std::vector<Finding>& out) {
+  for (const auto& c : s.containers) {
+    auto o = overreach(s, c);
+    if (!o || !o->allocated.empty()) continue;
+    out.push_back(
+        {"gpu.no-request-can-open", Severity::error,
+         cat("container ", c.label(), " requested no GPU but can open ", gpu_names(s, o->extra)),
+         o->evidence + (c.nvidia_visible_devices
+                            ? "; NVIDIA_VISIBLE_DEVICES=" + *c.nvidia_visible_devices
+                            : ""),
+         cat(kFixRuntime,
+             " (gpufence-runtime gives a container with no allocation no GPU, and ignores an "
+             "image's NVIDIA_VISIBLE_DEVICES=all)")});
+  }
+}
 
+void check_privileged_open_unallocated(const Snapshot& s, std::vector<Finding>& out) {
+  for (const auto& c : s.containers) {
+    auto o = overreach(s, c);
+    if (!o || o->allocated.empty() || !c.privileged) continue;
+    out.push_back({"gpu.privileged-open-unallocated", Severity::error,
+                   cat("privileged container ", c.label(), " holds ", gpu_names(s, o->extra),
+                       " it was not allocated"),
+                   o->evidence,
+                   cat(kFixRuntime,
+                       " (it denies unallocated GPUs even to privileged containers), or drop "
+                       "privileged: true")});
+  }
+}
+
+void check_open_unallocated(const Snapshot& s, std::vector<Finding>& out) {
+  for (const auto& c : s.containers) {
+    auto o = overreach(s, c);
+    if (!o || o->allocated.empty() || c.privileged) continue;
+    out.push_back({"gpu.open-unallocated", Severity::error,
+                   cat("container ", c.label(), " can open ", gpu_names(s, o->extra),
+                       " it was not allocated"),
+                   o->evidence, kFixRuntime});
+  }
+}
+
+void check_process_on_unallocated(const Snapshot& s, std::vector<Finding>& out) {
   for (const auto& c : s.containers) {
     auto allocated = allocated_minors(s, c);
-    // What it can reach: its cgroup's answer where known, else the nodes in its /dev.
-    std::set<unsigned> reach = c.openable ? *c.openable : std::set<unsigned>{};
-    std::string reach_how = c.openable ? c.openable_source : "unknown";
-
-    if (allocated && c.openable) {
-      std::set<unsigned> extra;
-      std::set_difference(reach.begin(), reach.end(), allocated->begin(), allocated->end(),
-                          std::inserter(extra, extra.end()));
-      if (!extra.empty()) {
-        std::string evidence =
-            cat(c.label(), ": kubelet allocated ", gpu_names(s, *allocated),
-                "; its devices cgroup (", reach_how, ") lets it open ", gpu_names(s, reach),
-                "; nodes in its /dev: ", gpu_names(s, c.gpu_nodes_present),
-                c.privileged ? "; privileged (CAP_SYS_ADMIN)" : "");
-        if (allocated->empty()) {
-          out.push_back(
-              {"gpu.no-request-can-open", Severity::error,
-               cat("container ", c.label(), " requested no GPU but can open ", gpu_names(s, extra)),
-               evidence + (c.nvidia_visible_devices
-                               ? "; NVIDIA_VISIBLE_DEVICES=" + *c.nvidia_visible_devices
-                               : ""),
-               cat(kFixRuntime,
-                   " (gpufence-runtime gives a container with no allocation no GPU, and ignores an "
-                   "image's NVIDIA_VISIBLE_DEVICES=all)")});
-        } else if (c.privileged) {
-          out.push_back({"gpu.privileged-open-unallocated", Severity::error,
-                         cat("privileged container ", c.label(), " holds ", gpu_names(s, extra),
-                             " it was not allocated"),
-                         evidence,
-                         cat(kFixRuntime,
-                             " (it denies unallocated GPUs even to privileged containers), or drop "
-                             "privileged: true")});
-        } else {
-          out.push_back({"gpu.open-unallocated", Severity::error,
-                         cat("container ", c.label(), " can open ", gpu_names(s, extra),
-                             " it was not allocated"),
-                         evidence, kFixRuntime});
-        }
+    if (!allocated) continue;
+    auto used = used_minors(s, c);
+    std::set<unsigned> wrong;
+    std::set_difference(used.begin(), used.end(), allocated->begin(), allocated->end(),
+                        std::inserter(wrong, wrong.end()));
+    if (wrong.empty()) continue;
+    std::vector<std::string> pids;
+    for (const auto& g : s.gpus) {
+      if (!wrong.contains(g.gpu.minor)) continue;
+      for (const auto& p : g.processes) {
+        if (container_of_pid(s, p.pid) == &c) pids.push_back(cat(p.pid, " on GPU ", g.gpu.index));
       }
     }
+    out.push_back({"gpu.process-on-unallocated", Severity::error,
+                   cat("container ", c.label(), " was allocated ", gpu_names(s, *allocated),
+                       " but its processes run on ", gpu_names(s, wrong)),
+                   cat("NVML processes: ", join(pids, ", "),
+                       "; CUDA_VISIBLE_DEVICES=", c.cuda_visible_devices.value_or("(unset)"),
+                       "; NVIDIA_VISIBLE_DEVICES=", c.nvidia_visible_devices.value_or("(unset)")),
+                   "set CUDA_VISIBLE_DEVICES to the allocated UUID (gpufence-device-plugin and "
+                   "gpufence-runtime do), "
+                   "and set the app's gpu-id to 0: it counts the GPUs the container sees, not the "
+                   "node's (`gpufence launch --config <ds config> -- <app>` does both)"});
+  }
+}
 
-    if (allocated) {
-      auto used = used_minors(s, c);
-      std::set<unsigned> wrong;
-      std::set_difference(used.begin(), used.end(), allocated->begin(), allocated->end(),
-                          std::inserter(wrong, wrong.end()));
-      if (!wrong.empty()) {
-        std::vector<std::string> pids;
-        for (const auto& g : s.gpus) {
-          if (!wrong.contains(g.gpu.minor)) continue;
-          for (const auto& p : g.processes) {
-            if (container_of_pid(s, p.pid) == &c)
-              pids.push_back(cat(p.pid, " on GPU ", g.gpu.index));
-          }
-        }
-        out.push_back(
-            {"gpu.process-on-unallocated", Severity::error,
-             cat("container ", c.label(), " was allocated ", gpu_names(s, *allocated),
-                 " but its processes run on ", gpu_names(s, wrong)),
-             cat("NVML processes: ", join(pids, ", "),
-                 "; CUDA_VISIBLE_DEVICES=", c.cuda_visible_devices.value_or("(unset)"),
-                 "; NVIDIA_VISIBLE_DEVICES=", c.nvidia_visible_devices.value_or("(unset)")),
-             "set CUDA_VISIBLE_DEVICES to the allocated UUID (gpufence-device-plugin and "
-             "gpufence-runtime do), "
-             "and set the app's gpu-id to 0: it counts the GPUs the container sees, not the "
-             "node's (`gpufence launch --config <ds config> -- <app>` does both)"});
-      }
+// The env should name exactly the allocation (or defer to mount markers).
+void check_env_mismatch(const Snapshot& s, std::vector<Finding>& out) {
+  const auto inv = inventory(s);
+  for (const auto& c : s.containers) {
+    auto allocated = allocated_minors(s, c);
+    if (!allocated || !c.nvidia_visible_devices || allocated->empty()) continue;
+    auto sel = parse_device_selector(*c.nvidia_visible_devices);
+    if (!sel || sel->kind == DeviceSelector::Kind::volume_mounts) continue;
+    auto named = resolve_selector(*sel, inv);
+    std::set<unsigned> named_minors = named ? minors_of(*named) : std::set<unsigned>{};
+    if (named && named_minors == *allocated) continue;
+    out.push_back(
+        {"env.visible-devices-mismatch", Severity::warning,
+         cat("container ", c.label(), ": NVIDIA_VISIBLE_DEVICES=", *c.nvidia_visible_devices,
+             " does not match the kubelet's allocation ", gpu_names(s, *allocated)),
+         cat("environment of PID ", c.pids.empty() ? 0 : c.pids.front(),
+             named ? "" : "; " + named.error().message),
+         "do not set NVIDIA_VISIBLE_DEVICES in the image or pod spec; the device "
+         "plugin's Allocate answer sets it"});
+  }
+}
 
-      // The env should name exactly the allocation (or defer to mount markers).
-      if (c.nvidia_visible_devices && !allocated->empty()) {
-        auto sel = parse_device_selector(*c.nvidia_visible_devices);
-        if (sel && sel->kind != DeviceSelector::Kind::volume_mounts) {
-          auto named = resolve_selector(*sel, inv);
-          std::set<unsigned> named_minors = named ? minors_of(*named) : std::set<unsigned>{};
-          if (!named || named_minors != *allocated) {
-            out.push_back(
-                {"env.visible-devices-mismatch", Severity::warning,
-                 cat("container ", c.label(),
-                     ": NVIDIA_VISIBLE_DEVICES=", *c.nvidia_visible_devices,
-                     " does not match the kubelet's allocation ", gpu_names(s, *allocated)),
-                 cat("environment of PID ", c.pids.empty() ? 0 : c.pids.front(),
-                     named ? "" : "; " + named.error().message),
-                 "do not set NVIDIA_VISIBLE_DEVICES in the image or pod spec; the device plugin's "
-                 "Allocate answer sets it"});
-          }
-        }
-      }
-    }
-
-    // DeepStream gpu-id keys index the GPUs CUDA shows the container.
+// DeepStream gpu-id keys index the GPUs CUDA shows the container.
+void check_deepstream_gpu_ids(const Snapshot& s, std::vector<Finding>& out) {
+  for (const auto& c : s.containers) {
     for (const auto& [path, ids] : c.app_gpu_ids) {
       size_t visible = c.gpu_nodes_present.size();
       if (c.cuda_visible_devices) {
@@ -218,8 +223,10 @@ std::vector<Finding> judge(const Snapshot& s) {
       }
     }
   }
+}
 
-  // Two containers on one GPU.
+// Two containers on one GPU.
+void check_shared(const Snapshot& s, std::vector<Finding>& out) {
   for (const auto& g : s.gpus) {
     std::set<const NodeContainer*> users;
     for (const auto& p : g.processes) {
@@ -235,103 +242,184 @@ std::vector<Finding> judge(const Snapshot& s) {
                    "each container must use only its allocated GPU: enforce it with "
                    "gpufence-runtime and set CUDA_VISIBLE_DEVICES"});
   }
+}
 
-  // The API server's view: GPU pods and the runtime that enforces their allocation.
-  if (s.kube) {
-    std::string default_bin = s.containerd_default_binary;
-    std::string base =
-        default_bin.empty() ? "" : std::filesystem::path(default_bin).filename().string();
-    bool default_enforces =
-        base == "gpufence-runtime" || base.starts_with("nvidia-container-runtime");
-    for (const auto& pod : s.kube->pods) {
-      if (pod.gpus <= 0) continue;
-      std::string label = cat(pod.pod_namespace, "/", pod.name);
-      if (!pod.runtime_class.empty() && !s.kube->runtime_classes.contains(pod.runtime_class)) {
-        out.push_back({"pod.runtimeclass-missing", Severity::error,
-                       cat("pod ", label, " names RuntimeClass '", pod.runtime_class, "', which does not exist"),
-                       cat("spec.runtimeClassName = ", pod.runtime_class, "; RuntimeClasses: ",
-                           s.kube->runtime_classes.empty() ? std::string("none") : [&] {
-                             std::vector<std::string> n;
-                             for (const auto& [k, v] : s.kube->runtime_classes) n.push_back(k);
-                             return join(n, ", ");
-                           }()),
-                       "kubectl apply -f deploy/kubernetes/runtimeclass.yaml (handler nvidia), and run "
-                       "`gpufence setup containerd --runtime-name nvidia` on the node"});
-      }
-      if (pod.runtime_class.empty() && !default_enforces) {
-        out.push_back(
-            {"pod.no-gpu-runtime", pod.privileged ? Severity::error : Severity::warning,
-             cat("GPU pod ", label,
-                 " has no runtimeClassName and containerd's default runtime does not "
-                 "enforce GPU allocation",
-                 pod.privileged ? " (privileged: it sees every GPU)" : ""),
-             cat("requests ", pod.gpus, " ", s.resource_name, "; containerd default runtime runs ",
-                 default_bin.empty() ? std::string("plain runc") : default_bin),
-             "set runtimeClassName: nvidia in the pod spec (and `gpufence setup containerd`), or "
-             "make "
-             "the gpufence handler the default: `gpufence setup containerd --set-as-default`"});
-      }
-      for (const auto& env : pod.env_visible_devices) {
-        out.push_back({"pod.env-visible-devices", Severity::warning,
-                       cat("pod ", label, " sets NVIDIA_VISIBLE_DEVICES in its spec (", env, ")"),
-                       cat("pod spec container ", env),
-                       "remove it: the device plugin's Allocate answer sets the allocation; a "
-                       "pod-set value is "
-                       "either ignored or, with env-trusting runtimes, grants GPUs the kubelet "
-                       "never allocated"});
-      }
-    }
-    if (s.kube->capacity && !s.gpus.empty() &&
-        (*s.kube->capacity == 0 || *s.kube->capacity < static_cast<long>(s.gpus.size()))) {
-      out.push_back(
-          {"node.gpu-capacity", Severity::error,
-           cat("the node advertises ", *s.kube->capacity, " ", s.resource_name, " but ",
-               s.gpus.size(), " GPU(s) are present"),
-           cat("node status capacity ", s.resource_name, "=", *s.kube->capacity,
-               ", allocatable=", s.kube->allocatable.value_or(0), "; device plugin sockets: ",
-               s.plugin_sockets.empty() ? std::string("none") : join(s.plugin_sockets, ", ")),
-           "the device plugin is not registered (what keeps GPU Operator's validator at Init:3/4): "
-           "run "
-           "gpufence-device-plugin (deploy/kubernetes/device-plugin.yaml) with the kubelet's "
-           "plugin "
-           "directory"});
+void check_runtimeclass_missing(const Snapshot& s, std::vector<Finding>& out) {
+  if (!s.kube) return;
+  for (const auto& pod : s.kube->pods) {
+    if (pod.gpus <= 0 || pod.runtime_class.empty() ||
+        s.kube->runtime_classes.contains(pod.runtime_class))
+      continue;
+    std::vector<std::string> classes;
+    for (const auto& [k, v] : s.kube->runtime_classes) classes.push_back(k);
+    out.push_back({"pod.runtimeclass-missing", Severity::error,
+                   cat("pod ", pod.pod_namespace, "/", pod.name, " names RuntimeClass '",
+                       pod.runtime_class, "', which does not exist"),
+                   cat("spec.runtimeClassName = ", pod.runtime_class, "; RuntimeClasses: ",
+                       classes.empty() ? std::string("none") : join(classes, ", ")),
+                   "kubectl apply -f deploy/kubernetes/runtimeclass.yaml (handler nvidia), and run "
+                   "`gpufence setup containerd --runtime-name nvidia` on the node"});
+  }
+}
+
+void check_no_gpu_runtime(const Snapshot& s, std::vector<Finding>& out) {
+  if (!s.kube) return;
+  std::string default_bin = s.containerd_default_binary;
+  std::string base =
+      default_bin.empty() ? "" : std::filesystem::path(default_bin).filename().string();
+  if (base == "gpufence-runtime" || base.starts_with("nvidia-container-runtime")) return;
+  for (const auto& pod : s.kube->pods) {
+    if (pod.gpus <= 0 || !pod.runtime_class.empty()) continue;
+    out.push_back(
+        {"pod.no-gpu-runtime", pod.privileged ? Severity::error : Severity::warning,
+         cat("GPU pod ", pod.pod_namespace, "/", pod.name,
+             " has no runtimeClassName and containerd's default runtime does not enforce GPU "
+             "allocation",
+             pod.privileged ? " (privileged: it sees every GPU)" : ""),
+         cat("requests ", pod.gpus, " ", s.resource_name, "; containerd default runtime runs ",
+             default_bin.empty() ? std::string("plain runc") : default_bin),
+         "set runtimeClassName: nvidia in the pod spec (and `gpufence setup containerd`); "
+         "making gpufence the default runtime also moves the node agents' own pods onto it "
+         "(see `gpufence setup containerd --help`, --set-as-default)"});
+  }
+}
+
+void check_pod_env(const Snapshot& s, std::vector<Finding>& out) {
+  if (!s.kube) return;
+  for (const auto& pod : s.kube->pods) {
+    if (pod.gpus <= 0) continue;
+    for (const auto& env : pod.env_visible_devices) {
+      out.push_back({"pod.env-visible-devices", Severity::warning,
+                     cat("pod ", pod.pod_namespace, "/", pod.name,
+                         " sets NVIDIA_VISIBLE_DEVICES in its spec (", env, ")"),
+                     cat("pod spec container ", env),
+                     "remove it: the device plugin's Allocate answer sets the allocation; a "
+                     "pod-set value is either ignored or, with env-trusting runtimes, grants GPUs "
+                     "the kubelet never allocated"});
     }
   }
+}
 
-  // What the kubelet can hand out, against the GPUs present (when the API did not already say).
-  bool capacity_judged = s.kube && s.kube->capacity;
-  if (!capacity_judged && s.allocatable && !s.gpus.empty()) {
-    if (s.allocatable->empty()) {
-      out.push_back(
-          {"node.gpu-capacity", Severity::error,
-           cat("the kubelet has no allocatable ", s.resource_name, " although ", s.gpus.size(),
-               " GPU(s) are present"),
-           cat("PodResources GetAllocatableResources lists no ", s.resource_name,
-               " devices; device plugin sockets: ",
-               s.plugin_sockets.empty() ? std::string("none") : join(s.plugin_sockets, ", ")),
-           "the device plugin is not registered (what keeps GPU Operator's validator at Init:3/4): "
-           "run "
-           "gpufence-device-plugin (deploy/kubernetes/device-plugin.yaml) with the kubelet's "
-           "plugin directory"});
-    } else if (s.allocatable->size() < s.gpus.size()) {
-      std::vector<std::string> missing;
-      for (const auto& g : s.gpus) {
-        bool listed =
-            std::any_of(s.allocatable->begin(), s.allocatable->end(), [&](const std::string& id) {
-              return id == g.gpu.uuid || id == std::to_string(g.gpu.index);
-            });
-        if (!listed) missing.push_back(cat("GPU ", g.gpu.index, " (", g.gpu.uuid, ")"));
-      }
-      out.push_back(
-          {"node.gpu-not-allocatable", Severity::warning,
-           cat(join(missing, ", "),
-               " present but not allocatable by the kubelet (unhealthy or not advertised)"),
-           cat("allocatable: ", join(*s.allocatable, ", ")),
-           "check the device plugin's log for health events (XIDs) on those GPUs"});
-    }
+constexpr const char* kFixPlugin =
+    "the device plugin is not registered (what keeps GPU Operator's validator at Init:3/4): run "
+    "gpufence-device-plugin (deploy/kubernetes/device-plugin.yaml) with the kubelet's plugin "
+    "directory";
+
+std::string sockets(const Snapshot& s) {
+  return s.plugin_sockets.empty() ? std::string("none") : join(s.plugin_sockets, ", ");
+}
+
+// What the node advertises (the API's view, else the kubelet's) against the GPUs present.
+void check_gpu_capacity(const Snapshot& s, std::vector<Finding>& out) {
+  if (s.gpus.empty()) return;
+  if (s.kube && s.kube->capacity) {
+    long cap = *s.kube->capacity;
+    if (cap != 0 && cap >= static_cast<long>(s.gpus.size())) return;
+    out.push_back({"node.gpu-capacity", Severity::error,
+                   cat("the node advertises ", cap, " ", s.resource_name, " but ", s.gpus.size(),
+                       " GPU(s) are present"),
+                   cat("node status capacity ", s.resource_name, "=", cap, ", allocatable=",
+                       s.kube->allocatable.value_or(0), "; device plugin sockets: ", sockets(s)),
+                   kFixPlugin});
+    return;
   }
+  if (!s.allocatable || !s.allocatable->empty()) return;
+  out.push_back({"node.gpu-capacity", Severity::error,
+                 cat("the kubelet has no allocatable ", s.resource_name, " although ",
+                     s.gpus.size(), " GPU(s) are present"),
+                 cat("PodResources GetAllocatableResources lists no ", s.resource_name,
+                     " devices; device plugin sockets: ", sockets(s)),
+                 kFixPlugin});
+}
 
-  for (const auto& f : s.containerd_findings) out.push_back(f);
+void check_gpu_not_allocatable(const Snapshot& s, std::vector<Finding>& out) {
+  if ((s.kube && s.kube->capacity) || !s.allocatable || s.allocatable->empty() ||
+      s.allocatable->size() >= s.gpus.size())
+    return;
+  std::vector<std::string> missing;
+  for (const auto& g : s.gpus) {
+    bool listed =
+        std::any_of(s.allocatable->begin(), s.allocatable->end(), [&](const std::string& id) {
+          return id == g.gpu.uuid || id == std::to_string(g.gpu.index);
+        });
+    if (!listed) missing.push_back(cat("GPU ", g.gpu.index, " (", g.gpu.uuid, ")"));
+  }
+  out.push_back({"node.gpu-not-allocatable", Severity::warning,
+                 cat(join(missing, ", "),
+                     " present but not allocatable by the kubelet (unhealthy or not advertised)"),
+                 cat("allocatable: ", join(*s.allocatable, ", ")),
+                 "check the device plugin's log for health events (XIDs) on those GPUs"});
+}
+
+// Two nvidia.com/gpu specs defining one device name: containerd's CDI cache drops a device both
+// specs of one directory define (and lets /var/run/cdi shadow /etc/cdi), and gpufence-runtime
+// refuses the device as defined twice. See docs/containerd-setup.md.
+void check_cdi_duplicate_device(const Snapshot& s, std::vector<Finding>& out) {
+  std::map<std::string, std::vector<std::string>> files_of;  // device -> spec files
+  for (const auto& f : s.cdi_specs) {
+    if (f.kind != kGpuCdiKind || !f.error.empty()) continue;
+    for (const auto& d : f.devices) files_of[d].push_back(f.path);
+  }
+  std::map<std::vector<std::string>, std::vector<std::string>> by_files;  // files -> devices
+  for (const auto& [device, files] : files_of) {
+    if (files.size() > 1) by_files[files].push_back(device);
+  }
+  for (const auto& [files, devices] : by_files) {
+    out.push_back(
+        {"cdi.duplicate-device", Severity::error,
+         cat(files.size(), " CDI specs define the same ", kGpuCdiKind,
+             " device(s): ", join(devices, ", ")),
+         cat("spec files: ", join(files, " and ")),
+         cat("keep one ", kGpuCdiKind,
+             " spec on the node: remove the others (a GPU Operator or nvidia-ctk spec in "
+             "/var/run/cdi next to `gpufence cdi generate`'s in /etc/cdi is the usual pair)")});
+  }
+}
+
+void copy_containerd_findings(const Snapshot& s, std::vector<Finding>& out) {
+  out.insert(out.end(), s.containerd_findings.begin(), s.containerd_findings.end());
+}
+
+const std::vector<DoctorCheck> kChecks = {
+    {"gpu.open-unallocated", check_open_unallocated},
+    {"gpu.privileged-open-unallocated", check_privileged_open_unallocated},
+    {"gpu.no-request-can-open", check_no_request_can_open},
+    {"gpu.process-on-unallocated", check_process_on_unallocated},
+    {"env.visible-devices-mismatch", check_env_mismatch},
+    {"deepstream.gpu-id-invisible", check_deepstream_gpu_ids},
+    {"gpu.shared", check_shared},
+    {"pod.runtimeclass-missing", check_runtimeclass_missing},
+    {"pod.no-gpu-runtime", check_no_gpu_runtime},
+    {"pod.env-visible-devices", check_pod_env},
+    {"node.gpu-capacity", check_gpu_capacity},
+    {"node.gpu-not-allocatable", check_gpu_not_allocatable},
+    {"cdi.duplicate-device", check_cdi_duplicate_device},
+    {"containerd.*", copy_containerd_findings},
+};
+
+}  // namespace
+
+bool check_id_matches(std::string_view entry, std::string_view id) {
+  if (entry.ends_with(".*")) return id.starts_with(entry.substr(0, entry.size() - 1));
+  return id == entry;
+}
+
+const std::vector<DoctorCheck>& doctor_checks() {
+  return kChecks;
+}
+
+const std::vector<std::string>& doctor_check_ids() {
+  static const std::vector<std::string> ids = [] {
+    std::vector<std::string> out;
+    for (const auto& c : kChecks) out.emplace_back(c.id);
+    return out;
+  }();
+  return ids;
+}
+
+std::vector<Finding> judge(const Snapshot& s) {
+  std::vector<Finding> out;
+  for (const auto& check : kChecks) check.run(s, out);
   std::stable_sort(out.begin(), out.end(),
                    [](const Finding& a, const Finding& b) { return a.severity > b.severity; });
   return out;

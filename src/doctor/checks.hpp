@@ -1,6 +1,7 @@
 // The doctor's judge: pure functions from a Snapshot to findings. Every check has a stable id.
 #pragma once
 
+#include <string_view>
 #include <vector>
 
 #include "doctor/snapshot.hpp"
@@ -11,9 +12,19 @@ namespace gpufence {
 // unknown or the container is not found in them.
 std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const NodeContainer& c);
 
+// One check: the id every finding it emits carries ("containerd.*": a family) and the function.
+struct DoctorCheck {
+  std::string_view id;
+  void (*run)(const Snapshot&, std::vector<Finding>&);
+};
+
+// The doctor's checks in the order they run; judge() is every one of them, errors first.
+const std::vector<DoctorCheck>& doctor_checks();
 std::vector<Finding> judge(const Snapshot& snapshot);
 
-// Ids of every check, for the report's schema documentation and tests.
+// Ids of every check, taken from doctor_checks(), for the report's schema and tests.
 const std::vector<std::string>& doctor_check_ids();
+// Whether a finding id belongs to a check's id ("containerd.*" covers containerd.<anything>).
+bool check_id_matches(std::string_view entry, std::string_view id);
 
 }  // namespace gpufence

@@ -72,6 +72,7 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
     }
     auto merged = merge_imports_from_host(*cfg, host);
     const ContainerdConfig& effective = merged ? *merged : *cfg;
+    s.cdi_specs = read_cdi_spec_dirs(host, cdi_settings(effective).spec_dirs);
     ContainerdCheckOptions copt{opt.handlers, &host, true};
     s.containerd_findings = check_containerd_config(effective, copt);
     s.containerd_config = path;
@@ -82,6 +83,7 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
     return;
   }
   // No file: containerd runs on built-in defaults, which have no GPU handler.
+  s.cdi_specs = read_cdi_spec_dirs(host, CdiSettings{}.spec_dirs);
   ContainerdConfig defaults;
   defaults.path = "(no containerd config file: built-in defaults)";
   defaults.version = 2;

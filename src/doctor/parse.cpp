@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/strings.hpp"
+#include "gpu/wire_contract.hpp"
+#include "runtime/device_rules.hpp"
 
 namespace gpufence {
 namespace {
@@ -94,37 +96,17 @@ std::optional<std::set<unsigned>> openable_gpu_minors_from_devices_list(
 std::set<unsigned> openable_gpu_minors_from_oci_rules(std::string_view config_json,
                                                       const std::set<unsigned>& gpu_minors) {
   std::set<unsigned> out;
-  nlohmann::json spec;
+  Json spec;
   try {
-    spec = nlohmann::json::parse(config_json);
-  } catch (const nlohmann::json::exception&) {
+    spec = Json::parse(config_json);
+  } catch (const Json::exception&) {
     return out;
   }
-  const auto* rules = &spec;
-  for (const char* key : {"linux", "resources", "devices"}) {
-    if (!rules->is_object() || !rules->contains(key)) return out;
-    rules = &(*rules)[key];
-  }
-  if (!rules->is_array()) return out;
+  // The same reading of the rules the runtime writes them by (runtime/device_rules.hpp).
+  auto rules = parse_spec_device_rules(spec);
+  if (!rules) return out;
   for (unsigned minor : gpu_minors) {
-    bool allowed = false;  // runc starts from deny-all
-    for (const auto& r : *rules) {
-      if (!r.is_object()) continue;
-      auto t = r.find("type");
-      bool char_or_all =
-          t == r.end() || !t->is_string() || t->get_ref<const std::string&>().empty() ||
-          t->get_ref<const std::string&>() == "a" || t->get_ref<const std::string&>() == "c";
-      if (!char_or_all) continue;
-      auto num = [&](const char* k) -> long {
-        return r.contains(k) && r[k].is_number_integer() ? r[k].get<long>() : -1;
-      };
-      long major = num("major"), mnr = num("minor");
-      if ((major != -1 && major != 195) || (mnr != -1 && mnr != static_cast<long>(minor))) continue;
-      std::string access = r.value("access", std::string("rwm"));
-      if (access.find_first_of("rw") == std::string::npos) continue;
-      allowed = r.value("allow", false);
-    }
-    if (allowed) out.insert(minor);
+    if (rules_allow_open(*rules, kNvidiaMajor, minor)) out.insert(minor);
   }
   return out;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/finding.hpp"
+#include "containerd/cdi_specs.hpp"
 #include "gpu/gpu.hpp"
 
 namespace gpufence {
@@ -64,6 +65,8 @@ struct Snapshot {
   std::string
       containerd_default_binary;  // BinaryName of containerd's default runtime, "" = plain runc
   std::string containerd_config;  // path read, "" if none
+  std::vector<CdiSpecFile>
+      cdi_specs;  // in containerd's cdi_spec_dirs (default /etc/cdi, /var/run/cdi)
   std::vector<std::string> plugin_sockets;  // device plugin sockets present
   std::vector<std::string> skipped;         // "NVML: cannot load ...", "kubelet: ..."
 };

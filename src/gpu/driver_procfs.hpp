@@ -1,6 +1,6 @@
 // The kernel driver's own GPU list: /proc/driver/nvidia/gpus/<bus id>/information. Reading it
 // costs a few file reads, where nvmlInit opens the driver and, without persistence mode, can
-// initialise every GPU (tens of ms to seconds, field-notes-runtime.md §5). The runtime shim uses
+// initialise every GPU (tens of ms to seconds, docs/nvidia-devices.md). The runtime shim uses
 // it on the container-create hot path when every requested id is a UUID; NVML stays the source
 // for everything else (indices, processes, topology, health).
 #pragma once

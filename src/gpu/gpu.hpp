@@ -56,6 +56,12 @@ struct GpuEvent {
 
 std::string_view link_name(Link link);
 
+// A GPU whose health events could not be registered: its XIDs go unseen.
+struct EventRegistrationFailure {
+  std::string uuid;
+  std::string error;
+};
+
 class GpuInventory {
  public:
   virtual ~GpuInventory() = default;
@@ -66,6 +72,8 @@ class GpuInventory {
   virtual Status check_alive(const std::string& uuid) = 0;
   // Waits up to `timeout` for the next XID/lost event on any GPU; nullopt on timeout.
   virtual Result<std::optional<GpuEvent>> wait_event(std::chrono::milliseconds timeout) = 0;
+  // The GPUs left out of the event stream when wait_event armed it, each with why.
+  virtual std::vector<EventRegistrationFailure> event_registration_failures() { return {}; }
 };
 
 }  // namespace gpufence

@@ -1,6 +1,6 @@
 // NVML's C ABI, declared by hand because no nvml.h is installed. Every layout and constant here
-// comes from shared/reference/nvml-abi.md, which checked them against real driver headers
-// (520.56.06, 535.104.05, 550.40.07, CUDA 13.x). The static_asserts pin the x86_64 layouts.
+// follows nvml.h as recorded in docs/nvml.md (checked against the headers of drivers
+// 520.56.06, 535.104.05, 550.40.07 and CUDA 13.x). The static_asserts pin the x86_64 layouts.
 // Shared by the loader (src/gpu/nvml_inventory.cpp) and the mock library (tools/mock-nvml).
 #pragma once
 

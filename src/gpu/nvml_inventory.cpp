@@ -31,7 +31,7 @@ using SupportedEventsFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*);
 using EventWaitFn = nvmlReturn_t (*)(nvmlEventSet_t, nvmlEventData_t*, unsigned);
 using EventSetFreeFn = nvmlReturn_t (*)(nvmlEventSet_t);
 
-// Versioned names only: the plain names are legacy ABIs (nvml-abi.md §2.1).
+// Versioned names only: the plain names are legacy ABIs (docs/nvml.md §2.1).
 struct NvmlInventory::Api {
   ErrorStringFn error_string = nullptr;
   VoidFn init = nullptr;
@@ -63,6 +63,7 @@ struct NvmlInventory::Api {
 struct NvmlInventory::Events {
   nvmlEventSet_t set = nullptr;
   std::map<nvmlDevice_t, std::string> uuids;
+  std::vector<EventRegistrationFailure> failures;
 };
 
 std::string nvml_library_path(const std::string& flag_value) {
@@ -82,7 +83,7 @@ std::string from_buffer(const char* buf, size_t size) {
   return std::string(buf, ::strnlen(buf, size));
 }
 
-// The 535.43.02-535.86.05 libraries wrote 32-byte records through _v3 (nvml-abi.md §3.4).
+// The 535.43.02-535.86.05 libraries wrote 32-byte records through _v3 (docs/nvml.md §3.4).
 bool has_broken_v3_processes(std::string_view driver) {
   return driver == "535.43.02" || driver == "535.54.03" || driver == "535.86.05";
 }
@@ -362,16 +363,31 @@ Status NvmlInventory::ensure_events() {
   }
   for (const auto& gpu : *list) {
     auto dev = handle(gpu.uuid);
-    if (!dev) continue;
-    // Register only what the device supports; "All" differs between headers (nvml-abi.md §4.3).
+    if (!dev) {
+      events->failures.push_back({gpu.uuid, dev.error().message});
+      continue;
+    }
+    // Register only what the device supports; "All" differs between headers (docs/nvml.md §4.3).
+    // When the GPU cannot say what it supports, try XIDs anyway (only a failed registration
+    // leaves it out).
     unsigned long long supported = nvml::kEventXidCritical;
-    if (m_api->supported_events) m_api->supported_events(*dev, &supported);
+    if (m_api->supported_events && m_api->supported_events(*dev, &supported) != nvml::SUCCESS)
+      supported = nvml::kEventXidCritical;
     unsigned long long wanted = nvml::kEventXidCritical & supported;
-    if (wanted) m_api->register_events(*dev, wanted, events->set);
+    if (!wanted) {
+      events->failures.push_back({gpu.uuid, "the GPU reports no critical XID events"});
+    } else if (int rc = m_api->register_events(*dev, wanted, events->set); rc != nvml::SUCCESS) {
+      events->failures.push_back(
+          {gpu.uuid, error("nvmlDeviceRegisterEvents " + gpu.uuid, rc).message});
+    }
     events->uuids[*dev] = gpu.uuid;
   }
   m_events = std::move(events);
   return {};
+}
+
+std::vector<EventRegistrationFailure> NvmlInventory::event_registration_failures() {
+  return m_events ? m_events->failures : std::vector<EventRegistrationFailure>{};
 }
 
 Result<std::optional<GpuEvent>> NvmlInventory::wait_event(std::chrono::milliseconds timeout) {

@@ -44,20 +44,15 @@ Result<std::optional<std::string>> read_host(const HostFs& host, const std::stri
   return std::unexpected(text.error());
 }
 
+// Writes through a symlinked file as setup does (docs/containerd-setup.md): the link stays a
+// link and its target, taken under the host root, gets the text.
 Status write_host(const HostFs& host, const std::string& path, std::string_view text) {
-  fs::path real = host.resolve(path);
+  auto real = write_target_through_links(host.resolve(path), host.root());
+  if (!real) return std::unexpected(real.error());
   std::error_code ec;
-  fs::create_directories(real.parent_path(), ec);
-  if (ec) return fail(Errc::io, "create ", real.parent_path().native(), ": ", ec.message());
-  return write_file_atomic(real, text);
-}
-
-// A path setup returned (under the host root) as the host sees it.
-std::string host_path_of(const HostFs& host, const std::string& real) {
-  std::string root = host.root().string();
-  if (root == "/" || !real.starts_with(root)) return real;
-  std::string rest = real.substr(root.size());
-  return rest.starts_with("/") ? rest : "/" + rest;
+  fs::create_directories(real->parent_path(), ec);
+  if (ec) return fail(Errc::io, "create ", real->parent_path().native(), ": ", ec.message());
+  return write_file_atomic(*real, text);
 }
 
 std::string shell_words(const std::vector<std::string>& argv) {
@@ -164,40 +159,48 @@ struct ConfigEdit {
   std::string old_text, new_text, backup;
 };
 
-// Step: the runtime handler in containerd's config, through `setup containerd`'s planner.
+// Step: the runtime handler in containerd's config, through `setup containerd`'s planner, on
+// host paths read and written under the host root as `gpufence setup --host-root` does.
 bool edit_containerd_config(Run& r, ConfigEdit& edit) {
+  const HostFs& host = r.env.host;
   SetupOptions so;
   so.flavor = r.layout.flavor;
-  so.config_path = r.env.host.resolve(r.layout.config_path).string();
+  so.config_path = r.layout.config_path;
   so.runtime_name = r.opt.runtime_name;
   so.binary = r.opt.binary.link;  // the host path containerd will exec
   so.version = r.opt.config_version;
-  ReadFile read = [](const std::string& path) -> Result<std::optional<std::string>> {
-    auto text = read_file(path);
-    if (text) return std::optional<std::string>(std::move(*text));
-    if (text.error().code == Errc::not_found) return std::optional<std::string>{};
-    return std::unexpected(text.error());
+  ReadFile read = [&host](const std::string& path) { return read_host(host, path); };
+  // k3s renders runtimes of its own for the binaries it finds (setup avoids their names).
+  IsExecutable executable = [&host](const std::string& path) {
+    auto info = host.stat(path);
+    return info &&
+           (info->type == FileType::symlink ||
+            (info->type != FileType::directory && ::access(host.resolve(path).c_str(), X_OK) == 0));
   };
-  auto plan = plan_containerd_setup(so, read);
+  auto plan = plan_containerd_setup(so, read, executable);
   if (!plan) return r.failed("containerd config", plan.error().message);
   // What setup saw already wrong in the file (left alone) is worth a line; its advice to
   // restart is not: install restarts containerd itself.
   for (const auto& note : plan->notes) {
     if (note.starts_with("restart ")) continue;
-    std::string text = note;  // named as the host names it, not under our --host-root
-    if (auto at = text.find(so.config_path); at != std::string::npos)
-      text.replace(at, so.config_path.size(), r.layout.config_path);
-    r.report.notes.push_back(text);
+    r.report.notes.push_back(note);
   }
+  // The RuntimeClass names the handler install was asked for: one setup had to rename (k3s
+  // renders a runtime of that name itself) would send GPU pods to a runtime that is not ours.
+  if (plan->handler_name != r.opt.runtime_name)
+    return r.failed("containerd config",
+                    cat(r.layout.config_path, ": handler '", r.opt.runtime_name,
+                        "' is taken on this node (setup would name it '", plan->handler_name,
+                        "'); pick another --runtime-name and the RuntimeClass handler to match"));
   if (plan->changes.empty()) {
     r.step("containerd config", Outcome::unchanged,
            cat(r.layout.config_path, " already has runtime ", r.opt.runtime_name));
     return true;
   }
-  // Version 3 adds a drop-in whose path goes into `imports`; under a host root that path would
-  // name our view of the file, not the host's.
+  // Version 3 adds a drop-in whose path goes into `imports`; the state record keeps one file, so
+  // uninstall could not take the drop-in back.
   for (const auto& c : plan->changes) {
-    if (c.path != so.config_path && r.env.host.root() != "/")
+    if (c.path != so.config_path && host.root() != "/")
       return r.failed("containerd config",
                       cat("version 3 config (drop-in ", c.path,
                           ") under --host-root is not supported yet: run gpufence install on the "
@@ -208,11 +211,11 @@ bool edit_containerd_config(Run& r, ConfigEdit& edit) {
   edit.existed = main.existed;
   edit.old_text = main.old_text;
   edit.new_text = main.new_text;
-  auto backups = apply_setup_plan(*plan);
+  auto backups = apply_setup_plan(*plan, host);  // host paths back: <file>.bak-<UTC time>[.N]
   if (!backups)
     return r.failed("containerd config",
                     cat(backups.error().message, "; the previous config is left in place"));
-  if (!backups->empty()) edit.backup = host_path_of(r.env.host, backups->front());
+  if (!backups->empty()) edit.backup = backups->front();
   r.step("containerd config", Outcome::changed,
          cat(r.layout.config_path,
              edit.existed ? cat(" (backup ", edit.backup, ")") : std::string(" (created)")));

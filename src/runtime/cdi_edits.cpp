@@ -91,7 +91,14 @@ void add_hook(Json& oci, const CdiHook& h) {
   if (!h.args.empty()) entry["args"] = h.args;
   entry["env"] = h.env.empty() ? kMinimalHookEnv : h.env;
   entry["timeout"] = h.timeout.value_or(kDefaultHookTimeoutSeconds);
-  ensure_array(ensure_object(oci, "hooks"), h.hook_name.c_str()).push_back(entry);
+  Json& list = ensure_array(ensure_object(oci, "hooks"), h.hook_name.c_str());
+  // containerd 1.7+ with CDI enabled may have injected this spec already: the same hook (path
+  // and args) is not added twice, so ldconfig does not run twice per start.
+  bool present = std::any_of(list.begin(), list.end(), [&](const Json& existing) {
+    return existing.is_object() && existing.value("path", "") == h.path &&
+           existing.value("args", Json::array()) == entry.value("args", Json::array());
+  });
+  if (!present) list.push_back(entry);
 }
 
 // upstream: AddProcessAdditionalGID for each, skipping 0; each gid once.

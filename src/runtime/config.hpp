@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -15,6 +16,13 @@ inline constexpr const char* kRuntimeConfigEnv = "GPUFENCE_RUNTIME_CONFIG";
 
 enum class TrustedChannel { cdi_annotations, mount_markers, envvar };
 enum class PrivilegedPolicy { isolate, passthrough };
+
+// Every path of the wire contract's control-node list (gpu/wire_contract.hpp).
+inline std::vector<std::string> default_control_nodes() {
+  std::vector<std::string> out;
+  for (const auto& n : kControlNodes) out.emplace_back(n.path);
+  return out;
+}
 
 struct RuntimeConfig {
   std::string low_level_runtime = "runc";                  // a path, or a name looked up on PATH
@@ -25,8 +33,7 @@ struct RuntimeConfig {
   PrivilegedPolicy privileged_policy = PrivilegedPolicy::isolate;
   std::vector<std::string> annotation_prefixes = {"cdi.k8s.io/"};
   std::string device_root = "/";  // host root under which /dev/nvidia* are found
-  std::vector<std::string> control_nodes = {"/dev/nvidiactl", "/dev/nvidia-uvm",
-                                            "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
+  std::vector<std::string> control_nodes = default_control_nodes();
   std::string nvml_library;  // "" = $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1
   std::vector<std::string> cdi_spec_dirs = {"/etc/cdi", "/var/run/cdi"};
   // The driver's per-GPU directory; inside a container it is narrowed to the granted GPUs.

@@ -1,5 +1,6 @@
 #include "runtime/shim.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -306,10 +307,10 @@ Result<std::string> resolve_low_level_runtime(const std::string& configured) {
       return fail(Errc::not_found, "low-level runtime '", configured, "' not found on PATH");
   }
   if (::access(path.c_str(), X_OK) != 0) return fail_errno("low-level runtime", path);
-  std::error_code ec1, ec2;
-  auto target = std::filesystem::canonical(path, ec1);
-  auto self = std::filesystem::canonical("/proc/self/exe", ec2);
-  if (!ec1 && !ec2 && target == self) {
+  // The same file as ourselves (by device and inode: two stats, on every container command)?
+  struct stat target {}, self {};
+  if (::stat(path.c_str(), &target) == 0 && ::stat("/proc/self/exe", &self) == 0 &&
+      target.st_dev == self.st_dev && target.st_ino == self.st_ino) {
     return fail(Errc::invalid_argument, "low-level runtime ", path,
                 " is gpufence-runtime itself; set [runtime] low_level to runc");
   }

@@ -112,6 +112,28 @@ for mode in plain probe; do
 done
 check "the probe left no process in the container's cgroup" test "$procs_before" = "$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a/$ID_0/cgroup.procs)"
 check "the probe left no temporary nodes" bash -c "! ls -d /tmp/gpufence-probe-* 2>/dev/null | grep -q ."
+if [ "$1" = fixed ]; then
+  # containerd settings that undo the allocation channel, seen by the doctor on the live node.
+  cp "$work/containerd.toml" "$work/containerd.good"
+  sed -i '/runtimes\.nvidia\]$/a\  pod_annotations = ["cdi.k8s.io/*"]' "$work/containerd.toml"
+  out=$(doctor); rc=$?
+  check "pod_annotations admitting cdi.k8s.io/: exit 1" test $rc = 1
+  check "named, with the fix" has "containerd.pod-annotations-cdi\] runtime 'nvidia' copies pod annotations" "$out"
+  mkdir -p "$work/cdi"
+  { cat "$work/containerd.good"; printf '[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n  cdi_spec_dirs = ["%s/cdi"]\n' "$work"; } > "$work/containerd.toml"
+  out=$(doctor)
+  check "CDI on without a GPU spec is named" has "containerd.cdi-no-gpu-spec\]" "$out"
+  "$build/bin/gpufence" cdi generate --output "$work/cdi/gpufence.yaml" >/dev/null 2>&1 \
+    || printf 'cdiVersion: "0.5.0"\nkind: nvidia.com/gpu\ndevices:\n- name: "0"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n' > "$work/cdi/gpufence.yaml"
+  out=$(doctor)
+  check "with a spec it is not" hasnt "containerd.cdi-no-gpu-spec" "$out"
+  check "one spec, no duplicate" hasnt "cdi.duplicate-device" "$out"
+  cp "$work/cdi/gpufence.yaml" "$work/cdi/operator.yaml"
+  out=$(doctor)
+  check "two specs defining the same GPUs are named" has "cdi.duplicate-device\] 2 CDI specs define the same nvidia.com/gpu" "$out"
+  check "with both files" has "$work/cdi/gpufence.yaml and $work/cdi/operator.yaml" "$out"
+  cp "$work/containerd.good" "$work/containerd.toml"
+fi
 json=$(doctor --json)
 check "JSON report has the schema" has '"schema": "gpufence.doctor/v1"' "$json"
 [ "$failures" = 0 ]

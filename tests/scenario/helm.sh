@@ -122,26 +122,72 @@ print(' '.join(x.split('=')[0] for x in a[a.index('install')+1:]))"); do
   rbac)
     template --set doctor.nodeName=n1 --set doctor.cronJob.enabled=true --set autoscaler.enabled=true \
       --set autoscaler.deployment=video/deepstream --set autoscaler.streamsConfigMap=video/streams:count > "$work/r.yaml"
-    # The API calls in the code, one line each (src/doctor/gather.cpp read_kube_view,
-    # src/autoscale/controller.cpp free_gpus/reconcile/streams_from_configmap). If a call is
-    # added there, the count check below fails until this table and the chart's RBAC follow.
+    # The API calls in the code (src/doctor/gather.cpp read_kube_view; src/autoscale/controller.cpp
+    # reconcile + streams_from_configmap, events.cpp, leader.cpp, and src/kube/watch.cpp's list +
+    # watch), each a rule below. If a call is added there, the count check fails until this table
+    # and the chart's RBAC follow (tests/unit/test_autoscale.cpp RbacIsExactlyWhatTheCallsNeed
+    # checks the same against the requests the controller really sends).
     check "doctor: nodes get, pods list, runtimeclasses list — nothing more" assert "$work/r.yaml" \
       "rules('ClusterRole','gpufence-doctor') == sorted([('', 'nodes', 'get', ()), ('', 'pods', 'list', ()), ('node.k8s.io', 'runtimeclasses', 'list', ())])"
-    check "autoscaler: nodes and pods list cluster-wide — nothing more" assert "$work/r.yaml" \
-      "rules('ClusterRole','gpufence-autoscale') == sorted([('', 'nodes', 'list', ()), ('', 'pods', 'list', ())])"
-    check "autoscaler: get and update the one Deployment's scale, in its namespace" assert "$work/r.yaml" \
-      "one('Role','gpufence-autoscale-scale')['metadata']['namespace'] == 'video'" \
-      "rules('Role','gpufence-autoscale-scale') == sorted([('apps', 'deployments/scale', 'get', ('deepstream',)), ('apps', 'deployments/scale', 'update', ('deepstream',))])"
+    check "autoscaler: nodes and pods list + watch cluster-wide, never get — nothing more" assert "$work/r.yaml" \
+      "rules('ClusterRole','gpufence-autoscale') == sorted([('', 'nodes', 'list', ()), ('', 'nodes', 'watch', ()), ('', 'pods', 'list', ()), ('', 'pods', 'watch', ())])"
+    check "autoscaler: the one Deployment (get), its scale (get, update), Events (create), in its namespace" assert "$work/r.yaml" \
+      "one('Role','gpufence-autoscale-deployment')['metadata']['namespace'] == 'video'" \
+      "rules('Role','gpufence-autoscale-deployment') == sorted([('apps', 'deployments', 'get', ('deepstream',)), ('apps', 'deployments/scale', 'get', ('deepstream',)), ('apps', 'deployments/scale', 'update', ('deepstream',)), ('events.k8s.io', 'events', 'create', ())])"
     check "autoscaler: get the one ConfigMap" assert "$work/r.yaml" \
       "one('Role','gpufence-autoscale-streams')['metadata']['namespace'] == 'video'" \
       "rules('Role','gpufence-autoscale-streams') == [('', 'configmaps', 'get', ('streams',))]"
+    check "autoscaler: the Lease the CLI defaults to (get, update by name; create unnamed)" assert "$work/r.yaml" \
+      "one('Role','gpufence-autoscale-lease')['metadata']['namespace'] == 'video'" \
+      "rules('Role','gpufence-autoscale-lease') == sorted([('coordination.k8s.io', 'leases', 'get', ('gpufence-autoscale-deepstream',)), ('coordination.k8s.io', 'leases', 'update', ('gpufence-autoscale-deepstream',)), ('coordination.k8s.io', 'leases', 'create', ())])" \
+      "'--lease=video/gpufence-autoscale-deepstream' in args(one('Deployment','gpufence-autoscale'))"
+    check "autoscaler: replicas elect a leader, each named by POD_NAME (downward API); no --gpus-per-pod" assert "$work/r.yaml" \
+      "one('Deployment','gpufence-autoscale')['spec']['replicas'] == 2" \
+      "pod(one('Deployment','gpufence-autoscale'))['containers'][0]['env'] == [{'name': 'POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}}]" \
+      "not any(a.startswith('--gpus-per-pod') for a in args(one('Deployment','gpufence-autoscale')))"
     check "each binding names its own service account" assert "$work/r.yaml" \
-      "all(b['subjects'] == [{'kind': 'ServiceAccount', 'name': b['roleRef']['name'].replace('-scale','').replace('-streams',''), 'namespace': 'gpufence'}] for b in kind('ClusterRoleBinding') + kind('RoleBinding'))"
+      "all(b['subjects'] == [{'kind': 'ServiceAccount', 'name': 'gpufence-autoscale' if b['roleRef']['name'].startswith('gpufence-autoscale') else b['roleRef']['name'], 'namespace': 'gpufence'}] and b['roleRef']['name'] == b['metadata']['name'] for b in kind('ClusterRoleBinding') + kind('RoleBinding'))" \
+      "all(b['metadata'].get('namespace') == one('Role', b['roleRef']['name'])['metadata']['namespace'] for b in kind('RoleBinding'))"
     check "no other roles at all" assert "$work/r.yaml" \
-      "sorted(r['metadata']['name'] for r in kind('ClusterRole') + kind('Role')) == ['gpufence-autoscale', 'gpufence-autoscale-scale', 'gpufence-autoscale-streams', 'gpufence-doctor']"
-    calls() { grep -cE 'kube\.(get|request)\(' "$@" | awk -F: '{s+=$2} END {print s}'; }
-    check "the doctor makes the 3 API calls the table covers" test "$(calls "$src"/src/doctor/*.cpp)" = 3
-    check "the autoscaler makes the 5 API calls the table covers (nodes, pods, scale get+put, configmap)" test "$(calls "$src"/src/autoscale/*.cpp)" = 5
+      "sorted(r['metadata']['name'] for r in kind('ClusterRole') + kind('Role')) == ['gpufence-autoscale', 'gpufence-autoscale-deployment', 'gpufence-autoscale-lease', 'gpufence-autoscale-streams', 'gpufence-doctor']"
+    # Deployment, ConfigMap and Lease in three namespaces: each Role goes where its object is.
+    template --set autoscaler.enabled=true --set autoscaler.deployment=video/ds \
+      --set autoscaler.streamsConfigMap=media/load:n --set autoscaler.lease=ops/ds-leader > "$work/n.yaml"
+    check "autoscaler: each Role in the namespace of the object it names" assert "$work/n.yaml" \
+      "one('Role','gpufence-autoscale-deployment')['metadata']['namespace'] == 'video'" \
+      "one('Role','gpufence-autoscale-streams')['metadata']['namespace'] == 'media'" \
+      "one('Role','gpufence-autoscale-lease')['metadata']['namespace'] == 'ops'" \
+      "('coordination.k8s.io', 'leases', 'get', ('ds-leader',)) in rules('Role','gpufence-autoscale-lease')" \
+      "('', 'configmaps', 'get', ('load',)) in rules('Role','gpufence-autoscale-streams')" \
+      "'--lease=ops/ds-leader' in args(one('Deployment','gpufence-autoscale'))"
+    out=$(template --set autoscaler.enabled=true --set autoscaler.lease=nolease 2>&1)
+    check "autoscaler: a lease that is not NAMESPACE/NAME is refused" grep -q "autoscaler.lease must be NAMESPACE/NAME" <<<"$out"
+    # Every flag the chart passes must be one gpufence autoscale accepts.
+    if [ -x "$build/bin/gpufence" ]; then
+      help=$("$build/bin/gpufence" autoscale --help)
+      for flag in $(python3 -c "
+import yaml
+d=[x for x in yaml.safe_load_all(open('$work/r.yaml')) if x and x['kind']=='Deployment'][0]
+a=d['spec']['template']['spec']['containers'][0]['args']
+print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
+        check "gpufence autoscale knows $flag" grep -q -- "$flag" <<<"$help"
+      done
+    fi
+    # Every request through the KubeClient seam (request/get/call/stream), whatever the receiver
+    # is called; shown when the count is off.
+    calls() { grep -HnE '(\.|->)(get|request|call|stream)\(([^)]|$)' "$@" | grep -vE '^[^:]+:[0-9]+:\s*//'; }
+    # count N WHAT FILES...: exactly N such calls, else they are listed.
+    count() {
+      local want=$1 what=$2 n
+      shift 2
+      n=$(calls "$@" | wc -l)
+      check "$what makes the $want API calls the table covers (found $n)" test "$n" = "$want"
+      [ "$n" = "$want" ] || calls "$@" | sed 's/^/    /'
+    }
+    count 3 "the doctor" "$src"/src/doctor/*.cpp
+    # nodes and pods list + watch (the same two lines of watch.cpp), Deployment get, scale get and
+    # put, ConfigMap get, Event post, Lease get/post/put, and the release's get and put.
+    count 12 "the autoscaler" "$src"/src/autoscale/*.cpp "$src"/src/kube/watch.cpp
     template > "$work/d.yaml"
     check "by default: no doctor Job, no autoscaler, so no roles" assert "$work/d.yaml" \
       "kind('ClusterRole') == [] and kind('Role') == [] and kind('Job') == [] and kind('Deployment') == []"

@@ -6,9 +6,13 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "support/test_support.hpp"
@@ -74,7 +78,8 @@ class PluginScenario : public ::testing::Test {
     std::ifstream in(m_dir / "plugin.log");
     return std::string((std::istreambuf_iterator<char>(in)), {});
   }
-  std::string http_get(const std::string& path) {
+  // A TCP connection to the plugin's /metrics port (from its log), or -1.
+  int connect_metrics() {
     std::smatch m;
     std::string log;
     for (int i = 0; i < 100; ++i) {
@@ -82,13 +87,21 @@ class PluginScenario : public ::testing::Test {
       if (std::regex_search(log, m, std::regex("event=plugin.metrics .*port=(\\d+)"))) break;
       std::this_thread::sleep_for(20ms);
     }
-    if (m.empty()) return "";
+    if (m.empty()) return -1;
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(std::stoi(m[1])));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return "";
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  std::string http_get(const std::string& path) {
+    int fd = connect_metrics();
+    if (fd < 0) return "";
     std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
     [[maybe_unused]] auto w = ::write(fd, req.data(), req.size());
     std::string out;
@@ -305,4 +318,193 @@ TEST_F(PluginScenario, BadFlagsAreRejected) {
       {test::bin_path("gpufence-device-plugin"), "--device-list-strategy", "volumes"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("unknown device list strategy 'volumes'"), std::string::npos) << r.err;
+}
+
+// ---- A hung NVML (docs/deviceplugin.md, "A hung NVML") ----
+
+namespace {
+
+// Without an event stream the monitor asks each GPU nvmlDeviceGetUUID twice a second: the path
+// a hung driver takes in the measurement of issue 12.
+nlohmann::json polling_config() {
+  auto cfg = test::mock_gpus(2);
+  cfg["fail"] = {{"nvmlEventSetWait_v2", 999}};
+  return cfg;
+}
+
+bool both(const test::TestKubelet::Devices& d, const std::string& health) {
+  return d.size() == 2 && d.at(test::mock_uuid(0)) == health && d.at(test::mock_uuid(1)) == health;
+}
+
+}  // namespace
+
+TEST_F(PluginScenario, HungNvmlCallMarksGpusUnhealthyButNeverBlocksAllocateRegistrationOrSigterm) {
+  write_config(polling_config());
+  m_kubelet->start();
+  start_plugin({"--nvml-timeout", "500ms"});
+  ASSERT_TRUE(all_healthy(2));
+  inject("{\"hang\": \"nvmlDeviceGetUUID\"}");
+  ASSERT_TRUE(m_kubelet->wait_devices([](const auto& d) { return both(d, "Unhealthy"); }, 5s))
+      << "a GPU whose liveness call misses the deadline becomes Unhealthy";
+  EXPECT_NE(log_text().find("did not return within 500 ms"), std::string::npos);
+
+  // Allocate answers (a refusal naming the reason), it does not wait for NVML.
+  v1beta1::AllocateResponse resp;
+  auto st = m_kubelet->allocate({{test::mock_uuid(0)}}, &resp);
+  EXPECT_NE(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(st.error_message().find("Unhealthy"), std::string::npos) << st.error_message();
+
+  // A kubelet restart: registration and the device list go through while NVML still hangs.
+  m_kubelet->stop();
+  m_kubelet->start();
+  ASSERT_TRUE(m_kubelet->wait_registrations(2, 5s));
+  EXPECT_TRUE(m_kubelet->wait_devices([](const auto& d) { return both(d, "Unhealthy"); }, 5s));
+
+  // SIGTERM ends it although a thread is stuck in NVML; the socket is cleaned up first.
+  EXPECT_EQ(m_plugin->signal_and_wait(SIGTERM, 3s), 0);
+  EXPECT_FALSE(std::filesystem::exists(m_plugin_dir / "gpufence-nvidia-gpu.sock"));
+  EXPECT_NE(log_text().find("event=plugin.nvml_abandoned"), std::string::npos);
+}
+
+TEST_F(PluginScenario, GpusRecoverWhenTheHungCallReturns) {
+  write_config(polling_config());
+  m_kubelet->start();
+  start_plugin({"--nvml-timeout", "300ms"});
+  ASSERT_TRUE(all_healthy(2));
+  inject("{\"hang\": \"nvmlDeviceGetUUID\"}");
+  ASSERT_TRUE(m_kubelet->wait_devices([](const auto& d) { return both(d, "Unhealthy"); }, 5s));
+  inject("{\"release\": \"nvmlDeviceGetUUID\"}");
+  ASSERT_TRUE(m_kubelet->wait_devices([](const auto& d) { return both(d, "Healthy"); }, 5s));
+  v1beta1::AllocateResponse resp;
+  EXPECT_TRUE(m_kubelet->allocate({{test::mock_uuid(1)}}, &resp).ok());
+  EXPECT_EQ(m_plugin->signal_and_wait(SIGTERM, 3s), 0);
+}
+
+TEST_F(PluginScenario, AHungEventWaitMarksEveryGpuUnhealthyAndSigtermStillEndsIt) {
+  m_kubelet->start();
+  start_plugin({"--nvml-timeout", "300ms"});
+  ASSERT_TRUE(all_healthy(2));
+  inject("{\"hang\": \"nvmlEventSetWait_v2\"}");
+  // No GPU can be shown to answer while NVML is stuck (NVIDIA's plugin, too, marks every device
+  // on a failed wait).
+  ASSERT_TRUE(m_kubelet->wait_devices([](const auto& d) { return both(d, "Unhealthy"); }, 5s));
+  EXPECT_EQ(m_plugin->signal_and_wait(SIGTERM, 3s), 0);
+  EXPECT_FALSE(std::filesystem::exists(m_plugin_dir / "gpufence-nvidia-gpu.sock"));
+}
+
+TEST_F(PluginScenario, SigtermDuringAHungStartUpEndsThePlugin) {
+  auto cfg = test::mock_gpus(2);
+  cfg["hang"] = {"nvmlDeviceGetCount_v2"};
+  write_config(cfg);
+  start_plugin();
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(m_plugin->running());
+  EXPECT_EQ(m_plugin->signal_and_wait(SIGTERM, 3s), 0);
+}
+
+TEST_F(PluginScenario, HungStartUpFailsWithAClearError) {
+  auto cfg = test::mock_gpus(2);
+  cfg["hang"] = {"nvmlDeviceGetCount_v2"};
+  write_config(cfg);
+  start_plugin({"--nvml-timeout", "200ms"});
+  EXPECT_EQ(m_plugin->signal_and_wait(0, 10s), 2);
+  EXPECT_NE(log_text().find("discover GPUs: nvmlDeviceGetCount_v2 and the GPU queries did not "
+                            "return within 1200 ms"),
+            std::string::npos);
+}
+
+TEST_F(PluginScenario, EventRegistrationFailuresAreLoggedPerGpu) {
+  auto cfg = test::mock_gpus(2);
+  cfg["fail"] = {{"nvmlDeviceRegisterEvents", 3}};
+  write_config(cfg);
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(all_healthy(2));
+  for (unsigned i = 0; i < 2; ++i) {
+    std::string line = "event=plugin.gpu_events_unregistered uuid=" + test::mock_uuid(i) +
+                       " error=\"nvmlDeviceRegisterEvents " + test::mock_uuid(i) +
+                       ": Not Supported (NVML error 3)\"";
+    bool seen = false;
+    for (int t = 0; t < 100 && !seen; ++t) {
+      seen = log_text().find(line) != std::string::npos;
+      if (!seen) std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_TRUE(seen) << line;
+  }
+}
+
+// ---- The plugin directory ----
+
+TEST_F(PluginScenario, RecreatedPluginDirectoryIsWatchedAgain) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(m_kubelet->wait_registrations(1, 10s));
+  m_kubelet->stop();
+  std::filesystem::remove_all(m_plugin_dir);  // as some kubelet restarts do
+  std::filesystem::create_directories(m_plugin_dir);
+  m_kubelet->start();
+  ASSERT_TRUE(m_kubelet->wait_registrations(2, 5s));
+  // The watch is on the new directory: a later kubelet restart is still seen.
+  std::this_thread::sleep_for(300ms);  // the old watch's last events drained
+  int before = m_kubelet->registrations();
+  m_kubelet->stop();
+  m_kubelet->start();
+  ASSERT_TRUE(m_kubelet->wait_registrations(before + 1, 5s));
+  EXPECT_TRUE(all_healthy(2));
+  EXPECT_TRUE(std::filesystem::exists(m_plugin_dir / "gpufence-nvidia-gpu.sock"));
+  EXPECT_NE(log_text().find("event=plugin.dir_removed"), std::string::npos);
+}
+
+TEST_F(PluginScenario, RegistersAgainWhenNoStreamIsOpenForTheConfiguredTime) {
+  m_kubelet->start();
+  start_plugin({"--reregister-after", "1s"});
+  ASSERT_TRUE(m_kubelet->wait_registrations(1, 10s));
+  ASSERT_TRUE(all_healthy(2));
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(m_kubelet->registrations(), 1) << "an open stream is left alone";
+  m_kubelet->drop_stream();
+  ASSERT_TRUE(m_kubelet->wait_registrations(2, 5s));
+  EXPECT_TRUE(all_healthy(2));
+  EXPECT_NE(log_text().find("event=plugin.no_stream"), std::string::npos);
+}
+
+// ---- --host-root ----
+
+TEST_F(PluginScenario, HostRootChangesWhereItLooksNotWhatItAnswers) {
+  auto root = m_dir / "host";
+  std::filesystem::create_directories(root / "dev");
+  if (::mknod((root / "dev/nvidiactl").c_str(), S_IFCHR | 0666, makedev(195, 255)) != 0 ||
+      ::mknod((root / "dev/nvidia-uvm").c_str(), S_IFCHR | 0666, makedev(511, 0)) != 0) {
+    GTEST_SKIP() << "mknod needs root: " << std::strerror(errno);
+  }
+  m_kubelet->start();
+  start_plugin({"--host-root", root.string()});
+  ASSERT_TRUE(all_healthy(2));
+  v1beta1::AllocateResponse resp;
+  ASSERT_TRUE(m_kubelet->allocate({{test::mock_uuid(1)}}, &resp).ok());
+  std::map<std::string, std::string> specs;
+  for (const auto& d : resp.container_responses(0).devices())
+    specs[d.container_path()] = d.host_path();
+  EXPECT_EQ(specs, (std::map<std::string, std::string>{{"/dev/nvidia1", "/dev/nvidia1"},
+                                                       {"/dev/nvidiactl", "/dev/nvidiactl"},
+                                                       {"/dev/nvidia-uvm", "/dev/nvidia-uvm"}}))
+      << "control nodes found under the root, named by their host paths";
+}
+
+// ---- /metrics and /healthz ----
+
+TEST_F(PluginScenario, HealthzAnswersWhileAnotherClientSendsNothing) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(all_healthy(2));
+  int idle = connect_metrics();  // a scraper that connected and went quiet
+  ASSERT_GE(idle, 0);
+  EXPECT_NE(http_get("/healthz").find("200 OK"), std::string::npos);
+  // The probe was answered while the idle client was still connected, not after it was dropped.
+  char c;
+  ssize_t n = ::recv(idle, &c, 1, MSG_DONTWAIT);
+  int err = errno;
+  EXPECT_EQ(n, -1) << "the idle connection was closed before /healthz was answered";
+  EXPECT_EQ(err, EAGAIN);
+  ::close(idle);
 }

@@ -6,7 +6,114 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
 namespace gpufence::test {
+namespace {
+
+const char* kNotFound =
+    R"({"kind":"Status","apiVersion":"v1","status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404})";
+
+std::string status_body(int code, const std::string& reason, const std::string& message) {
+  return nlohmann::json{
+      {"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
+      {"status", "Failure"}, {"message", message}, {"reason", reason},
+      {"code", code}}
+      .dump();
+}
+
+std::string percent_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i] == '+' ? ' ' : s[i];
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, sep);)
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+std::string key_of(const nlohmann::json& object) {
+  auto meta = object.value("metadata", nlohmann::json::object());
+  return meta.value("namespace", "") + "/" + meta.value("name", "");
+}
+
+// Equality-based label selectors, as kubectl writes them: "a=b", "a==b", "a!=b", "a", "!a".
+bool labels_match(const std::string& selector, const nlohmann::json& object) {
+  auto labels =
+      object.value("metadata", nlohmann::json::object()).value("labels", nlohmann::json::object());
+  for (const auto& term : split(selector, ',')) {
+    auto ne = term.find("!=");
+    auto eq = term.find('=');
+    if (ne != std::string::npos) {
+      auto k = term.substr(0, ne);
+      if (labels.contains(k) && labels[k] == term.substr(ne + 2)) return false;
+    } else if (eq != std::string::npos) {
+      auto k = term.substr(0, eq);
+      auto v = term.substr(term[eq + 1] == '=' ? eq + 2 : eq + 1);
+      if (!labels.contains(k) || labels[k] != v) return false;
+    } else if (term.front() == '!') {
+      if (labels.contains(term.substr(1))) return false;
+    } else if (!labels.contains(term)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Field selectors: "status.phase!=Failed,spec.nodeName=gpu-1"; an absent field is "".
+bool fields_match(const std::string& selector, const nlohmann::json& object) {
+  for (const auto& term : split(selector, ',')) {
+    auto ne = term.find("!=");
+    auto eq = term.find('=');
+    bool negate = ne != std::string::npos;
+    auto op = negate ? ne : eq;
+    if (op == std::string::npos) return false;
+    std::string field = term.substr(0, op);
+    std::string want = term.substr(negate ? op + 2 : (term[op + 1] == '=' ? op + 2 : op + 1));
+    const nlohmann::json* at = &object;
+    for (const auto& part : split(field, '.')) {
+      at = at->is_object() && at->contains(part) ? &(*at)[part] : nullptr;
+      if (!at) break;
+    }
+    std::string have = at && at->is_string() ? at->get<std::string>() : "";
+    if (field == "spec.unschedulable") have = at && at->is_boolean() && *at ? "true" : "false";
+    if ((have == want) == negate) return false;
+  }
+  return true;
+}
+
+void send_all(int conn, const std::string& data) {
+  ::send(conn, data.data(), data.size(), MSG_NOSIGNAL);
+}
+
+bool send_chunk(int conn, const std::string& data) {
+  std::ostringstream hex;
+  hex << std::hex << data.size();
+  std::string chunk = hex.str() + "\r\n" + data + "\r\n";
+  return ::send(conn, chunk.data(), chunk.size(), MSG_NOSIGNAL) ==
+         static_cast<ssize_t>(chunk.size());
+}
+
+bool peer_closed(int conn) {
+  char c;
+  ssize_t n = ::recv(conn, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+}  // namespace
 
 TestApiServer::TestApiServer() {
   m_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -14,7 +121,7 @@ TestApiServer::TestApiServer() {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ::bind(m_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::listen(m_fd, 16);
+  ::listen(m_fd, 64);
   socklen_t len = sizeof addr;
   ::getsockname(m_fd, reinterpret_cast<sockaddr*>(&addr), &len);
   m_port = ntohs(addr.sin_port);
@@ -26,6 +133,12 @@ TestApiServer::~TestApiServer() {
   char c = 'x';
   [[maybe_unused]] auto n = ::write(m_stop[1], &c, 1);
   m_thread.join();
+  {
+    std::lock_guard lock(m_mu);
+    m_stopping = true;
+  }
+  m_changed.notify_all();
+  for (auto& t : m_connections) t.join();
   ::close(m_fd);
   ::close(m_stop[0]);
   ::close(m_stop[1]);
@@ -36,15 +149,113 @@ void TestApiServer::set(const std::string& path, int status, const std::string& 
   m_answers[path] = {status, body};
 }
 
+void TestApiServer::clear(const std::string& path) {
+  std::lock_guard lock(m_mu);
+  m_answers.erase(path);
+}
+
 void TestApiServer::set_versioned(const std::string& path, nlohmann::json object) {
   std::lock_guard lock(m_mu);
-  object["metadata"]["resourceVersion"] = "1";
+  bump(object);
   m_objects[path] = std::move(object);
 }
 
 nlohmann::json TestApiServer::object(const std::string& path) {
   std::lock_guard lock(m_mu);
   return m_objects[path];
+}
+
+bool TestApiServer::has_object(const std::string& path) {
+  std::lock_guard lock(m_mu);
+  return m_objects.contains(path);
+}
+
+std::vector<nlohmann::json> TestApiServer::posted(const std::string& collection) {
+  std::lock_guard lock(m_mu);
+  return m_posted[collection];
+}
+
+long TestApiServer::bump(nlohmann::json& object) {
+  object["metadata"]["resourceVersion"] = std::to_string(++m_rv);
+  return m_rv;
+}
+
+void TestApiServer::record(const std::string& collection, const std::string& type,
+                           nlohmann::json object, nlohmann::json old) {
+  m_history.push_back({m_rv, collection, type, std::move(object), std::move(old)});
+  m_changed.notify_all();
+}
+
+void TestApiServer::apply(const std::string& collection, nlohmann::json object) {
+  std::lock_guard lock(m_mu);
+  auto& items = m_collections[collection];
+  std::string key = key_of(object);
+  bump(object);
+  auto it = items.find(key);
+  nlohmann::json old = it == items.end() ? nlohmann::json() : it->second;
+  items[key] = object;
+  record(collection, old.is_null() ? "ADDED" : "MODIFIED", object, old);
+}
+
+void TestApiServer::remove(const std::string& collection, const std::string& ns,
+                           const std::string& name) {
+  std::lock_guard lock(m_mu);
+  auto& items = m_collections[collection];
+  auto it = items.find(ns + "/" + name);
+  if (it == items.end()) return;
+  nlohmann::json old = it->second;
+  items.erase(it);
+  nlohmann::json gone = old;
+  bump(gone);
+  record(collection, "DELETED", gone, old);
+}
+
+void TestApiServer::compact() {
+  std::lock_guard lock(m_mu);
+  m_compacted_rv = m_rv;
+  m_changed.notify_all();
+}
+
+void TestApiServer::bookmark() {
+  std::lock_guard lock(m_mu);
+  m_history.push_back({m_rv, "", "BOOKMARK", {}, {}});
+  m_changed.notify_all();
+}
+
+void TestApiServer::end_watches() {
+  std::lock_guard lock(m_mu);
+  ++m_watch_epoch;
+  m_changed.notify_all();
+}
+
+int TestApiServer::lists(const std::string& collection) {
+  std::lock_guard lock(m_mu);
+  return m_lists[collection];
+}
+
+int TestApiServer::watches(const std::string& collection) {
+  std::lock_guard lock(m_mu);
+  return m_watches[collection];
+}
+
+int TestApiServer::open_watches() {
+  std::lock_guard lock(m_mu);
+  return m_open_watches;
+}
+
+std::string TestApiServer::resource_version() {
+  std::lock_guard lock(m_mu);
+  return std::to_string(m_rv);
+}
+
+std::vector<std::string> TestApiServer::requests() {
+  std::lock_guard lock(m_mu);
+  return m_requests;
+}
+
+void TestApiServer::require_token(const std::string& token) {
+  std::lock_guard lock(m_mu);
+  m_token = token;
 }
 
 std::string TestApiServer::kubeconfig(const std::string& token) const {
@@ -63,74 +274,250 @@ void TestApiServer::serve() {
     if (fds[1].revents) return;
     int conn = ::accept(m_fd, nullptr, nullptr);
     if (conn < 0) continue;
-    std::string req;
-    char buf[4096];
-    while (req.find("\r\n\r\n") == std::string::npos) {
-      ssize_t n = ::recv(conn, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      req.append(buf, static_cast<size_t>(n));
-    }
-    // The body, by Content-Length.
-    size_t header_end = req.find("\r\n\r\n");
-    size_t length = 0;
-    if (auto cl = req.find("Content-Length: "); cl != std::string::npos && cl < header_end) {
-      length = std::stoul(req.substr(cl + 16));
-    }
-    while (header_end != std::string::npos && req.size() < header_end + 4 + length) {
-      ssize_t n = ::recv(conn, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      req.append(buf, static_cast<size_t>(n));
-    }
-    std::string method = req.substr(0, req.find(' '));
-    std::string path;
-    if (method.size() < req.size()) {
-      path = req.substr(method.size() + 1, req.find(' ', method.size() + 1) - method.size() - 1);
-    }
-    std::string body = header_end == std::string::npos ? "" : req.substr(header_end + 4);
-    Answer a{
-        404,
-        R"({"kind":"Status","apiVersion":"v1","status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404})"};
-    {
-      std::lock_guard lock(m_mu);
-      if (auto it = m_answers.find(path); it != m_answers.end()) a = it->second;
-      if (auto obj = m_objects.find(path); obj != m_objects.end()) {
-        a = {200, obj->second.dump()};
-        if (method == "PUT") {
-          ++m_puts;
-          auto bump = [](nlohmann::json& o) {
-            o["metadata"]["resourceVersion"] =
-                std::to_string(std::stol(o["metadata"]["resourceVersion"].get<std::string>()) + 1);
-          };
-          if (m_race) {
-            bump(obj->second);
-            m_race = false;
-          }
-          nlohmann::json sent = nlohmann::json::parse(body, nullptr, false);
-          if (m_fail_put) {
-            a = {m_fail_put,
-                 R"({"kind":"Status","message":"etcdserver: request timed out","code":)" +
-                     std::to_string(m_fail_put) + "}"};
-            m_fail_put = 0;
-          } else if (sent.is_discarded() || sent["metadata"]["resourceVersion"] !=
-                                                obj->second["metadata"]["resourceVersion"]) {
-            a = {
-                409,
-                R"({"kind":"Status","reason":"Conflict","message":"the object has been modified; please apply your changes to the latest version and try again","code":409})"};
-          } else {
-            obj->second = sent;
-            bump(obj->second);
-            a = {200, obj->second.dump()};
-          }
-        }
-      }
-    }
-    std::string resp =
-        "HTTP/1.1 " + std::to_string(a.status) +
-        " X\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(a.body.size()) +
-        "\r\nConnection: close\r\n\r\n" + a.body;
-    ::send(conn, resp.data(), resp.size(), MSG_NOSIGNAL);
-    ::close(conn);
+    m_connections.emplace_back([this, conn] {
+      handle(conn);
+      ::close(conn);
+    });
   }
+}
+
+void TestApiServer::handle(int conn) {
+  std::string raw;
+  char buf[4096];
+  while (raw.find("\r\n\r\n") == std::string::npos) {
+    ssize_t n = ::recv(conn, buf, sizeof buf, 0);
+    if (n <= 0) return;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  size_t header_end = raw.find("\r\n\r\n");
+  std::string headers = raw.substr(0, header_end);
+  std::string lower = headers;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  size_t length = 0;
+  if (auto cl = lower.find("content-length: "); cl != std::string::npos)
+    length = std::stoul(headers.substr(cl + 16));
+  while (raw.size() < header_end + 4 + length) {
+    ssize_t n = ::recv(conn, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  Request req;
+  req.method = raw.substr(0, raw.find(' '));
+  req.target = raw.substr(req.method.size() + 1,
+                          raw.find(' ', req.method.size() + 1) - req.method.size() - 1);
+  auto q = req.target.find('?');
+  req.path = req.target.substr(0, q);
+  if (q != std::string::npos) {
+    for (const auto& kv : split(req.target.substr(q + 1), '&')) {
+      auto eq = kv.find('=');
+      req.query[percent_decode(kv.substr(0, eq))] =
+          eq == std::string::npos ? "" : percent_decode(kv.substr(eq + 1));
+    }
+  }
+  req.body = raw.substr(header_end + 4);
+  if (auto a = lower.find("authorization: "); a != std::string::npos)
+    req.authorization = headers.substr(a + 15, headers.find("\r\n", a) - a - 15);
+
+  bool is_watch =
+      req.method == "GET" && (req.query["watch"] == "1" || req.query["watch"] == "true");
+  bool is_collection = false;
+  {
+    std::lock_guard lock(m_mu);
+    m_requests.push_back(req.method + " " + req.target);
+    is_collection = m_collections.contains(req.path) && !m_answers.contains(req.target) &&
+                    !m_answers.contains(req.path);
+    if (is_watch && is_collection && (m_token.empty() || req.authorization == "Bearer " + m_token))
+      ++m_watches[req.path];
+  }
+  Answer a;
+  if (is_watch && is_collection && m_gone_as_status) {
+    std::lock_guard lock(m_mu);
+    auto rv = req.query.contains("resourceVersion") ? req.query.at("resourceVersion") : "";
+    if (!rv.empty() && std::stol(rv) < m_compacted_rv) {
+      std::string body = status_body(410, "Expired", "too old resource version: " + rv);
+      send_all(conn, "HTTP/1.1 410 Gone\r\nContent-Type: application/json\r\nContent-Length: " +
+                         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+      return;
+    }
+  }
+  if (is_watch && is_collection) {
+    std::unique_lock lock(m_mu);
+    bool authorised = m_token.empty() || req.authorization == "Bearer " + m_token;
+    if (!authorised) ++m_unauthorized;
+    lock.unlock();
+    if (authorised) return watch(conn, req);
+    a = {401, status_body(401, "Unauthorized", "Unauthorized")};
+  } else {
+    a = answer(req);
+  }
+  send_all(conn, "HTTP/1.1 " + std::to_string(a.status) +
+                     " X\r\nContent-Type: application/json\r\nContent-Length: " +
+                     std::to_string(a.body.size()) + "\r\nConnection: close\r\n\r\n" + a.body);
+}
+
+TestApiServer::Answer TestApiServer::answer(const Request& req) {
+  std::lock_guard lock(m_mu);
+  if (!m_token.empty() && req.authorization != "Bearer " + m_token) {
+    ++m_unauthorized;
+    return {401, status_body(401, "Unauthorized", "Unauthorized")};
+  }
+  if (auto it = m_answers.find(req.target); it != m_answers.end()) return it->second;
+  if (auto it = m_answers.find(req.path); it != m_answers.end()) return it->second;
+  if (req.method == "POST") {
+    nlohmann::json sent = nlohmann::json::parse(req.body, nullptr, false);
+    if (!sent.is_object()) return {400, status_body(400, "BadRequest", "body is not an object")};
+    auto& meta = sent["metadata"];
+    std::string name = meta.value("name", "");
+    if (name.empty()) name = meta.value("generateName", "") + std::to_string(++m_generated);
+    if (name.empty()) return {422, status_body(422, "Invalid", "metadata.name: Required value")};
+    meta["name"] = name;
+    std::string path = req.path + "/" + name;
+    if (m_objects.contains(path))
+      return {409, status_body(409, "AlreadyExists", "\"" + name + "\" already exists")};
+    bump(sent);
+    m_objects[path] = sent;
+    m_posted[req.path].push_back(sent);
+    return {201, sent.dump()};
+  }
+  if (auto obj = m_objects.find(req.path); obj != m_objects.end()) {
+    if (req.method != "PUT") return {200, obj->second.dump()};
+    ++m_puts;
+    if (m_race) {
+      bump(obj->second);
+      m_race = false;
+    }
+    nlohmann::json sent = nlohmann::json::parse(req.body, nullptr, false);
+    if (m_fail_put) {
+      Answer a{m_fail_put, R"({"kind":"Status","message":"etcdserver: request timed out","code":)" +
+                               std::to_string(m_fail_put) + "}"};
+      m_fail_put = 0;
+      return a;
+    }
+    if (sent.is_discarded() ||
+        sent["metadata"]["resourceVersion"] != obj->second["metadata"]["resourceVersion"]) {
+      return {409, status_body(409, "Conflict",
+                               "Operation cannot be fulfilled: the object has been modified; "
+                               "please apply your changes to the latest version and try again")};
+    }
+    obj->second = sent;
+    bump(obj->second);
+    return {200, obj->second.dump()};
+  }
+  if (req.method == "GET" && m_collections.contains(req.path)) return list(req);
+  return {404, kNotFound};
+}
+
+// Under m_mu.
+TestApiServer::Answer TestApiServer::list(const Request& req) {
+  ++m_lists[req.path];
+  auto q = [&](const std::string& k) {
+    auto it = req.query.find(k);
+    return it == req.query.end() ? std::string() : it->second;
+  };
+  long rv = m_rv;
+  std::string after;
+  if (auto token = q("continue"); !token.empty()) {
+    auto bar = token.find('|');
+    rv = std::stol(token.substr(0, bar));
+    after = token.substr(bar + 1);
+    if (rv < m_compacted_rv)
+      return {410, status_body(410, "Expired",
+                               "The provided continue parameter is too old to display a "
+                               "consistent list result. You can start a new list without the "
+                               "continue parameter.")};
+  }
+  long limit = q("limit").empty() ? 0 : std::stol(q("limit"));
+  nlohmann::json items = nlohmann::json::array();
+  std::string last, next;
+  for (const auto& [key, object] : m_collections[req.path]) {
+    if (!after.empty() && key <= after) continue;
+    if (!labels_match(q("labelSelector"), object) || !fields_match(q("fieldSelector"), object))
+      continue;
+    if (limit > 0 && static_cast<long>(items.size()) == limit) {
+      next = std::to_string(rv) + "|" + last;
+      break;
+    }
+    items.push_back(object);
+    last = key;
+  }
+  nlohmann::json out{{"kind", "List"},
+                     {"apiVersion", "v1"},
+                     {"metadata", {{"resourceVersion", std::to_string(rv)}}},
+                     {"items", items}};
+  if (!next.empty()) out["metadata"]["continue"] = next;
+  return {200, out.dump()};
+}
+
+void TestApiServer::watch(int conn, const Request& req) {
+  auto q = [&](const std::string& k) {
+    auto it = req.query.find(k);
+    return it == req.query.end() ? std::string() : it->second;
+  };
+  send_all(conn,
+           "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: "
+           "chunked\r\n\r\n");
+  const bool bookmarks = q("allowWatchBookmarks") == "true" || q("allowWatchBookmarks") == "1";
+  const long from = q("resourceVersion").empty() ? 0 : std::stol(q("resourceVersion"));
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::seconds(q("timeoutSeconds").empty() ? 3600 : std::stol(q("timeoutSeconds")));
+  std::unique_lock lock(m_mu);
+  ++m_open_watches;
+  const long epoch = m_watch_epoch;
+  std::vector<std::string> out;
+  if (from < m_compacted_rv) {
+    // What the real server sends for a watch from a compacted revision: 200, then one ERROR.
+    out.push_back(
+        nlohmann::json{{"type", "ERROR"},
+                       {"object", nlohmann::json::parse(status_body(
+                                      410, "Expired",
+                                      "too old resource version: " + std::to_string(from) + " (" +
+                                          std::to_string(m_compacted_rv) + ")"))}}
+            .dump() +
+        "\n");
+  }
+  size_t pos = 0;
+  while (pos < m_history.size() && m_history[pos].rv <= from) ++pos;
+  bool done = !out.empty();
+  while (true) {
+    for (; !done && pos < m_history.size(); ++pos) {
+      const Change& c = m_history[pos];
+      if (c.type == "BOOKMARK") {
+        if (bookmarks)
+          out.push_back(
+              nlohmann::json{{"type", "BOOKMARK"},
+                             {"object",
+                              {{"kind", "Bookmark"},
+                               {"metadata", {{"resourceVersion", std::to_string(c.rv)}}}}}}
+                  .dump() +
+              "\n");
+        continue;
+      }
+      if (c.collection != req.path) continue;
+      auto matches = [&](const nlohmann::json& o) {
+        return !o.is_null() && labels_match(q("labelSelector"), o) &&
+               fields_match(q("fieldSelector"), o);
+      };
+      bool was = matches(c.old), is = c.type != "DELETED" && matches(c.object);
+      std::string type = is && was ? "MODIFIED" : is ? "ADDED" : was ? "DELETED" : "";
+      if (type.empty()) continue;
+      out.push_back(nlohmann::json{{"type", type}, {"object", c.object}}.dump() + "\n");
+    }
+    lock.unlock();
+    bool sent = true;
+    for (const auto& line : out) sent = sent && send_chunk(conn, line);
+    out.clear();
+    if (done || !sent || peer_closed(conn)) break;
+    lock.lock();
+    m_changed.wait_for(lock, std::chrono::milliseconds(50));
+    if (m_stopping || m_watch_epoch != epoch || std::chrono::steady_clock::now() > deadline) {
+      lock.unlock();
+      break;
+    }
+  }
+  send_all(conn, "0\r\n\r\n");
+  lock.lock();
+  --m_open_watches;
 }
 
 }  // namespace gpufence::test

@@ -3,6 +3,10 @@
 
 #include <fstream>
 
+#include <set>
+
+#include "common/file.hpp"
+#include "common/strings.hpp"
 #include "containerd/config.hpp"
 #include "containerd/setup.hpp"
 #include "support/test_support.hpp"
@@ -196,6 +200,7 @@ TEST(ContainerdSetup, SetAsDefaultAndMissingRuncAndNewFile) {
   FakeFiles fs;
   SetupOptions opt;
   opt.set_as_default = true;
+  opt.node_agents = DefaultForNodeAgents::accept;
   auto plan = plan_containerd_setup(opt, fs.reader()).value();  // no file yet
   ASSERT_EQ(plan.changes.size(), 1u);
   EXPECT_FALSE(plan.changes[0].existed);
@@ -258,9 +263,15 @@ TEST(ContainerdSetup, Microk8sTemplateKeepsPlaceholders) {
   ASSERT_EQ(plan.changes.size(), 1u);
   const auto& text = plan.changes[0].new_text;
   EXPECT_NE(text.find("default_runtime_name = \"${RUNTIME}\""), std::string::npos);
-  EXPECT_NE(text.find("runtime_type = '${RUNTIME_TYPE}'"), std::string::npos)
-      << "copied from runc, placeholder intact";
-  EXPECT_NE(text.find("BinaryName = '/usr/local/bin/gpufence-runtime'"), std::string::npos);
+  EXPECT_TRUE(text.starts_with(fixture("microk8s-template.toml")))
+      << "runc's runtime_type = \"${RUNTIME_TYPE}\" and every other line stay as they were";
+  auto handler = cri_runtimes(parse(text));
+  auto nv = std::find_if(handler.begin(), handler.end(),
+                         [](const RuntimeHandler& h) { return h.name == "nvidia"; });
+  ASSERT_NE(nv, handler.end());
+  EXPECT_EQ(nv->runtime_type, "io.containerd.runc.v2")
+      << "the handler's shim is runc v2 whatever microk8s fills in for runc";
+  EXPECT_EQ(nv->binary_name, "/usr/local/bin/gpufence-runtime");
   fs.apply(plan);
   EXPECT_TRUE(plan_containerd_setup(opt, fs.reader()).value().changes.empty());
 }
@@ -295,4 +306,451 @@ TEST(ContainerdSetup, RuntimeClassManifest) {
   EXPECT_EQ(runtime_class_manifest("nvidia"),
             "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: nvidia\nhandler: "
             "nvidia\n");
+}
+
+// ---- configs as users have them (tests/fixtures/containerd) ----
+
+namespace {
+
+const RuntimeHandler& handler_named(const std::vector<RuntimeHandler>& rts, std::string_view n) {
+  static const RuntimeHandler none;
+  auto it =
+      std::find_if(rts.begin(), rts.end(), [&](const RuntimeHandler& h) { return h.name == n; });
+  return it == rts.end() ? none : *it;
+}
+
+bool has(const std::vector<std::string>& v, std::string_view x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The nvidia handler's table in a planned config text.
+toml::table handler_doc(const std::string& text, int version = 2,
+                        std::string_view name = "nvidia") {
+  auto cfg = parse(text);
+  auto* t = cfg.doc["plugins"][cri_plugin_name(version)]["containerd"]["runtimes"][name].as_table();
+  return t ? *t : toml::table{};
+}
+
+SetupPlan plan_for(FakeFiles& fs, const std::string& text, SetupOptions opt = {}) {
+  fs.files["/etc/containerd/config.toml"] = text;
+  return plan_containerd_setup(opt, fs.reader()).value();
+}
+
+}  // namespace
+
+TEST(ContainerdRealConfigs, RuncThroughTheV1LinuxShimGivesARuncV2HandlerWithoutRuntime) {
+  FakeFiles fs;
+  auto plan = plan_for(fs, fixture("runc-v1-linux.toml"));
+  ASSERT_EQ(plan.changes.size(), 1u);
+  const auto& text = plan.changes[0].new_text;
+  EXPECT_TRUE(text.starts_with(fixture("runc-v1-linux.toml"))) << "appended, nothing else changed";
+  auto h = handler_doc(text);
+  EXPECT_EQ(h["runtime_type"].value_or(std::string()), "io.containerd.runc.v2");
+  EXPECT_FALSE(h.contains("runtime_root"));
+  EXPECT_FALSE(h.contains("runtime_engine"));
+  EXPECT_FALSE(h["options"]["Runtime"]) << "options.Runtime would replace BinaryName";
+  EXPECT_FALSE(h["options"]["RuntimeRoot"]);
+  EXPECT_EQ(h["options"]["SystemdCgroup"].value_or(false), true) << "the cgroup driver is kept";
+  EXPECT_EQ(h["options"]["BinaryName"].value_or(std::string()), "/usr/local/bin/gpufence-runtime");
+  auto findings = ids(check_containerd_config(parse(text), {{"nvidia"}, nullptr, false}));
+  EXPECT_FALSE(has(findings, "containerd.handler-bypasses-binary"));
+  std::string notes = join(plan.notes, "\n");
+  EXPECT_NE(notes.find("options.Runtime"), std::string::npos) << notes;
+}
+
+TEST(ContainerdRealConfigs, RuncV1ShimGivesARuncV2Handler) {
+  FakeFiles fs;
+  auto h = handler_doc(plan_for(fs, fixture("runc-v1-shim.toml")).changes.at(0).new_text);
+  EXPECT_EQ(h["runtime_type"].value_or(std::string()), "io.containerd.runc.v2");
+  EXPECT_EQ(h["options"]["SystemdCgroup"].value_or(false), true);
+}
+
+TEST(ContainerdRealConfigs, OptionsComeFromTheDefaultRuntimeNotFromRunc) {
+  FakeFiles fs;
+  auto plan = plan_for(fs, fixture("crun-default-systemd.toml"));
+  auto h = handler_doc(plan.changes.at(0).new_text);
+  EXPECT_EQ(h["options"]["SystemdCgroup"].value_or(false), true)
+      << "default_runtime_name = crun uses systemd; runc (not the default) does not";
+  EXPECT_EQ(h["options"]["BinaryName"].value_or(std::string()), "/usr/local/bin/gpufence-runtime");
+  EXPECT_NE(join(plan.notes, "\n").find("runtime 'crun'"), std::string::npos);
+  // pod_annotations copied as they are (they admit nothing under cdi.k8s.io/).
+  auto* pods = h["pod_annotations"].as_array();
+  ASSERT_TRUE(pods);
+  EXPECT_EQ(pods->size(), 1u);
+}
+
+TEST(ContainerdRealConfigs, Containerd16ConfigDefault) {
+  FakeFiles fs;
+  const std::string original = fixture("containerd-1.6-config-default.toml");
+  SetupOptions opt;
+  auto plan = plan_for(fs, original, opt);
+  ASSERT_EQ(plan.changes.size(), 1u);
+  const auto& text = plan.changes[0].new_text;
+  EXPECT_TRUE(text.starts_with(original));
+  auto cfg = parse(text);
+  auto rts = cri_runtimes(cfg);
+  const auto& nv = handler_named(rts, "nvidia");
+  EXPECT_EQ(nv.runtime_type, "io.containerd.runc.v2");
+  EXPECT_EQ(nv.binary_name, "/usr/local/bin/gpufence-runtime");
+  EXPECT_TRUE(has(nv.option_keys, "SystemdCgroup"));
+  EXPECT_TRUE(has(nv.option_keys, "Root"));
+  EXPECT_EQ(nv.container_annotations, std::vector<std::string>{"cdi.k8s.io/*"});
+  EXPECT_TRUE(check_containerd_config(cfg, {}).empty());
+  fs.apply(plan);
+  EXPECT_TRUE(plan_containerd_setup(opt, fs.reader()).value().changes.empty());
+}
+
+TEST(ContainerdRealConfigs, SetAsDefaultChangesOneLineAndKeepsEveryComment) {
+  FakeFiles fs;
+  const std::string original = fixture("microk8s-template.toml");
+  SetupOptions opt;
+  opt.flavor = Flavor::microk8s;
+  opt.set_as_default = true;
+  opt.node_agents = DefaultForNodeAgents::accept;
+  fs.files[default_config_path(Flavor::microk8s)] = original;
+  auto plan = plan_containerd_setup(opt, fs.reader()).value();
+  ASSERT_EQ(plan.changes.size(), 1u);
+  const auto& text = plan.changes[0].new_text;
+  auto old_lines = split(original, '\n');
+  auto new_lines = split(text, '\n');
+  ASSERT_GE(new_lines.size(), old_lines.size());
+  size_t changed = 0;
+  for (size_t i = 0; i < old_lines.size(); ++i) {
+    if (old_lines[i] != new_lines[i]) {
+      ++changed;
+      EXPECT_EQ(trim(new_lines[i]), "default_runtime_name = \"nvidia\"");
+    }
+  }
+  EXPECT_EQ(changed, 1u) << "only default_runtime_name's line changes; the rest is appended";
+  EXPECT_EQ(default_runtime_name(parse(text)), "nvidia");
+  EXPECT_EQ(plan.notes.end(), std::find_if(plan.notes.begin(), plan.notes.end(), [](auto& n) {
+              return n.find("re-serialised") != std::string::npos;
+            }));
+}
+
+TEST(ContainerdRealConfigs, SetAsDefaultIsRefusedWithoutTheNodeAgentsFlag) {
+  FakeFiles fs;
+  SetupOptions opt;
+  opt.set_as_default = true;
+  fs.files["/etc/containerd/config.toml"] = fixture("containerd-1.6-config-default.toml");
+  auto plan = plan_containerd_setup(opt, fs.reader());
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().code, Errc::invalid_argument);
+  EXPECT_NE(plan.error().message.find("device-plugin"), std::string::npos) << "says why";
+  EXPECT_NE(plan.error().message.find("--include-node-agents"), std::string::npos);
+  opt.flavor = Flavor::k3s;
+  EXPECT_FALSE(plan_containerd_setup(opt, fs.reader())) << "every flavor";
+}
+
+TEST(ContainerdRealConfigs, ReRunWithAnotherBinaryReplacesTheHandlerKeepingComments) {
+  FakeFiles fs;
+  const std::string original = fixture("containerd-1.6-config-default.toml");
+  auto first = plan_for(fs, original);
+  fs.apply(first);
+  SetupOptions opt;
+  opt.binary = "/opt/gpufence/bin/gpufence-runtime";
+  auto again = plan_containerd_setup(opt, fs.reader()).value();
+  ASSERT_EQ(again.changes.size(), 1u);
+  const auto& text = again.changes[0].new_text;
+  EXPECT_TRUE(text.starts_with(original)) << "the original lines, comment first, still lead";
+  EXPECT_EQ(text.find("/usr/local/bin/gpufence-runtime"), std::string::npos);
+  EXPECT_EQ(text.find("runtimes.nvidia]"), text.rfind("runtimes.nvidia]")) << "one table";
+}
+
+TEST(ContainerdRealConfigs, InheritedPodAnnotationsAdmittingCdiAreDropped) {
+  FakeFiles fs;
+  std::string text = fixture("crun-default-systemd.toml");
+  const std::string from = "[\"io.kubernetes.cri-o.*\"]";
+  text.replace(text.find(from), from.size(), "[\"cdi.k8s.io/*\", \"x.io/*\"]");
+  auto plan = plan_for(fs, text);
+  auto h = handler_doc(plan.changes.at(0).new_text);
+  auto* pods = h["pod_annotations"].as_array();
+  ASSERT_TRUE(pods);
+  ASSERT_EQ(pods->size(), 1u);
+  EXPECT_EQ((*pods)[0].value_or(std::string()), "x.io/*");
+}
+
+TEST(ContainerdCheck, HandlersThatBypassBinaryName) {
+  auto check = [](const std::string& runtime_body) {
+    auto cfg = parse(R"(version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+)" + runtime_body);
+    return check_containerd_config(cfg, {{"nvidia"}, nullptr, false});
+  };
+  const std::string bin =
+      R"([plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+  BinaryName = "/usr/local/bin/gpufence-runtime"
+)";
+  EXPECT_TRUE(check("  runtime_type = \"io.containerd.runc.v2\"\n" + bin).empty());
+  for (std::string body : {"  runtime_type = \"io.containerd.runtime.v1.linux\"\n",
+                           "  runtime_type = \"io.containerd.runc.v1\"\n",
+                           "  runtime_type = \"io.containerd.kata.v2\"\n",
+                           "  runtime_type = \"io.containerd.runc.v2\"\n  runtime_path = "
+                           "\"/opt/shim\"\n"}) {
+    auto f = check(body + bin);
+    EXPECT_TRUE(has(ids(f), "containerd.handler-bypasses-binary")) << body;
+  }
+  auto with_runtime = check("  runtime_type = \"io.containerd.runtime.v1.linux\"\n" + bin +
+                            "  Runtime = \"/usr/sbin/runc\"\n");
+  ASSERT_TRUE(has(ids(with_runtime), "containerd.handler-bypasses-binary"));
+  EXPECT_NE(with_runtime[0].summary.find("/usr/sbin/runc"), std::string::npos)
+      << "names what runs instead";
+  // A runtime that is not a GPU handler and does not run gpufence is none of our business.
+  auto cfg = parse(R"(version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runtime.v1.linux"
+)");
+  EXPECT_FALSE(has(ids(check_containerd_config(cfg, {{}, nullptr, false})),
+                   "containerd.handler-bypasses-binary"));
+}
+
+TEST(ContainerdCheck, PodAnnotationPatternsAsPathMatchSeesThem) {
+  for (auto p : {"cdi.k8s.io/*", "*/*", "cdi.*/*", "cdi.k8s.io/nvidia.com_gpu", "c?i.k8s.io/x",
+                 "[c]di.k8s.io/*"})
+    EXPECT_TRUE(pod_annotation_pattern_admits_cdi(p)) << p;
+  for (auto p : {"*", "cdi.k8s.io", "io.katacontainers.*", "cdi.k8s.io/", "*/*/*", "example.com/*",
+                 "cdi.k8s.ioo/*"})
+    EXPECT_FALSE(pod_annotation_pattern_admits_cdi(p)) << p;
+  auto cfg = parse(R"(version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  pod_annotations = ["io.katacontainers.*", "cdi.k8s.io/*"]
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+    BinaryName = "/usr/local/bin/gpufence-runtime"
+)");
+  auto f = check_containerd_config(cfg, {{"nvidia"}, nullptr, false});
+  ASSERT_EQ(ids(f), std::vector<std::string>{"containerd.pod-annotations-cdi"});
+  EXPECT_EQ(f[0].severity, Severity::error);
+  EXPECT_NE(f[0].fix.find("remove \"cdi.k8s.io/*\""), std::string::npos);
+}
+
+TEST(ContainerdCheck, CdiOnWithoutAGpuSpec) {
+  test::TempDir host;
+  HostFs fs(host.path());
+  const std::string v2 = R"(version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  enable_cdi = true
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+)";
+  auto run = [&](const std::string& text) {
+    return ids(check_containerd_config(parse(text), {{}, &fs, false}));
+  };
+  EXPECT_EQ(run(v2), std::vector<std::string>{"containerd.cdi-no-gpu-spec"});
+  EXPECT_TRUE(run("version = 2\n").empty()) << "containerd 1.x: CDI off unless enabled";
+  EXPECT_EQ(run("version = 3\n"), std::vector<std::string>{"containerd.cdi-no-gpu-spec"})
+      << "containerd 2.x: on by default";
+  EXPECT_TRUE(
+      run("version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = false\n").empty());
+  // A foreign vendor's spec does not count; a GPU spec in /var/run/cdi does.
+  host.write("etc/cdi/other.yaml",
+             "cdiVersion: \"0.5.0\"\nkind: example.com/nic\ndevices:\n- name: a\n  "
+             "containerEdits:\n    env: [\"A=1\"]\n");
+  EXPECT_EQ(run(v2), std::vector<std::string>{"containerd.cdi-no-gpu-spec"});
+  host.write("var/run/cdi/nvidia.yaml",
+             "cdiVersion: \"0.5.0\"\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  "
+             "containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n");
+  EXPECT_TRUE(run(v2).empty());
+  // cdi_spec_dirs is honoured.
+  EXPECT_EQ(run(v2 + "").size(), 0u);
+  std::string elsewhere = v2;
+  elsewhere.replace(elsewhere.find("enable_cdi = true"), 17,
+                    "enable_cdi = true\n  cdi_spec_dirs = [\"/opt/cdi\"]");
+  EXPECT_EQ(run(elsewhere), std::vector<std::string>{"containerd.cdi-no-gpu-spec"});
+}
+
+TEST(ContainerdSetup, Version3AddsItsImportByTextKeepingCommentsByteForByte) {
+  FakeFiles fs;
+  const std::string with_imports =
+      "# main config, edited by hand\nversion = 3\nimports = [\n  \"/etc/containerd/other.toml\", "
+      "# registry\n]\n\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc]\n  "
+      "runtime_type = \"io.containerd.runc.v2\" # pods\n  "
+      "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]\n    "
+      "SystemdCgroup = true\n";
+  fs.files["/etc/containerd/config.toml"] = with_imports;
+  auto plan = plan_containerd_setup({}, fs.reader()).value();
+  ASSERT_EQ(plan.changes.size(), 2u);
+  std::string expected = with_imports;
+  const std::string other = "\"/etc/containerd/other.toml\",";
+  expected.insert(expected.find(other) + other.size(),
+                  " \"/etc/containerd/conf.d/99-gpufence.toml\"");
+  EXPECT_EQ(plan.changes[1].new_text, expected) << "one entry added, every other byte kept";
+  EXPECT_EQ(handler_doc(plan.changes[0].new_text, 3)["options"]["SystemdCgroup"].value_or(false),
+            true)
+      << "the drop-in's handler inherits the main file's default runtime";
+
+  FakeFiles fresh;
+  const std::string without =
+      "# no imports yet\nversion = 3 # containerd 2.1\n\n[grpc]\n  "
+      "address = \"/run/containerd/containerd.sock\"\n";
+  fresh.files["/etc/containerd/config.toml"] = without;
+  auto p2 = plan_containerd_setup({}, fresh.reader()).value();
+  EXPECT_EQ(p2.changes.at(1).new_text,
+            "# no imports yet\nversion = 3 # containerd 2.1\nimports = "
+            "[\"/etc/containerd/conf.d/99-gpufence.toml\"]\n\n[grpc]\n  address = "
+            "\"/run/containerd/containerd.sock\"\n");
+  fresh.apply(p2);
+  EXPECT_TRUE(plan_containerd_setup({}, fresh.reader()).value().changes.empty());
+}
+
+TEST(ContainerdK3s, BlockCarriesAnnotationsAndK3sCgroupDriver) {
+  FakeFiles fs;
+  SetupOptions opt;
+  opt.flavor = Flavor::k3s;
+  const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+  fs.files[dir + "/config.toml.tmpl"] = fixture("k3s-config.toml.tmpl");
+  auto plan = plan_containerd_setup(opt, fs.reader()).value();
+  ASSERT_EQ(plan.changes.size(), 1u);
+  EXPECT_EQ(plan.changes[0].path, dir + "/config.toml.tmpl");
+  const auto& text = plan.changes[0].new_text;
+  EXPECT_TRUE(text.starts_with(fixture("k3s-config.toml.tmpl")));
+  EXPECT_NE(text.find("container_annotations = [\"cdi.k8s.io/*\"]"), std::string::npos) << text;
+  EXPECT_NE(text.find("SystemdCgroup = {{ .SystemdCgroup }}"), std::string::npos);
+  EXPECT_NE(text.find("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]"),
+            std::string::npos);
+  EXPECT_EQ(plan.handler_name, "nvidia");
+}
+
+TEST(ContainerdK3s, Version3TemplateGetsAVersion3Block) {
+  const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+  SetupOptions opt;
+  opt.flavor = Flavor::k3s;
+  {
+    FakeFiles fs;  // config-v3.toml.tmpl present: k3s with containerd 2.x reads it
+    fs.files[dir + "/config-v3.toml.tmpl"] = fixture("k3s-config-v3.toml.tmpl");
+    auto plan = plan_containerd_setup(opt, fs.reader()).value();
+    EXPECT_EQ(plan.changes.at(0).path, dir + "/config-v3.toml.tmpl");
+    EXPECT_NE(plan.changes[0].new_text.find(
+                  "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]"),
+              std::string::npos);
+  }
+  {
+    FakeFiles fs;  // no template yet, k3s last rendered version 3
+    fs.files[dir + "/config.toml"] = "version = 3\n";
+    auto plan = plan_containerd_setup(opt, fs.reader()).value();
+    EXPECT_EQ(plan.changes.at(0).path, dir + "/config-v3.toml.tmpl");
+    EXPECT_NE(plan.changes[0].new_text.find("io.containerd.cri.v1.runtime"), std::string::npos);
+  }
+  {
+    FakeFiles fs;  // a base-only config.toml.tmpl under a k3s that renders version 3
+    fs.files[dir + "/config.toml.tmpl"] = "{{ template \"base\" . }}\n";
+    fs.files[dir + "/config.toml"] = "# rendered\nversion = 3\n";
+    auto plan = plan_containerd_setup(opt, fs.reader()).value();
+    EXPECT_NE(plan.changes.at(0).new_text.find("io.containerd.cri.v1.runtime"), std::string::npos);
+  }
+}
+
+TEST(ContainerdK3s, ARuntimeK3sRendersItselfIsNotDefinedTwice) {
+  const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+  SetupOptions opt;
+  opt.flavor = Flavor::k3s;
+  auto block_names = [](const std::string& text) {
+    auto begin = text.find("gpufence: begin");
+    return text.substr(begin);
+  };
+  {
+    FakeFiles fs;  // nvidia-container-runtime installed: k3s renders runtimes."nvidia" itself
+    IsExecutable exe = [](const std::string& p) {
+      return p == "/usr/bin/nvidia-container-runtime";
+    };
+    auto plan = plan_containerd_setup(opt, fs.reader(), exe).value();
+    EXPECT_EQ(plan.handler_name, "gpufence");
+    auto block = block_names(plan.changes.at(0).new_text);
+    EXPECT_EQ(block.find("runtimes.nvidia"), std::string::npos);
+    EXPECT_NE(block.find("runtimes.gpufence]"), std::string::npos);
+    auto notes = join(plan.notes, "\n");
+    EXPECT_NE(notes.find("/usr/bin/nvidia-container-runtime"), std::string::npos) << notes;
+    EXPECT_NE(notes.find("handler gpufence"), std::string::npos) << notes;
+  }
+  {
+    FakeFiles fs;  // seen in the config k3s rendered last time
+    fs.files[dir + "/config.toml"] = fixture("k3s-rendered-nvidia.toml");
+    auto plan = plan_containerd_setup(opt, fs.reader()).value();
+    EXPECT_EQ(plan.handler_name, "gpufence");
+    EXPECT_NE(plan.changes.at(0).new_text.find("SystemdCgroup = {{ .SystemdCgroup }}"),
+              std::string::npos);
+  }
+  {
+    FakeFiles fs;  // the user's template already defines it (the NixOS recipes do)
+    fs.files[dir + "/config.toml.tmpl"] =
+        "{{ template \"base\" . }}\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes."
+        "nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n";
+    auto plan = plan_containerd_setup(opt, fs.reader()).value();
+    EXPECT_EQ(plan.handler_name, "gpufence");
+    fs.apply(plan);
+    // Our own earlier block never counts as taken: a re-run changes nothing.
+    auto again = plan_containerd_setup(opt, fs.reader()).value();
+    EXPECT_TRUE(again.changes.empty());
+    EXPECT_EQ(again.handler_name, "gpufence");
+  }
+}
+
+// ---- applying a plan: the user's file is never lost ----
+
+namespace {
+
+SetupPlan one_change(const std::string& path, const std::string& old_text,
+                     const std::string& new_text) {
+  SetupPlan plan;
+  plan.changes.push_back({path, true, old_text, new_text});
+  return plan;
+}
+
+std::vector<std::filesystem::path> backups_in(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> out;
+  for (auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().find(".bak-") != std::string::npos) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST(ContainerdApply, BackupsAreNeverOverwritten) {
+  test::TempDir dir;
+  dir.write("etc/containerd/config.toml", "first\n");
+  HostFs host(dir.path());
+  ASSERT_TRUE(
+      apply_setup_plan(one_change("/etc/containerd/config.toml", "first\n", "second\n"), host));
+  ASSERT_TRUE(
+      apply_setup_plan(one_change("/etc/containerd/config.toml", "second\n", "third\n"), host));
+  auto backups = backups_in(dir / "etc/containerd");
+  ASSERT_EQ(backups.size(), 2u) << "two runs, two backups, even within one second";
+  std::set<std::string> contents;
+  for (const auto& b : backups) contents.insert(read_file(b).value());
+  EXPECT_EQ(contents, (std::set<std::string>{"first\n", "second\n"}))
+      << "the user's original is still there";
+  EXPECT_EQ(read_file(dir / "etc/containerd/config.toml").value(), "third\n");
+}
+
+TEST(ContainerdApply, ASymlinkedConfigStaysASymlinkToAnUpdatedTarget) {
+  test::TempDir dir;
+  dir.write("opt/cfg/containerd.toml", "old\n");
+  std::filesystem::create_directories(dir / "etc/containerd");
+  // An absolute target, as users make them: it must resolve under --host-root.
+  std::filesystem::create_symlink("/opt/cfg/containerd.toml", dir / "etc/containerd/config.toml");
+  HostFs host(dir.path());
+  auto backups =
+      apply_setup_plan(one_change("/etc/containerd/config.toml", "old\n", "new\n"), host);
+  ASSERT_TRUE(backups) << backups.error().message;
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "etc/containerd/config.toml"));
+  EXPECT_EQ(read_file(dir / "opt/cfg/containerd.toml").value(), "new\n");
+  ASSERT_EQ(backups->size(), 1u);
+  EXPECT_TRUE((*backups)[0].starts_with("/etc/containerd/config.toml.bak-")) << (*backups)[0];
+  EXPECT_EQ(read_file(dir / std::filesystem::path((*backups)[0]).relative_path()).value(), "old\n");
+}
+
+TEST(ContainerdApply, AFileChangedSincePlanningIsLeftAlone) {
+  test::TempDir dir;
+  dir.write("etc/containerd/config.toml", "edited meanwhile\n");
+  HostFs host(dir.path());
+  auto r = apply_setup_plan(one_change("/etc/containerd/config.toml", "old\n", "new\n"), host);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::conflict);
+  EXPECT_EQ(read_file(dir / "etc/containerd/config.toml").value(), "edited meanwhile\n");
+  EXPECT_TRUE(backups_in(dir / "etc/containerd").empty());
 }

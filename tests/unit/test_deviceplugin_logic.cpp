@@ -1,10 +1,15 @@
 // The device plugin's pure parts: preferred allocation, the Allocate answer, health, options.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <cstring>
 
 #include "deviceplugin/allocate.hpp"
 #include "deviceplugin/health.hpp"
 #include "deviceplugin/options.hpp"
 #include "deviceplugin/preferred.hpp"
+#include "support/test_support.hpp"
 
 using namespace gpufence;
 using namespace std::chrono_literals;
@@ -80,12 +85,11 @@ TEST(Allocate, ValidatesEveryIdAndNamesTheBadOne) {
 
 TEST(Allocate, DefaultStrategiesCarryTheAllocationThreeWays) {
   PluginOptions opt;
-  std::vector<HostNode> control = {{"/dev/nvidiactl", "/host/dev/nvidiactl"}};
-  auto resp = build_allocate_response({gpu(1)}, opt, control,
-                                      [](const std::string& p) { return "/host" + p; });
+  std::vector<HostNode> control = {{"/dev/nvidiactl", "/dev/nvidiactl"}};
+  auto resp = build_allocate_response({gpu(1)}, opt, control);
   ASSERT_EQ(resp.devices_size(), 2);
   EXPECT_EQ(resp.devices(0).container_path(), "/dev/nvidia1");
-  EXPECT_EQ(resp.devices(0).host_path(), "/host/dev/nvidia1");
+  EXPECT_EQ(resp.devices(0).host_path(), "/dev/nvidia1") << "a host path, whatever --host-root";
   EXPECT_EQ(resp.devices(0).permissions(), "rw");
   EXPECT_EQ(resp.devices(1).container_path(), "/dev/nvidiactl");
   ASSERT_EQ(resp.mounts_size(), 1);
@@ -99,13 +103,24 @@ TEST(Allocate, DefaultStrategiesCarryTheAllocationThreeWays) {
   EXPECT_EQ(resp.cdi_devices_size(), 0);
 }
 
+TEST(Allocate, ControlNodesAreFoundUnderTheRootAndNamedByTheirHostPaths) {
+  test::TempDir root;
+  std::filesystem::create_directories(root / "dev");
+  if (::mknod((root / "dev/nvidiactl").c_str(), S_IFCHR | 0666, makedev(195, 255)) != 0)
+    GTEST_SKIP() << "mknod needs root: " << std::strerror(errno);
+  root.write("dev/nvidia-uvm", "a regular file is not a device node");
+  auto nodes = present_control_nodes(HostFs(root.path()));
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].container_path, "/dev/nvidiactl");
+  EXPECT_EQ(nodes[0].host_path, "/dev/nvidiactl") << "not " << (root / "dev/nvidiactl");
+}
+
 TEST(Allocate, EachStrategyAlone) {
   auto with = [](std::string_view list, bool cuda = true) {
     PluginOptions opt;
     opt.list_strategies = parse_list_strategies(list).value();
     opt.set_cuda_visible_devices = cuda;
-    return build_allocate_response({gpu(0), gpu(1)}, opt, {},
-                                   [](const std::string& p) { return p; });
+    return build_allocate_response({gpu(0), gpu(1)}, opt, {});
   };
   auto cri = with("cdi-cri");
   ASSERT_EQ(cri.cdi_devices_size(), 2);
@@ -124,7 +139,7 @@ TEST(Allocate, EachStrategyAlone) {
 
 TEST(Health, CriticalXidMarksUnhealthyApplicationXidsDoNot) {
   HealthTracker t({"GPU-a", "GPU-b"}, HealthOptions{});
-  auto alive = [](const std::string&) { return true; };
+  auto alive = [](const std::string&) -> Status { return {}; };
   auto now = std::chrono::steady_clock::now();
   for (std::uint64_t xid : {13, 31, 43, 45, 68, 109})
     EXPECT_FALSE(t.on_event({"GPU-a", xid, false}, now, alive));
@@ -140,7 +155,7 @@ TEST(Health, RecoveryAfterQuietPeriod) {
   HealthOptions opt;
   opt.recovery = 10s;
   HealthTracker t({"GPU-a"}, opt);
-  auto alive = [](const std::string&) { return true; };
+  auto alive = [](const std::string&) -> Status { return {}; };
   auto t0 = std::chrono::steady_clock::now();
   t.on_event({"GPU-a", 79, false}, t0, alive);
   EXPECT_FALSE(t.on_tick(t0 + 5s, alive));
@@ -153,11 +168,16 @@ TEST(Health, RecoveryAfterQuietPeriod) {
 TEST(Health, LostGpuRecoversWhenItAnswersAgain) {
   HealthTracker t({"GPU-a", "GPU-b"}, HealthOptions{});
   bool b_alive = false;
-  auto alive = [&](const std::string& u) { return u == "GPU-a" || b_alive; };
+  auto alive = [&](const std::string& u) -> Status {
+    if (u == "GPU-a" || b_alive) return {};
+    return fail(Errc::nvml, "nvmlDeviceGetUUID ", u, ": GPU is lost (NVML error 15)");
+  };
   auto now = std::chrono::steady_clock::now();
   EXPECT_TRUE(t.on_event({"", 79, true}, now, alive));
   EXPECT_TRUE(t.healthy("GPU-a"));
   EXPECT_FALSE(t.healthy("GPU-b"));
+  EXPECT_EQ(t.reason("GPU-b"), "lost: nvmlDeviceGetUUID GPU-b: GPU is lost (NVML error 15)");
+  EXPECT_EQ(t.lost(), (std::vector<std::string>{"GPU-b"}));
   EXPECT_FALSE(t.on_tick(now, alive));
   b_alive = true;
   EXPECT_TRUE(t.on_tick(now, alive));
@@ -166,7 +186,7 @@ TEST(Health, LostGpuRecoversWhenItAnswersAgain) {
 
 TEST(Health, UnattributedXidAndDisabledChecks) {
   HealthTracker t({"GPU-a", "GPU-b"}, HealthOptions{});
-  auto alive = [](const std::string&) { return true; };
+  auto alive = [](const std::string&) -> Status { return {}; };
   auto now = std::chrono::steady_clock::now();
   EXPECT_TRUE(t.on_event({"", 62, false}, now, alive));
   EXPECT_FALSE(t.healthy("GPU-a"));
@@ -190,7 +210,8 @@ TEST(Options, Parsing) {
   EXPECT_EQ(parse_duration("10m").value(), std::optional<std::chrono::milliseconds>(600000ms));
   EXPECT_EQ(parse_duration("1500ms").value(), std::optional<std::chrono::milliseconds>(1500ms));
   EXPECT_FALSE(parse_duration("off").value().has_value());
-  EXPECT_EQ(parse_duration("10").value(), std::optional<std::chrono::milliseconds>(10000ms)) << "bare number: seconds";
+  EXPECT_EQ(parse_duration("10").value(), std::optional<std::chrono::milliseconds>(10000ms))
+      << "bare number: seconds";
   EXPECT_FALSE(parse_duration("10d"));
   EXPECT_FALSE(parse_duration("ten"));
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 
@@ -27,7 +28,8 @@ ProcessResult exited(int code, std::string out) {
 }
 
 // A containerd that reads `config` (a real path) when restarted and answers CRI with what it
-// read. k3s/rke2 templates: the `{{ template "base" . }}` line stands for k3s's own config.
+// read. k3s/rke2 templates: the `{{ template "base" . }}` line stands for k3s's own config, and
+// `{{ .SystemdCgroup }}` is rendered as k3s renders it.
 class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
  public:
   explicit FakeContainerd(fs::path config) : m_config(std::move(config)) { load(); }
@@ -74,6 +76,9 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
       auto end = body.find('\n', pos);
       body = "version = 2\n" + body.substr(end == std::string::npos ? body.size() : end + 1);
     }
+    // k3s fills in the template's variables when it renders it (docs/containerd-setup.md).
+    for (std::string var = "{{ .SystemdCgroup }}"; body.find(var) != std::string::npos;)
+      body.replace(body.find(var), var.size(), "true");
     auto cfg = parse_containerd_config(body, m_config.string());
     if (!cfg) return;
     m_loaded.clear();
@@ -432,6 +437,70 @@ TEST(InstallFlow, UninstallLeavesAConfigEditedSinceInstall) {
   EXPECT_NE(un.failure->find("was edited after install; left alone"), std::string::npos);
   EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), edited);
   EXPECT_EQ(n.containerd->commands.size(), 1u);
+}
+
+// The handler setup writes is the one the runtime's trust model needs: containerd copies the
+// device plugin's CDI annotation into the container only with container_annotations
+// (docs/trust-model.md). Setup's backup is "<file>.bak-<UTC time>", named as the host names it.
+TEST(InstallFlow, HandlerCopiesTheCdiAnnotationAndTheBackupIsNamedAsOnTheHost) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  auto cfg = parse_containerd_config(slurp(n.host / "etc/containerd/config.toml"), "config.toml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  auto handlers = cri_runtimes(*cfg);
+  auto nvidia = std::find_if(handlers.begin(), handlers.end(),
+                             [](const RuntimeHandler& h) { return h.name == "nvidia"; });
+  ASSERT_NE(nvidia, handlers.end());
+  EXPECT_EQ(nvidia->container_annotations, std::vector<std::string>{"cdi.k8s.io/*"});
+  EXPECT_TRUE(nvidia->pod_annotations.empty());
+  const std::string state_file = InstallOptions{}.state_file;
+  auto state = parse_install_state(slurp(n.fs_.resolve(state_file)), state_file);
+  ASSERT_TRUE(state) << state.error().message;
+  EXPECT_TRUE(state->config_backup.starts_with("/etc/containerd/config.toml.bak-"))
+      << state->config_backup << ": a host path, not one under the installer's --host-root";
+  EXPECT_EQ(slurp(n.fs_.resolve(state->config_backup)), kPlainConfig);
+  EXPECT_NE(render_install_report(report).find("(backup " + state->config_backup + ")"),
+            std::string::npos);
+}
+
+// A config that is a symlink (config management keeps the real file elsewhere) stays one:
+// install writes its target, and uninstall puts the user's bytes back there, not over the link.
+TEST(InstallFlow, ASymlinkedConfigStaysALinkThroughInstallAndUninstall) {
+  Node n;
+  n.dir.write("host/opt/ctrd/config.toml", kPlainConfig);
+  fs::create_directories(n.host / "etc/containerd");
+  fs::create_symlink("../../opt/ctrd/config.toml", n.host / "etc/containerd/config.toml");
+  n.start_containerd("/etc/containerd/config.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  ASSERT_TRUE(fs::is_symlink(n.host / "etc/containerd/config.toml"));
+  EXPECT_NE(slurp(n.host / "opt/ctrd/config.toml").find("gpufence-runtime"), std::string::npos);
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_TRUE(fs::is_symlink(n.host / "etc/containerd/config.toml"))
+      << "uninstall replaced the link with a copy";
+  EXPECT_EQ(slurp(n.host / "opt/ctrd/config.toml"), kPlainConfig);
+}
+
+// k3s renders a runtime named "nvidia" itself when it finds nvidia-container-runtime; setup
+// then names gpufence's handler otherwise. The RuntimeClass still says "nvidia", so GPU pods
+// would run under NVIDIA's runtime: install refuses, before any file changes.
+TEST(InstallFlow, AHandlerNameK3sAlreadyUsesIsRefusedNotRenamed) {
+  Node n;
+  n.dir.write("host/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "# rendered by k3s\n");
+  n.dir.write("host/etc/systemd/system/k3s-agent.service", "");
+  auto ncr = n.dir.write("host/usr/bin/nvidia-container-runtime", "#!/bin/sh\n");
+  fs::permissions(ncr, fs::perms::owner_all);
+  n.start_containerd("/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("handler 'nvidia' is taken"), std::string::npos)
+      << *report.failure;
+  EXPECT_FALSE(fs::exists(n.host / "var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"));
+  EXPECT_TRUE(n.containerd->commands.empty());
 }
 
 TEST(InstallFlow, UserRuntimeConfigIsNeverReplacedNorRemoved) {

@@ -34,27 +34,107 @@ TEST(Launch, AllocatedUuidsFromEnvOrMarkers) {
   EXPECT_NE(none.error().message.find("no allocated GPU found"), std::string::npos);
 }
 
-TEST(Launch, RewritesGpuIdsKeepingEverythingElse) {
+TEST(Launch, DisagreeingSourcesAreRefusedNamingBoth) {
+  auto env_vs_env =
+      allocated_uuids({{"CUDA_VISIBLE_DEVICES", kA}, {"NVIDIA_VISIBLE_DEVICES", kB}}, {});
+  ASSERT_FALSE(env_vs_env) << "the old code took CUDA_VISIBLE_DEVICES and ignored the rest";
+  EXPECT_NE(env_vs_env.error().message.find("CUDA_VISIBLE_DEVICES = " + kA), std::string::npos)
+      << env_vs_env.error().message;
+  EXPECT_NE(env_vs_env.error().message.find("NVIDIA_VISIBLE_DEVICES = " + kB), std::string::npos);
+  auto env_vs_markers = allocated_uuids({{"NVIDIA_VISIBLE_DEVICES", kA}}, {kB});
+  ASSERT_FALSE(env_vs_markers);
+  EXPECT_NE(env_vs_markers.error().message.find("/var/run/nvidia-container-devices = " + kB),
+            std::string::npos)
+      << env_vs_markers.error().message;
+  auto subset = allocated_uuids({{"CUDA_VISIBLE_DEVICES", kA}}, {kA, kB});
+  EXPECT_FALSE(subset) << "one GPU of two is not the allocation";
+  // Agreement: the same GPUs in another order, or a unique prefix as CUDA accepts.
+  EXPECT_EQ(allocated_uuids({{"NVIDIA_VISIBLE_DEVICES", kB + "," + kA}}, {kA, kB}).value(),
+            (std::vector<std::string>{kB, kA}));
+  EXPECT_EQ(allocated_uuids({{"CUDA_VISIBLE_DEVICES", kB.substr(0, 12)},
+                             {"NVIDIA_VISIBLE_DEVICES", "nvidia.com/gpu=" + kB}},
+                            {kB})
+                .value(),
+            (std::vector<std::string>{kB.substr(0, 12)}));
+}
+
+TEST(Launch, RewritesOnlyTheValuesThatChange) {
   std::string cfg =
       "[application]\nenable-perf-measurement=1\n\n[source0]\ngpu-id=1\n[primary-gie]\n  gpu-id = "
-      "1 # was node GPU 1\nconfig-file=pgie.txt\n#gpu-id=5\n";
+      "1 # was node GPU 1\nconfig-file=pgie.txt\n#gpu-id=5\n[osd]\ngpu-id=0  # already right\n"
+      "[sink0]\r\ngpu-id=1\r\n";
   auto one = rewrite_gpu_ids(cfg, 1, "ds.txt");
   ASSERT_TRUE(one) << one.error().message;
-  EXPECT_EQ(one->changed, 2);
+  EXPECT_EQ(one->changed, 3);
   EXPECT_EQ(one->text,
             "[application]\nenable-perf-measurement=1\n\n[source0]\ngpu-id=0\n[primary-gie]\n  "
-            "gpu-id=0\nconfig-file=pgie.txt\n#gpu-id=5\n");
+            "gpu-id = 0 # was node GPU 1\nconfig-file=pgie.txt\n#gpu-id=5\n[osd]\ngpu-id=0  # "
+            "already right\n[sink0]\r\ngpu-id=0\r\n")
+      << "spacing, trailing comments and CRLF kept byte for byte";
   EXPECT_EQ(one->referenced, (std::vector<std::string>{"pgie.txt"}));
-  EXPECT_EQ(rewrite_gpu_ids(cfg, 2, "ds.txt")->changed, 0)
-      << "with two GPUs gpu-id=1 is the second";
+  auto two = rewrite_gpu_ids(cfg, 2, "ds.txt");
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->changed, 0) << "with two GPUs gpu-id=1 is the second";
+  EXPECT_EQ(two->text, cfg) << "nothing changes: the file is the same bytes";
+  EXPECT_EQ(rewrite_gpu_ids("gpu-id=0  # c\n", 1, "ds.txt")->text, "gpu-id=0  # c\n");
   auto past = rewrite_gpu_ids("[sink0]\ngpu-id=3\n", 2, "ds.txt");
   ASSERT_FALSE(past);
   EXPECT_NE(
       past.error().message.find("ds.txt:2: gpu-id=3 but the container was allocated 2 GPU(s)"),
       std::string::npos);
   EXPECT_FALSE(rewrite_gpu_ids("gpu-id=x\n", 1, "ds.txt"));
-  EXPECT_EQ(rename_config_refs("a=1\n  config-file=pgie.txt\n", {{"pgie.txt", "/tmp/0-pgie.txt"}}),
-            "a=1\n  config-file=/tmp/0-pgie.txt\n");
+  EXPECT_EQ(rename_config_refs("a=1\n  config-file = pgie.txt # nvinfer\n",
+                               {{"pgie.txt", "/tmp/0-pgie.txt"}}),
+            "a=1\n  config-file = /tmp/0-pgie.txt # nvinfer\n");
+}
+
+TEST(Launch, RewritesYamlConfigsInPlace) {
+  EXPECT_EQ(config_format("/opt/pgie.yml"), ConfigFormat::yaml);
+  EXPECT_EQ(config_format("pgie.yaml"), ConfigFormat::yaml);
+  EXPECT_EQ(config_format("pgie.txt"), ConfigFormat::key_file);
+  const std::string block =
+      "# nvinfer config\nproperty:\n  gpu-id:   1   # node GPU 1\n  net-scale-factor: "
+      "0.0039215697906911373\n  batch-size: 1\n\nclass-attrs-all:\n  pre-cluster-threshold: 0.2\n";
+  auto b = rewrite_gpu_ids_yaml(block, 1, "pgie.yml");
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(b->changed, 1);
+  EXPECT_EQ(b->text,
+            "# nvinfer config\nproperty:\n  gpu-id:   0   # node GPU 1\n  net-scale-factor: "
+            "0.0039215697906911373\n  batch-size: 1\n\nclass-attrs-all:\n  pre-cluster-threshold: "
+            "0.2\n");
+  auto flow = rewrite_gpu_ids_yaml("property: {gpu-id: 1, batch-size: 4}  # flow\n", 1, "p.yml");
+  ASSERT_TRUE(flow) << flow.error().message;
+  EXPECT_EQ(flow->text, "property: {gpu-id: 0, batch-size: 4}  # flow\n");
+  auto quoted = rewrite_gpu_ids_yaml("property:\n  gpu-id: \"1\"\n", 1, "p.yml");
+  ASSERT_TRUE(quoted) << quoted.error().message;
+  EXPECT_EQ(quoted->text, "property:\n  gpu-id: \"0\"\n");
+  // deepstream-app YAML: gpu-id in several groups, nvinfer named by config-file(-path).
+  auto app = rewrite_gpu_ids_yaml(
+      "source0:\n  gpu-id: 1\nprimary-gie:\n  gpu-id: 1\n  config-file-path: pgie.yml\n", 1,
+      "app.yml");
+  ASSERT_TRUE(app) << app.error().message;
+  EXPECT_EQ(app->changed, 2);
+  EXPECT_EQ(app->referenced, (std::vector<std::string>{"pgie.yml"}));
+  EXPECT_EQ(rewrite_gpu_ids_yaml(block, 2, "pgie.yml")->text, block) << "1 of 2 stays";
+  auto past = rewrite_gpu_ids_yaml("property:\n  gpu-id: 3\n", 2, "pgie.yml");
+  ASSERT_FALSE(past);
+  EXPECT_NE(past.error().message.find("pgie.yml:2: gpu-id=3"), std::string::npos)
+      << past.error().message;
+  auto list = rewrite_gpu_ids_yaml("property:\n  gpu-id: [1]\n", 1, "pgie.yml");
+  ASSERT_FALSE(list);
+  EXPECT_NE(list.error().message.find("gpu-id is not a single value"), std::string::npos);
+  auto literal = rewrite_gpu_ids_yaml("property:\n  gpu-id: >-\n    1\n", 1, "pgie.yml");
+  ASSERT_FALSE(literal) << "a block scalar is not edited at a guessed offset";
+  EXPECT_NE(literal.error().message.find("rewrite it by hand"), std::string::npos)
+      << literal.error().message;
+  auto escaped = rewrite_gpu_ids_yaml("property:\n  gpu-id: \"\\x31\"\n", 1, "pgie.yml");
+  ASSERT_FALSE(escaped) << "\\x31 is 1, but not spelled 1 in the text";
+  EXPECT_NE(escaped.error().message.find("pgie.yml:2"), std::string::npos);
+  EXPECT_FALSE(rewrite_gpu_ids_yaml("property: {gpu-id: 1\n", 1, "pgie.yml")) << "malformed";
+  auto renamed = rename_config_refs_yaml("primary-gie:\n  config-file: pgie.yml  # nvinfer\n",
+                                         {{"pgie.yml", "/tmp/0-pgie.yml"}}, "app.yml");
+  ASSERT_TRUE(renamed);
+  EXPECT_EQ(*renamed, "primary-gie:\n  config-file: /tmp/0-pgie.yml  # nvinfer\n");
 }
 
 class LaunchBinary : public ::testing::Test {
@@ -93,6 +173,26 @@ TEST_F(LaunchBinary, RewritesConfigsPinsCudaAndExecs) {
   EXPECT_NE(r.out.find("[property]\ngpu-id=0"), std::string::npos)
       << "the nvinfer config it names is rewritten too";
   EXPECT_NE(r.err.find("rewrote 3 gpu-id key(s)"), std::string::npos) << r.err;
+}
+
+TEST_F(LaunchBinary, FollowsIntoYamlNvinferConfigs) {
+  node(1);
+  m_dir.write("app/ds.txt", "[primary-gie]\ngpu-id=1  # node GPU\nconfig-file=pgie.yml\n");
+  m_dir.write("app/pgie.yml", "property:\n  gpu-id: 1 # node GPU\n  batch-size: 4\n");
+  auto app = (m_dir / "app/ds.txt").string();
+  auto r = launch({"--config", app, "--", "/bin/true"}, {"CUDA_VISIBLE_DEVICES=" + kB});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file(app).value(), "[primary-gie]\ngpu-id=0  # node GPU\nconfig-file=pgie.yml\n");
+  EXPECT_EQ(read_file(m_dir / "app/pgie.yml").value(),
+            "property:\n  gpu-id: 0 # node GPU\n  batch-size: 4\n");
+}
+
+TEST_F(LaunchBinary, DisagreeingAllocationIsRefused) {
+  node(1);
+  auto r =
+      launch({"--", "/bin/true"}, {"CUDA_VISIBLE_DEVICES=" + kA, "NVIDIA_VISIBLE_DEVICES=" + kB});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("sources disagree"), std::string::npos) << r.err;
 }
 
 TEST_F(LaunchBinary, RefusesWhenItCanOpenMoreThanItWasGiven) {

@@ -279,3 +279,22 @@ TEST(RuntimeCdiEdits, UnknownDeviceNamesTheSpecsSearched) {
   EXPECT_EQ(r.error().message, cat("unknown CDI device nvidia.com/gpu=7 (not in ",
                                    (dir / "cdi/nvidia.yaml").string(), ")"));
 }
+
+TEST(RuntimeCdiEdits, ASpecContainerdAlreadyInjectedIsNotAppliedTwice) {
+  // containerd 1.7+ with enable_cdi resolves the cdi.k8s.io annotations itself: the spec then
+  // already carries the CDI spec's hook and mounts when gpufence-runtime applies it.
+  test::TempDir dir;
+  dir.write("cdi/nvidia.yaml",
+            nvidia_spec("n",
+                        "containerEdits:\n  hooks:\n  - {hookName: createContainer, path: "
+                        "/usr/bin/gpufence-runtime, args: [gpufence-runtime, hook, update-ldcache, "
+                        "--folder, /usr/lib/x86_64-linux-gnu]}\n  mounts:\n  - {hostPath: "
+                        "/usr/lib/libcuda.so.1, containerPath: /usr/lib/libcuda.so.1}\n"));
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu");
+  ASSERT_TRUE(specs) << specs.error().message;
+  Json oci = minimal_oci();
+  ASSERT_TRUE(apply_cdi_devices(oci, *specs, {"0"}, HostFs("/")));  // what containerd did
+  ASSERT_TRUE(apply_cdi_devices(oci, *specs, {"0"}, HostFs("/")));  // and then the runtime
+  EXPECT_EQ(oci["hooks"]["createContainer"].size(), 1u) << "ldconfig would run twice";
+  EXPECT_EQ(oci["mounts"].size(), 1u);
+}

@@ -1,10 +1,15 @@
 // A stand-in for the NVIDIA driver's libnvidia-ml.so.1: the same C ABI (src/gpu/nvml_abi.hpp,
-// from shared/reference/nvml-abi.md), answered from a JSON description named by
+// from docs/nvml.md), answered from a JSON description named by
 // $MOCK_NVML_CONFIG. Events are injected at run time by appending JSON lines to an events file
 // ("events_file" in the config, or $MOCK_NVML_EVENTS):
 //   {"gpu": 0, "xid": 48}        a critical XID on GPU 0 (index or UUID)
 //   {"gpu": 1, "lost": true}     GPU 1 fell off the bus: its queries answer GPU_IS_LOST (15)
 //   {"gpu": 1, "lost": false}    GPU 1 answers again
+//   {"hang": "nvmlDeviceGetUUID"}      from now on that function blocks when called (a driver
+//                                      stuck in the kernel), without holding the mock's lock
+//   {"release": "nvmlDeviceGetUUID"}   calls blocked there return (and new ones run) again
+// The config's "hang": ["fn", ...] makes functions block from nvmlInit_v2 on, like its
+// "fail": {"fn": code} makes them answer an error.
 // Build variants drop symbols to exercise the loader's fallbacks (MOCK_NVML_LEGACY) and its
 // missing-symbol error (MOCK_NVML_NO_UUID).
 #include <nlohmann/json.hpp>
@@ -17,6 +22,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +63,7 @@ struct State {
   std::vector<std::tuple<unsigned, unsigned, int>> topology;
   int default_topology = nvml::TOPOLOGY_SYSTEM;
   json fail = json::object();
+  std::set<std::string> hanging;  // functions that block when called
   std::string events_file;
   std::streamoff events_offset = 0;
   std::vector<nvmlEventSet_st*> sets;
@@ -97,6 +104,8 @@ int load_config(State& s) {
     s.nvml_version = cfg.value("nvml_version", s.nvml_version);
     s.cuda_driver_version = cfg.value("cuda_driver_version", s.cuda_driver_version);
     s.fail = cfg.value("fail", json::object());
+    s.hanging.clear();
+    for (const auto& fn : cfg.value("hang", json::array())) s.hanging.insert(fn.get<std::string>());
     s.default_topology = topology_level(cfg.value("default_topology", std::string("SYSTEM")));
     unsigned index = 0;
     for (const auto& g : cfg.value("gpus", json::array())) {
@@ -170,6 +179,14 @@ void poll_events(State& s) {
     s.events_offset = in.tellg();
     try {
       json ev = json::parse(line);
+      if (ev.contains("hang")) {
+        s.hanging.insert(ev["hang"].get<std::string>());
+        continue;
+      }
+      if (ev.contains("release")) {
+        s.hanging.erase(ev["release"].get<std::string>());
+        continue;
+      }
       nvmlDevice_st* d = find_device(s, ev.at("gpu"));
       if (!d) continue;
       if (ev.contains("lost")) {
@@ -191,6 +208,20 @@ void poll_events(State& s) {
   }
 }
 
+// Blocks while `fn` is set to hang, re-reading the events file for its release. The mock's lock
+// is held only to look, so other functions keep answering, as with a real per-call hang.
+void hang_point(const char* fn) {
+  State& s = state();
+  while (true) {
+    {
+      std::lock_guard lock(s.mu);
+      poll_events(s);
+      if (!s.hanging.contains(fn)) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 bool valid(State& s, nvmlDevice_t d) {
   for (auto& dev : s.devices) {
     if (dev.get() == d) return true;
@@ -207,6 +238,7 @@ int copy_string(const std::string& value, char* buf, unsigned length) {
 
 // Common prologue of every per-device query: initialised, a known handle, not lost.
 #define DEVICE_PROLOGUE(fn, dev)                                \
+  hang_point(fn);                                               \
   State& s = state();                                           \
   std::lock_guard lock(s.mu);                                   \
   if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;      \
@@ -288,10 +320,14 @@ MOCK_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
 
 MOCK_EXPORT nvmlReturn_t nvmlInit_v2() {
   State& s = state();
-  std::lock_guard lock(s.mu);
-  if (s.init_count == 0) {
-    if (int rc = load_config(s); rc != nvml::SUCCESS) return rc;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.init_count == 0) {
+      if (int rc = load_config(s); rc != nvml::SUCCESS) return rc;
+    }
   }
+  hang_point("nvmlInit_v2");
+  std::lock_guard lock(s.mu);
   ++s.init_count;
   return nvml::SUCCESS;
 }
@@ -304,13 +340,15 @@ MOCK_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned) {
 }
 
 MOCK_EXPORT nvmlReturn_t nvmlShutdown() {
+  hang_point("nvmlShutdown");
   State& s = state();
   std::lock_guard lock(s.mu);
-  if (s.init_count > 0) --s.init_count;  // extra shutdowns are not an error (nvml-abi.md §5)
+  if (s.init_count > 0) --s.init_count;  // extra shutdowns are not an error (docs/nvml.md §5)
   return nvml::SUCCESS;
 }
 
 MOCK_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned length) {
+  hang_point("nvmlSystemGetDriverVersion");
   State& s = state();
   std::lock_guard lock(s.mu);
   if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
@@ -335,6 +373,7 @@ MOCK_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) {
 }
 
 MOCK_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
+  hang_point("nvmlDeviceGetCount_v2");
   State& s = state();
   std::lock_guard lock(s.mu);
   if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
@@ -348,6 +387,7 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned* count) {
 }
 
 MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t* device) {
+  hang_point("nvmlDeviceGetHandleByIndex_v2");
   State& s = state();
   std::lock_guard lock(s.mu);
   if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
@@ -361,6 +401,7 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t
 }
 
 MOCK_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+  hang_point("nvmlDeviceGetHandleByUUID");
   State& s = state();
   std::lock_guard lock(s.mu);
   if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
@@ -510,6 +551,7 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev, u
 }
 
 MOCK_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  hang_point("nvmlEventSetCreate");
   State& s = state();
   std::lock_guard lock(s.mu);
   if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
@@ -536,6 +578,7 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t dev, unsigned lon
 
 MOCK_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
                                              unsigned timeout_ms) {
+  hang_point("nvmlEventSetWait_v2");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     {
@@ -560,6 +603,7 @@ MOCK_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t
 }
 
 MOCK_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  hang_point("nvmlEventSetFree");
   State& s = state();
   std::lock_guard lock(s.mu);
   std::erase(s.sets, set);

@@ -76,6 +76,17 @@ void TestKubelet::stop() {
   m_plugin_channel.reset();
 }
 
+void TestKubelet::drop_stream() {
+  {
+    std::lock_guard stream_lock(m_stream_mu);
+    if (m_stream_ctx) m_stream_ctx->TryCancel();
+    if (m_stream_thread.joinable()) m_stream_thread.join();
+    m_stream_ctx.reset();
+  }
+  std::lock_guard lock(m_mu);
+  m_devices.clear();
+}
+
 void TestKubelet::on_register(const v1beta1::RegisterRequest& req) {
   {
     std::lock_guard lock(m_mu);

@@ -5,7 +5,7 @@
 // - on Register it dials the plugin back at <dir>/<endpoint>, asks its options and consumes
 //   ListAndWatch, keeping each device's health;
 // - it admits a container with GetPreferredAllocation, then Allocate;
-// - it can be stopped and started again (a kubelet restart).
+// - it can be stopped and started again (a kubelet restart), or drop the stream alone.
 #pragma once
 
 #include <chrono>
@@ -32,6 +32,9 @@ class TestKubelet {
 
   void start();
   void stop();
+  // Ends the ListAndWatch stream but keeps serving Registration: a kubelet that lost the plugin
+  // without restarting (the plugin should register again).
+  void drop_stream();
 
   int registrations() const;
   v1beta1::RegisterRequest last_registration() const;

@@ -1,0 +1,82 @@
+// Where a new pod of the Deployment could run, and how many GPUs it would find there: the
+// scheduler's rules the autoscaler must follow so it never asks for pods that can only sit
+// Pending. Pure functions over API objects as JSON (docs/autoscale.md cites each rule's source).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+
+namespace gpufence {
+
+// Kubernetes' Toleration.ToleratesTaint (k8s.io/api core/v1 toleration.go): an empty effect
+// matches every effect; an empty key (with Exists) every key; Exists matches any value, Equal (the
+// default) the same value; an operator the API may add later matches nothing (fail closed).
+bool tolerates(const nlohmann::json& toleration, const nlohmann::json& taint);
+// A taint a new pod must tolerate to be scheduled (NoSchedule, NoExecute) that none of
+// `tolerations` tolerates; nullopt when the pod can go there. PreferNoSchedule only steers.
+std::optional<nlohmann::json> untolerated_taint(const nlohmann::json& tolerations,
+                                                const nlohmann::json& taints);
+
+// A pod's effective request of `resource` as the scheduler counts it (k8s.io/component-helpers
+// resource.PodRequests, KEP-753 for sidecars): the containers' sum plus restartable init
+// containers (restartPolicy: Always, sidecars, which keep running); at least the largest
+// regular init container plus the sidecars started before it; plus spec.overhead. A container's
+// request is its requests entry, else its limits entry (the API defaults requests to limits).
+long effective_request(const nlohmann::json& pod_spec, const std::string& resource);
+
+// matchLabels and matchExpressions (In, NotIn, Exists, DoesNotExist) of a LabelSelector
+// (apimachinery labels.SelectorFromValidatedSet / LabelSelectorAsSelector). An empty selector
+// matches everything; an unknown operator matches nothing.
+bool selector_matches(const nlohmann::json& selector, const nlohmann::json& labels);
+
+// What a new pod of the Deployment is.
+struct PodTemplate {
+  long gpus = 0;  // effective request of the resource
+  nlohmann::json tolerations = nlohmann::json::array();
+  std::map<std::string, std::string> node_selector;  // spec.nodeSelector
+};
+
+struct DeploymentView {
+  std::string ns, name, uid;
+  long replicas = 0;  // spec.replicas: what the Deployment asked for
+  nlohmann::json selector;
+  PodTemplate pod;
+};
+// From an apps/v1 Deployment; an error when its template requests none of `resource` (there is
+// then nothing for GPU capacity to bound, and the flag this replaces was surely set wrong).
+Result<DeploymentView> deployment_view(const nlohmann::json& deployment,
+                                       const std::string& resource);
+
+// Why a new pod cannot land on `node`, or nullopt: cordoned (spec.unschedulable), not Ready
+// (its Ready condition is not "True"), spec.nodeSelector unmet, or a NoSchedule/NoExecute taint
+// not tolerated. Node affinity is not judged (docs/autoscale.md says so).
+std::optional<std::string> why_unschedulable(const nlohmann::json& node, const PodTemplate& pod);
+
+struct Capacity {
+  long free_gpus = 0;                // GPUs new pods can take, whole pods per node only
+  long nodes = 0;                    // nodes listed
+  long schedulable_nodes = 0;        // of them, those a new pod can land on
+  long pending_gpus = 0;             // requested by pods not yet bound to a node
+  long not_created = 0;              // pods the Deployment asked for that do not exist yet
+  std::vector<std::string> skipped;  // "gpu-2: cordoned", ...
+};
+
+// Free capacity for new pods of `deployment`: on each node a new pod can land on, allocatable
+// minus what the pods bound there request, rounded down to whole pods; minus what pending pods
+// and the Deployment's not-yet-created replicas will take. `pods` are the cluster's pods that
+// are not Succeeded or Failed.
+Capacity free_capacity(const std::vector<nlohmann::json>& nodes,
+                       const std::vector<nlohmann::json>& pods, const DeploymentView& deployment,
+                       const std::string& resource);
+
+// What the watch keeps of a pod: the fields free_capacity reads and nothing else.
+nlohmann::json project_pod(const nlohmann::json& pod);
+nlohmann::json project_node(const nlohmann::json& node);
+
+}  // namespace gpufence

@@ -1,0 +1,184 @@
+// The doctor's judge as a table of {id, check}: the id list comes from the table, every check can
+// fire, and each emits only its own id. Plus the doctor's view of containerd's annotation and CDI
+// settings on a fake node.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "doctor/checks.hpp"
+#include "doctor/gather.hpp"
+#include "support/fake_node.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+
+namespace {
+
+// A node where every check has something to say.
+Snapshot troubled_node() {
+  Snapshot s;
+  auto gpus = test::fake_gpus(2);
+  s.gpus = {{gpus[0], {}}, {gpus[1], {{100, 1}, {200, 1}}}};
+  auto container = [&](std::string pod, unsigned pid, std::set<unsigned> openable) {
+    NodeContainer c;
+    c.id = std::string(64, pod[0]);
+    c.pod = pod;
+    c.pod_namespace = "default";
+    c.name = "main";
+    c.pids = {pid};
+    c.openable = openable;
+    c.openable_source = "devices.list";
+    c.gpu_nodes_present = openable;
+    return c;
+  };
+  NodeContainer a = container("a", 100, {0, 1});
+  a.nvidia_visible_devices = gpus[1].uuid;  // allocated GPU 0
+  a.app_gpu_ids["/app/ds.txt"] = {3};
+  NodeContainer b = container("b", 200, {0, 1});
+  b.privileged = true;
+  NodeContainer c = container("c", 300, {0});
+  s.containers = {a, b, c};
+  s.allocations = std::vector<KubeletAllocation>{{"default", "a", "main", {gpus[0].uuid}},
+                                                 {"default", "b", "main", {gpus[1].uuid}},
+                                                 {"default", "c", "main", {}}};
+  s.allocatable = std::vector<std::string>{};
+  KubeView kube;
+  kube.capacity = 0;
+  kube.allocatable = 0;
+  kube.pods = {{"default", "p1", "gpu-class", 1, false, {}},
+               {"default", "p2", "", 1, true, {"main: all"}}};
+  s.kube = kube;
+  s.cdi_specs = {{"/etc/cdi/gpufence.yaml", "nvidia.com/gpu", {"0", "1", "all"}, ""},
+                 {"/var/run/cdi/nvidia.yaml", "nvidia.com/gpu", {"0", "all"}, ""},
+                 {"/etc/cdi/nic.yaml", "example.com/nic", {"0"}, ""}};
+  s.containerd_findings = {{"containerd.handler-missing", Severity::error, "x", "y", "z"}};
+  return s;
+}
+
+std::vector<std::string> ids(const std::vector<Finding>& f) {
+  std::vector<std::string> out;
+  for (const auto& x : f) out.push_back(x.id);
+  return out;
+}
+
+}  // namespace
+
+TEST(DoctorTable, TheIdListIsTheTable) {
+  std::vector<std::string> from_table;
+  for (const auto& c : doctor_checks()) from_table.emplace_back(c.id);
+  EXPECT_EQ(doctor_check_ids(), from_table);
+  EXPECT_EQ(std::set<std::string>(from_table.begin(), from_table.end()).size(), from_table.size())
+      << "ids are unique";
+  EXPECT_TRUE(check_id_matches("containerd.*", "containerd.pod-annotations-cdi"));
+  EXPECT_FALSE(check_id_matches("containerd.*", "cdi.duplicate-device"));
+  EXPECT_FALSE(check_id_matches("gpu.shared", "gpu.shared-x"));
+}
+
+TEST(DoctorTable, EveryCheckFiresAndEmitsOnlyItsOwnId) {
+  Snapshot s = troubled_node();
+  Snapshot plugin_view = s;  // what only the kubelet's view (no API) can show
+  plugin_view.kube.reset();
+  plugin_view.allocatable = std::vector<std::string>{s.gpus[0].gpu.uuid};
+  for (const auto& check : doctor_checks()) {
+    std::vector<Finding> out;
+    check.run(s, out);
+    if (out.empty()) check.run(plugin_view, out);
+    EXPECT_FALSE(out.empty()) << check.id << " never fires: a check nothing can trigger";
+    for (const auto& f : out) {
+      EXPECT_TRUE(check_id_matches(check.id, f.id)) << check.id << " emitted " << f.id;
+      EXPECT_FALSE(f.fix.empty()) << f.id;
+    }
+  }
+  // judge is all of them, errors first.
+  auto all = judge(s);
+  EXPECT_GE(all.size(), doctor_checks().size() - 1);
+  EXPECT_TRUE(std::is_sorted(all.begin(), all.end(), [](const Finding& x, const Finding& y) {
+    return x.severity > y.severity;
+  }));
+}
+
+TEST(DoctorTable, DuplicateCdiDevicesNameBothFiles) {
+  Snapshot s = troubled_node();
+  std::vector<Finding> out;
+  for (const auto& c : doctor_checks())
+    if (c.id == "cdi.duplicate-device") c.run(s, out);
+  ASSERT_EQ(ids(out), std::vector<std::string>{"cdi.duplicate-device"}) << "one finding per pair";
+  EXPECT_NE(out[0].summary.find("0, all"), std::string::npos) << out[0].summary;
+  EXPECT_EQ(out[0].summary.find(", 1"), std::string::npos) << "1 is defined once";
+  EXPECT_NE(out[0].evidence.find("/etc/cdi/gpufence.yaml"), std::string::npos);
+  EXPECT_NE(out[0].evidence.find("/var/run/cdi/nvidia.yaml"), std::string::npos);
+  s.cdi_specs.pop_back();
+  s.cdi_specs.pop_back();
+  out.clear();
+  for (const auto& c : doctor_checks())
+    if (c.id == "cdi.duplicate-device") c.run(s, out);
+  EXPECT_TRUE(out.empty());
+}
+
+class DoctorContainerd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_node = std::make_unique<test::FakeNode>(m_dir.path());
+    m_inv.list = test::fake_gpus(2);
+    m_node->install_gpufence_handler();
+  }
+  std::vector<std::string> run() {
+    return ids(judge(gather_snapshot(HostFs(m_dir.path()), &m_inv, "", {})));
+  }
+  bool fired(const std::string& id) {
+    auto all = run();
+    return std::find(all.begin(), all.end(), id) != all.end();
+  }
+  void config(const std::string& extra_cri, const std::string& extra_handler) {
+    m_node->write("etc/containerd/config.toml",
+                  "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n" + extra_cri +
+                      "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
+                      "runtime_type = \"io.containerd.runc.v2\"\n"
+                      "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n"
+                      "runtime_type = \"io.containerd.runc.v2\"\n" +
+                      extra_handler +
+                      "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
+                      "BinaryName = \"/usr/local/bin/gpufence-runtime\"\n");
+  }
+  static std::string spec(const std::string& devices) {
+    std::string out = "cdiVersion: \"0.5.0\"\nkind: nvidia.com/gpu\ndevices:\n";
+    for (std::string_view d : {"0", "1"}) {
+      if (devices.find(d) == std::string::npos) continue;
+      out += cat("- name: \"", d,
+                 "\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia", d, "\n");
+    }
+    return out;
+  }
+
+  test::TempDir m_dir;
+  std::unique_ptr<test::FakeNode> m_node;
+  test::FakeInventory m_inv;
+};
+
+TEST_F(DoctorContainerd, PodAnnotationsThatAdmitCdiAreAnError) {
+  config("", "");
+  EXPECT_FALSE(fired("containerd.pod-annotations-cdi"));
+  config("", "pod_annotations = [\"cdi.k8s.io/*\"]\n");
+  EXPECT_TRUE(fired("containerd.pod-annotations-cdi"));
+}
+
+TEST_F(DoctorContainerd, CdiOnWithoutAGpuSpec) {
+  config("enable_cdi = true\n", "");
+  EXPECT_TRUE(fired("containerd.cdi-no-gpu-spec"));
+  m_node->write("etc/cdi/nvidia.yaml", spec("01"));
+  EXPECT_FALSE(fired("containerd.cdi-no-gpu-spec"));
+}
+
+TEST_F(DoctorContainerd, TwoSpecsDefiningOneGpu) {
+  m_node->write("etc/cdi/gpufence.yaml", spec("01"));
+  EXPECT_FALSE(fired("cdi.duplicate-device"));
+  m_node->write("var/run/cdi/operator.yaml", spec("1"));
+  auto snap = gather_snapshot(HostFs(m_dir.path()), &m_inv, "", {});
+  auto findings = judge(snap);
+  auto dup = std::find_if(findings.begin(), findings.end(),
+                          [](const Finding& f) { return f.id == "cdi.duplicate-device"; });
+  ASSERT_NE(dup, findings.end());
+  EXPECT_NE(dup->evidence.find("/etc/cdi/gpufence.yaml"), std::string::npos) << dup->evidence;
+  EXPECT_NE(dup->evidence.find("/var/run/cdi/operator.yaml"), std::string::npos);
+  EXPECT_NE(dup->summary.find(": 1"), std::string::npos) << dup->summary;
+}
