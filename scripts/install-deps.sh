@@ -16,6 +16,11 @@ packages=(
   runc containerd busybox-static
   # tools the scenario tests and setup use (present on most systems; listed so a minimal one works)
   procps diffutils
+  # the image assembly (scripts/image/assemble.py) and the chart tests' assertions
+  python3 python3-yaml
+  # helm for the chart tests comes from npm at test time (deploy/helm/fetch-helm.sh; they skip
+  # without npm, which is left out here: it pulls in all of nodejs)
+  unzip
 )
 
 missing=()

@@ -34,5 +34,6 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx);
 std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx);
 std::vector<Command> add_launch_command(CLI::App& app, Context& ctx);
 std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx);
+std::vector<Command> add_install_commands(CLI::App& app, Context& ctx);
 
 }  // namespace gpufence::cli

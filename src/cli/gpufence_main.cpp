@@ -26,6 +26,7 @@ int main(int argc, char** argv) try {
   for (auto& c : cli::add_doctor_command(app, ctx)) commands.push_back(c);
   for (auto& c : cli::add_launch_command(app, ctx)) commands.push_back(c);
   for (auto& c : cli::add_autoscale_command(app, ctx)) commands.push_back(c);
+  for (auto& c : cli::add_install_commands(app, ctx)) commands.push_back(c);
 
   // `launch ... -- APP ARGS`: what follows "--" is the app's own command line, whatever flags it
   // holds, so it never reaches CLI11.

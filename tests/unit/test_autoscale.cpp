@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <algorithm>
 #include <set>
 
 #include "autoscale/controller.hpp"
@@ -602,7 +603,7 @@ TEST_F(AutoscaleController, TheBinaryReconcilesOnce) {
 namespace {
 
 struct Call {
-  std::string group, resource, verb, ns;
+  std::string group, resource, verb, ns, name;  // name: of the object, "" for list/watch/create
   auto operator<=>(const Call&) const = default;
 };
 
@@ -631,6 +632,7 @@ Call call_of(const std::string& request) {
   }
   c.resource = parts[at];
   bool named = parts.size() > at + 1;
+  if (named) c.name = parts[at + 1];
   if (parts.size() > at + 2) c.resource += "/" + parts[at + 2];
   c.verb = method == "POST"  ? "create"
            : method == "PUT" ? "update"
@@ -660,34 +662,40 @@ TEST_F(AutoscaleController, RbacIsExactlyWhatTheCallsNeed) {
 
   auto doc = YAML::LoadAllFromFile(std::string(GPUFENCE_SOURCE_DIR) +
                                    "/deploy/kubernetes/autoscaler.yaml");
-  std::set<Call> allowed;
-  std::map<std::string, std::string> role_ns;  // Role name -> namespace
+  // One grant per (group, resource, verb) of a rule, with the rule's resourceNames (none: any
+  // name); a Role's grants hold in its namespace only. The chart splits them over several Roles.
+  struct Grant {
+    std::string group, resource, verb, ns;
+    std::set<std::string> names;
+  };
+  std::vector<Grant> allowed;
   for (const auto& d : doc) {
     std::string kind = d["kind"].as<std::string>();
     if (kind != "Role" && kind != "ClusterRole") continue;
     std::string ns = kind == "Role" ? d["metadata"]["namespace"].as<std::string>() : "*";
     for (const auto& rule : d["rules"]) {
+      std::set<std::string> names;
+      for (const auto& n : rule["resourceNames"]) names.insert(n.as<std::string>());
       for (const auto& g : rule["apiGroups"])
         for (const auto& res : rule["resources"])
           for (const auto& v : rule["verbs"])
-            allowed.insert({g.as<std::string>(), res.as<std::string>(), v.as<std::string>(), ns});
+            allowed.push_back(
+                {g.as<std::string>(), res.as<std::string>(), v.as<std::string>(), ns, names});
     }
   }
-  auto permitted = [&](const Call& c) {
-    return allowed.contains({c.group, c.resource, c.verb, "*"}) ||
-           allowed.contains({c.group, c.resource, c.verb, c.ns});
+  auto grants = [](const Grant& a, const Call& c) {
+    return a.group == c.group && a.resource == c.resource && a.verb == c.verb &&
+           (a.ns == "*" || a.ns == c.ns) && (a.names.empty() || a.names.contains(c.name));
   };
   for (const auto& m : made)
-    EXPECT_TRUE(permitted(m)) << "not allowed by the manifest: " << m.verb << " " << m.group << "/"
-                              << m.resource << " in '" << m.ns << "'";
-  for (const auto& a : allowed) {
-    bool used = false;
-    for (const auto& m : made)
-      used = used || (m.group == a.group && m.resource == a.resource && m.verb == a.verb &&
-                      (a.ns == "*" || a.ns == m.ns));
-    EXPECT_TRUE(used) << "granted but never used: " << a.verb << " " << a.group << "/"
-                      << a.resource;
-  }
+    EXPECT_TRUE(
+        std::any_of(allowed.begin(), allowed.end(), [&](const Grant& a) { return grants(a, m); }))
+        << "not allowed by the manifest: " << m.verb << " " << m.group << "/" << m.resource << " '"
+        << m.name << "' in '" << m.ns << "'";
+  for (const auto& a : allowed)
+    EXPECT_TRUE(std::any_of(made.begin(), made.end(), [&](const Call& m) { return grants(a, m); }))
+        << "granted but never used: " << a.verb << " " << a.group << "/" << a.resource << " in '"
+        << a.ns << "'";
 }
 
 TEST_F(AutoscaleController, DemandTheGpusCannotMeetIsOneWarningNotOnePerPeriod) {

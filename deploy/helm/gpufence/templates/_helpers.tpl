@@ -1,0 +1,55 @@
+{{/* Paths per distribution (docs/install.md has the sources). */}}
+{{- define "gpufence.distributions" -}}
+containerd:
+  kubeletDir: /var/lib/kubelet
+  containerdConfig: /etc/containerd/config.toml
+  containerdSocket: /run/containerd/containerd.sock
+microk8s:
+  kubeletDir: /var/snap/microk8s/common/var/lib/kubelet
+  containerdConfig: /var/snap/microk8s/current/args/containerd-template.toml
+  containerdSocket: /var/snap/microk8s/common/run/containerd.sock
+k3s:
+  kubeletDir: /var/lib/kubelet
+  containerdConfig: /var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl
+  containerdSocket: /run/k3s/containerd/containerd.sock
+rke2:
+  kubeletDir: /var/lib/kubelet
+  containerdConfig: /var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl
+  containerdSocket: /run/k3s/containerd/containerd.sock
+{{- end -}}
+
+{{/* gpufence.path KEY: the value from .Values.paths, else the distribution's. */}}
+{{- define "gpufence.path" -}}
+{{- $all := include "gpufence.distributions" .root | fromYaml -}}
+{{- $d := index $all .root.Values.distribution -}}
+{{- if not $d -}}
+{{- fail (printf "distribution must be one of containerd, microk8s, k3s, rke2 (got %q)" .root.Values.distribution) -}}
+{{- end -}}
+{{- default (index $d .key) (index .root.Values.paths .key) -}}
+{{- end -}}
+
+{{- define "gpufence.image" -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+
+{{- define "gpufence.labels" -}}
+app.kubernetes.io/part-of: gpufence
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
+
+{{/* NVML as seen from a pod with the host at /host. */}}
+{{- define "gpufence.hostNvml" -}}
+/host{{ trimSuffix "/" .Values.driver.root }}{{ .Values.driver.libDir }}/libnvidia-ml.so.1
+{{- end -}}
+
+{{- define "gpufence.nodePlacement" -}}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

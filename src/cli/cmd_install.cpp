@@ -1,0 +1,276 @@
+// `gpufence install` / `gpufence uninstall`: thin flags over src/install.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "cdi/generate.hpp"
+#include "cdi/spec.hpp"
+#include "cli/commands.hpp"
+#include "common/hostfs.hpp"
+#include "deviceplugin/metrics.hpp"
+#include "gpu/nvml_inventory.hpp"
+#include "install/install.hpp"
+
+namespace gpufence::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) {
+  g_stop = true;
+}
+
+// gpufence-runtime beside this gpufence binary (the image ships them together).
+std::string sibling_runtime() {
+  std::error_code ec;
+  auto self = std::filesystem::canonical("/proc/self/exe", ec);
+  if (ec) return "gpufence-runtime";
+  return (self.parent_path() / "gpufence-runtime").string();
+}
+
+struct InstallArgs {
+  std::string distribution = "auto", config, socket, restart_command, host_exec = "auto",
+              runtime_name = "nvidia", runtime_source = sibling_runtime(),
+              runtime_link = "/usr/local/bin/gpufence-runtime",
+              versions_dir = "/usr/local/lib/gpufence",
+              runtime_config = "/etc/gpufence/runtime.toml",
+              state_file = "/etc/gpufence/install-state.json", cdi = "generate",
+              cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = ":9402";
+  double ready_timeout = 60, interval = 30;
+  int host_pid = 1;
+  int config_version = 0;
+  bool watch = false;
+};
+
+void add_common_flags(CLI::App* c, InstallArgs& a) {
+  c->add_option("--distribution", a.distribution, "auto, containerd, microk8s, k3s or rke2")
+      ->capture_default_str();
+  c->add_option("--containerd-config", a.config,
+                "Host path of the config to edit (default: the distribution's)");
+  c->add_option("--containerd-socket", a.socket,
+                "Host path of containerd's socket (default: the distribution's)");
+  c->add_option("--restart-command", a.restart_command,
+                "Shell command that restarts containerd (default: the distribution's)");
+  c->add_option("--host-exec", a.host_exec,
+                "How host commands run: auto (direct with --host-root /, else nsenter), direct, "
+                "nsenter (into PID 1's namespaces; needs hostPID)")
+      ->capture_default_str();
+  c->add_option("--host-pid", a.host_pid,
+                "--host-exec nsenter: the process whose namespaces are the host's")
+      ->capture_default_str();
+  c->add_option("--runtime-link", a.runtime_link, "Host path containerd's BinaryName names")
+      ->capture_default_str();
+  c->add_option("--versions-dir", a.versions_dir, "Host directory of the versioned binaries")
+      ->capture_default_str();
+  c->add_option("--state-file", a.state_file, "Host path of the record uninstall reads")
+      ->capture_default_str();
+  c->add_option("--ready-timeout", a.ready_timeout,
+                "Seconds containerd may take to answer after a restart")
+      ->capture_default_str();
+}
+
+Result<InstallOptions> to_options(const InstallArgs& a, const Context& ctx) {
+  InstallOptions o;
+  if (a.distribution != "auto") {
+    auto d = parse_distribution(a.distribution);
+    if (!d) return std::unexpected(d.error());
+    o.distribution = *d;
+  }
+  o.config_path = a.config;
+  o.socket = a.socket;
+  if (!a.restart_command.empty()) o.restart_command = {"sh", "-c", a.restart_command};
+  if (a.host_exec == "auto")
+    o.host_exec = HostFs(ctx.host_root).root() == "/" ? HostExec::direct : HostExec::nsenter;
+  else if (a.host_exec == "direct")
+    o.host_exec = HostExec::direct;
+  else if (a.host_exec == "nsenter")
+    o.host_exec = HostExec::nsenter;
+  else
+    return fail(Errc::invalid_argument, "--host-exec: '", a.host_exec, "' (auto, direct, nsenter)");
+  if (a.host_pid < 1) return fail(Errc::invalid_argument, "--host-pid must be a process id");
+  o.host_pid = a.host_pid;
+  o.runtime_name = a.runtime_name;
+  o.binary.source = a.runtime_source;
+  o.binary.link = a.runtime_link;
+  o.binary.versions_dir = a.versions_dir;
+  o.runtime_config = a.runtime_config;
+  o.state_file = a.state_file;
+  if (a.cdi != "generate" && a.cdi != "skip")
+    return fail(Errc::invalid_argument, "--cdi: '", a.cdi, "' (generate, skip)");
+  o.cdi = a.cdi == "skip" ? CdiMode::skip : CdiMode::generate;
+  o.cdi_output = a.cdi_output;
+  if (a.config_version) o.config_version = a.config_version;
+  if (a.ready_timeout <= 0) return fail(Errc::invalid_argument, "--ready-timeout must be > 0");
+  o.ready_timeout = std::chrono::milliseconds(static_cast<long>(a.ready_timeout * 1000));
+  return o;
+}
+
+CdiSpecSource nvml_cdi_source(const Context& ctx, const HostFs& host, std::string driver_root) {
+  return [&ctx, &host, driver_root](const std::string& hook_path) -> Result<std::string> {
+    auto inventory = NvmlInventory::open(nvml_library_path(ctx.nvml_library), host);
+    if (!inventory) return std::unexpected(inventory.error());
+    auto gpus = (*inventory)->gpus();
+    if (!gpus) return std::unexpected(gpus.error());
+    CdiGenerateOptions opt;
+    opt.driver_root = driver_root;
+    opt.hook_path = hook_path;
+    auto spec = generate_cdi_spec(host, *gpus, (*inventory)->driver_version(), opt);
+    if (!spec) return std::unexpected(spec.error());
+    return cdi_spec_to_yaml(spec->spec);
+  };
+}
+
+InstallEnv make_env(const HostFs& host, ProcessRunner& runner, RuntimeProbe& probe,
+                    CdiSpecSource cdi) {
+  return InstallEnv{host,
+                    runner,
+                    probe,
+                    std::move(cdi),
+                    [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); },
+                    [] { return std::chrono::steady_clock::now(); }};
+}
+
+// `install --watch`: stay up, serve /healthz, and put the handler back whenever containerd
+// comes back without it (a restart on a regenerated config, a snap refresh).
+int watch(const InstallOptions& opt, const InstallEnv& env, const InstallArgs& args,
+          InstallReport first) {
+  std::atomic<bool> healthy = first.ok();
+  std::string socket = first.socket;
+  MetricsServer server;
+  auto render = [&healthy] {
+    return cat("# HELP gpufence_install_handler_loaded 1 when containerd runs the handler\n",
+               "# TYPE gpufence_install_handler_loaded gauge\n", "gpufence_install_handler_loaded ",
+               healthy ? 1 : 0, "\n");
+  };
+  if (auto st = server.start(args.healthz, render, [&healthy] { return healthy.load(); }); !st) {
+    std::cerr << "gpufence install --watch: " << st.error().message << "\n";
+    return 2;
+  }
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  std::cerr << "gpufence install --watch: serving /healthz on " << args.healthz
+            << ", re-checking every " << args.interval << "s\n";
+  auto next = std::chrono::steady_clock::now();
+  while (!g_stop) {
+    next += std::chrono::milliseconds(static_cast<long>(args.interval * 1000));
+    while (!g_stop && std::chrono::steady_clock::now() < next)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (g_stop) break;
+    auto check = [&] {
+      return socket.empty() ? Result<bool>(false)
+                            : handler_loaded(env, socket, opt.runtime_name, opt.binary.link,
+                                             std::chrono::milliseconds(5000));
+    };
+    auto loaded = check();
+    // containerd not answering may be one mid-restart: give it the ready timeout to come back
+    // before restarting it again.
+    auto patience = std::chrono::steady_clock::now() + opt.ready_timeout;
+    while (!loaded && !g_stop && std::chrono::steady_clock::now() < patience) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      loaded = check();
+    }
+    if (loaded && *loaded) {
+      healthy = true;
+      continue;
+    }
+    std::cerr << "gpufence install --watch: handler "
+              << (loaded ? "missing from the running containerd"
+                         : "unverifiable: " + loaded.error().message)
+              << "; installing again\n";
+    auto report = run_install(opt, env);
+    std::cout << render_install_report(report) << std::flush;
+    socket = report.socket;
+    healthy = report.ok();
+  }
+  server.stop();
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
+  auto in = std::make_shared<InstallArgs>();
+  auto* install = app.add_subcommand(
+      "install", "Install gpufence-runtime on this node and wire it into containerd, verified");
+  add_common_flags(install, *in);
+  install->add_option("--runtime-name", in->runtime_name, "Handler name (the RuntimeClass's)")
+      ->capture_default_str();
+  install
+      ->add_option("--runtime-source", in->runtime_source,
+                   "gpufence-runtime to copy onto the host (default: beside this binary)")
+      ->capture_default_str();
+  install
+      ->add_option("--runtime-config", in->runtime_config,
+                   "Host path of runtime.toml, written with defaults when absent")
+      ->capture_default_str();
+  install->add_option("--cdi", in->cdi, "generate (the CDI spec from NVML) or skip")
+      ->capture_default_str();
+  install->add_option("--cdi-output", in->cdi_output, "Host path of the CDI spec")
+      ->capture_default_str();
+  install
+      ->add_option("--driver-root", in->driver_root,
+                   "Host path where the driver lives (GPU Operator: /run/nvidia/driver)")
+      ->capture_default_str();
+  install->add_option("--config-version", in->config_version,
+                      "Version for a new containerd config (2 or 3)");
+  install->add_flag("--watch", in->watch,
+                    "Stay up: serve /healthz and re-install when containerd loses the handler");
+  install->add_option("--healthz-address", in->healthz, "--watch: /healthz and /metrics address")
+      ->capture_default_str();
+  install->add_option("--interval", in->interval, "--watch: seconds between checks")
+      ->capture_default_str();
+  install->footer(
+      "Steps: detect the distribution; copy gpufence-runtime (versioned file + atomic link);\n"
+      "write runtime.toml if absent; generate the CDI spec; add the handler to containerd's\n"
+      "config (setup containerd, with a backup); restart containerd only if needed; verify the\n"
+      "running containerd has the handler (CRI status). Any failure: exit 1, previous config "
+      "back.\n"
+      "Examples:\n"
+      "  gpufence install\n"
+      "  gpufence --host-root /host install --distribution microk8s --watch   # in a DaemonSet");
+
+  auto un = std::make_shared<InstallArgs>();
+  auto* uninstall = app.add_subcommand(
+      "uninstall", "Undo gpufence install: restore containerd's config, remove what it added");
+  add_common_flags(uninstall, *un);
+  uninstall->footer(
+      "Restores the config from the backup install made (only if unedited since), restarts\n"
+      "containerd, checks the handler is gone, removes the binary, the CDI spec and the\n"
+      "runtime.toml install wrote (if unedited).");
+
+  Runner run_install_cmd = [in, &ctx] {
+    auto opt = to_options(*in, ctx);
+    if (!opt) {
+      std::cerr << "gpufence install: " << opt.error().message << "\n";
+      return 2;
+    }
+    HostFs host(ctx.host_root);
+    SystemProcessRunner runner;
+    auto probe = make_cri_probe();
+    auto env = make_env(host, runner, *probe, nvml_cdi_source(ctx, host, in->driver_root));
+    auto report = run_install(*opt, env);
+    std::cout << render_install_report(report) << std::flush;
+    if (in->watch) return watch(*opt, env, *in, report);
+    return report.ok() ? 0 : 1;
+  };
+  Runner run_uninstall_cmd = [un, &ctx] {
+    auto opt = to_options(*un, ctx);
+    if (!opt) {
+      std::cerr << "gpufence uninstall: " << opt.error().message << "\n";
+      return 2;
+    }
+    HostFs host(ctx.host_root);
+    SystemProcessRunner runner;
+    auto probe = make_cri_probe();
+    auto env = make_env(host, runner, *probe, nullptr);
+    auto report = run_uninstall(*opt, env);
+    std::cout << render_install_report(report) << std::flush;
+    return report.ok() ? 0 : 1;
+  };
+  return {{install, run_install_cmd}, {uninstall, run_uninstall_cmd}};
+}
+
+}  // namespace gpufence::cli

@@ -1,0 +1,39 @@
+// Putting gpufence-runtime onto the host so that a container create running at that moment never
+// execs a half-written file: the bytes go to a versioned file named by their content
+// (<dir>/gpufence-runtime-<hash>, written to a temp name, fsynced, renamed), then the stable
+// path containerd's BinaryName names is a symlink swapped with rename(2), which is atomic.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/hostfs.hpp"
+
+namespace gpufence {
+
+struct BinaryInstallOptions {
+  std::string source;                                    // a path this process can read
+  std::string link = "/usr/local/bin/gpufence-runtime";  // host path: the stable name
+  std::string versions_dir = "/usr/local/lib/gpufence";  // host path: the versioned files
+};
+
+enum class Changed { yes, no };
+
+struct BinaryInstall {
+  std::string target;  // host path of the versioned file the link points at
+  Changed changed = Changed::no;
+  std::vector<std::string> pruned;  // older versions removed (all but the previous one)
+};
+
+// 64-bit FNV-1a of the bytes, in hex: names a version by its content (not a security check;
+// the bytes themselves are compared before a version is reused).
+std::string content_tag(std::string_view bytes);
+
+Result<BinaryInstall> install_binary(const HostFs& host, const BinaryInstallOptions& opt);
+
+// Removes the link (only if it points into versions_dir) and every versioned file. Returns what
+// it removed, as host paths.
+Result<std::vector<std::string>> remove_binary(const HostFs& host, const BinaryInstallOptions& opt);
+
+}  // namespace gpufence

@@ -1,0 +1,86 @@
+// `gpufence install` / `gpufence uninstall`: put gpufence onto a node, by hand as root or from a
+// privileged DaemonSet with the host's root at /host. Each step is a function; the flow stops at
+// the first failure, says why, and leaves the previous containerd config in place.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/hostfs.hpp"
+#include "install/binary.hpp"
+#include "install/layout.hpp"
+#include "install/runner.hpp"
+
+namespace gpufence {
+
+enum class CdiMode { generate, skip };
+
+struct InstallOptions {
+  std::optional<Distribution> distribution;  // detected when empty
+  std::string config_path;                   // host path; the distribution's when empty
+  std::string socket;                        // host path; the distribution's when empty
+  std::vector<std::string> restart_command;  // the distribution's when empty
+  HostExec host_exec = HostExec::direct;
+  int host_pid = 1;  // nsenter's target: a process in the host's namespaces
+  std::string runtime_name = "nvidia";
+  std::optional<int> config_version;  // for a new config (setup's --config-version)
+  BinaryInstallOptions binary;
+  std::string runtime_config = "/etc/gpufence/runtime.toml";
+  std::string state_file = "/etc/gpufence/install-state.json";
+  CdiMode cdi = CdiMode::generate;
+  std::string cdi_output = "/etc/cdi/nvidia.yaml";
+  // How long containerd may take to answer CRI after a restart.
+  std::chrono::milliseconds ready_timeout{60'000};
+};
+
+// The CDI spec text for this node's GPUs; `hook_path` is gpufence-runtime's host path.
+using CdiSpecSource = std::function<Result<std::string>(const std::string& hook_path)>;
+
+// Everything outside the process, injected (tests pass fakes).
+struct InstallEnv {
+  const HostFs& host;
+  ProcessRunner& runner;
+  RuntimeProbe& probe;
+  CdiSpecSource cdi_spec;
+  std::function<void(std::chrono::milliseconds)> sleep;
+  std::function<std::chrono::steady_clock::time_point()> now;
+};
+
+enum class Outcome { changed, unchanged, skipped, failed };
+std::string_view outcome_name(Outcome o);
+
+struct InstallStep {
+  std::string name;
+  Outcome outcome = Outcome::unchanged;
+  std::string detail;
+};
+
+struct InstallReport {
+  std::string command;  // "install" or "uninstall"
+  std::string distribution, config_path, socket;
+  std::vector<InstallStep> steps;
+  std::vector<std::string> notes;
+  std::optional<std::string> failure;  // set: exit non-zero, this is why
+  bool restarted = false;
+  std::chrono::milliseconds elapsed{0};
+  bool ok() const { return !failure; }
+  bool changed_anything() const;
+};
+
+InstallReport run_install(const InstallOptions& opt, const InstallEnv& env);
+InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env);
+
+// True when containerd at the layout's socket answers and has loaded `runtime_name` with
+// BinaryName `binary` (for `install --watch`'s re-checks).
+Result<bool> handler_loaded(const InstallEnv& env, const std::string& socket,
+                            const std::string& runtime_name, const std::string& binary,
+                            std::chrono::milliseconds timeout);
+
+// One screen: a line per step, the failure, the notes.
+std::string render_install_report(const InstallReport& report);
+
+}  // namespace gpufence

@@ -1,0 +1,56 @@
+#include "install/state.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace gpufence {
+
+std::string install_state_to_json(const InstallState& s) {
+  nlohmann::ordered_json j;
+  j["distribution"] = s.distribution;
+  j["runtimeName"] = s.runtime_name;
+  j["socket"] = s.socket;
+  j["restart"] = s.restart;
+  j["config"] = {{"path", s.config_path},
+                 {"changed", s.config_changed},
+                 {"existed", s.config_existed},
+                 {"backup", s.config_backup},
+                 {"written", s.config_written}};
+  if (s.runtime_config_path)
+    j["runtimeConfig"] = {{"path", *s.runtime_config_path},
+                          {"written", s.runtime_config_written.value_or("")}};
+  if (s.cdi_spec_path) j["cdiSpec"] = *s.cdi_spec_path;
+  j["binary"] = {{"link", s.binary_link}, {"versionsDir", s.versions_dir}};
+  return j.dump(2) + "\n";
+}
+
+Result<InstallState> parse_install_state(std::string_view text, std::string_view origin) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return fail(Errc::parse, origin, ": not a JSON object");
+  InstallState s;
+  try {
+    s.distribution = j.at("distribution").get<std::string>();
+    s.runtime_name = j.at("runtimeName").get<std::string>();
+    s.socket = j.at("socket").get<std::string>();
+    s.restart = j.at("restart").get<std::vector<std::string>>();
+    const auto& c = j.at("config");
+    s.config_path = c.at("path").get<std::string>();
+    s.config_changed = c.at("changed").get<bool>();
+    s.config_existed = c.at("existed").get<bool>();
+    s.config_backup = c.at("backup").get<std::string>();
+    s.config_written = c.at("written").get<std::string>();
+    if (j.contains("runtimeConfig")) {
+      s.runtime_config_path = j["runtimeConfig"].at("path").get<std::string>();
+      s.runtime_config_written = j["runtimeConfig"].at("written").get<std::string>();
+    }
+    if (j.contains("cdiSpec")) s.cdi_spec_path = j["cdiSpec"].get<std::string>();
+    s.binary_link = j.at("binary").at("link").get<std::string>();
+    s.versions_dir = j.at("binary").at("versionsDir").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    return fail(Errc::parse, origin, ": ", e.what());
+  }
+  if (s.config_path.empty() || s.binary_link.empty())
+    return fail(Errc::parse, origin, ": config.path and binary.link must be set");
+  return s;
+}
+
+}  // namespace gpufence

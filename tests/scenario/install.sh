@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# `gpufence install` / `uninstall` against a real containerd (Debian's 1.6) that install really
+# restarts: a private containerd whose config, socket and state live under a fake host root
+# ($work/host), restarted by a --restart-command that stops it and starts it again on its config.
+# The proof is the running containerd's own CRI status, not the file.
+# Usage: install.sh CASE
+set -uo pipefail
+src=${GPUFENCE_SOURCE_DIR:?}
+build=${GPUFENCE_BUILD_DIR:?}
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root to run containerd"
+command -v containerd >/dev/null || skip "containerd is not installed (apt-get install containerd)"
+command -v ctr >/dev/null || skip "ctr is not installed"
+
+work=$(mktemp -d /tmp/gpufence-inst-XXXXXX)
+host=$work/host
+sock=$host/run/containerd/containerd.sock
+cfg=$host/etc/containerd/config.toml
+cleanup() {
+  [ -f "$work/pid" ] && kill "$(cat "$work/pid")" 2>/dev/null
+  sleep 0.2
+  umount "$host/etc/containerd" 2>/dev/null
+  umount -R "$work/root" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+failures=0
+check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
+gf=$build/bin/gpufence
+mkdir -p "$host/etc/containerd" "$host/run/containerd" "$host/usr/local/bin"
+# Two fake GPUs the mock NVML answers for, and driver libraries for the CDI spec to mount.
+source "$src/scripts/lib/bundle.sh"
+gf_make_node_root "$host"
+mkdir -p "$host/usr/lib/x86_64-linux-gnu"
+for lib in libnvidia-ml.so.550.54.15 libcuda.so.550.54.15; do : > "$host/usr/lib/x86_64-linux-gnu/$lib"; done
+
+# restart.sh: what systemctl restart would do for this private containerd. BROKEN=1 in
+# $work/broken makes it stop containerd and not start it again (a containerd that will not come
+# back).
+cat > "$work/restart.sh" <<SH
+#!/bin/sh
+if [ -f "$work/pid" ]; then
+  p=\$(cat "$work/pid"); kill "\$p" 2>/dev/null
+  for i in \$(seq 50); do kill -0 "\$p" 2>/dev/null || break; sleep 0.1; done
+fi
+rm -f "$work/pid"
+echo restart >> "$work/restarts"
+[ -f "$work/broken" ] && exit 0
+# Started from inside a container (the from-image case), leave its cgroups first, as a
+# containerd that systemd starts would not be in them.
+if [ -n "\${GF_ESCAPE_CGROUP:-}" ]; then for f in /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/cgroup.procs; do echo \$\$ > "\$f" 2>/dev/null; done; fi
+setsid containerd --config "$cfg" >> "$work/containerd.log" 2>&1 < /dev/null &
+echo \$! > "$work/pid"
+SH
+chmod +x "$work/restart.sh"
+start() { sh "$work/restart.sh"; : > "$work/restarts"; for _ in $(seq 100); do ctr --address "$sock" version >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+restarts() { [ -f "$work/restarts" ] && wc -l < "$work/restarts" || echo 0; }
+# The user's config: containerd's defaults with a private root, state and socket, and settings
+# of their own that must survive byte for byte.
+{
+  printf '# my own containerd config: keep this comment\nroot = "%s/root"\nstate = "%s/state"\n' "$work" "$work"
+  containerd config default | grep -vE '^(root|state) = ' | sed "s|/run/containerd/containerd.sock|$sock|; s|sandbox_image = .*|sandbox_image = \"registry.example/pause:3.9\"|"
+} > "$cfg"
+cp "$cfg" "$work/original.toml"
+start || skip "this machine cannot run containerd: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
+
+export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
+export MOCK_NVML_CONFIG=$src/tools/mock-nvml/examples/two-rtx3080.json
+ready=20
+install=("$gf" --host-root "$host" install --distribution containerd --host-exec direct
+         --restart-command "$work/restart.sh")
+uninstall=("$gf" --host-root "$host" uninstall --host-exec direct --restart-command "$work/restart.sh" --ready-timeout 20)
+
+case ${1:?usage: install.sh CASE} in
+  install-uninstall)
+    t0=$(date +%s.%N)
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    t1=$(date +%s.%N)
+    echo "$out"
+    echo "measured: first install took $(echo "$t1 - $t0" | bc) s (restart included)"
+    check "install succeeds" test "$rc" = 0
+    check "it restarted containerd once" test "$(restarts)" = 1
+    check "and says the running containerd has the handler" grep -q "containerd runs handler nvidia -> /usr/local/bin/gpufence-runtime" <<<"$out"
+    check "the stable path is a link to a versioned binary" bash -c "readlink '$host/usr/local/bin/gpufence-runtime' | grep -q '^/usr/local/lib/gpufence/gpufence-runtime-[0-9a-f]\{16\}$'"
+    check "whose bytes are gpufence-runtime's" cmp -s "$build/bin/gpufence-runtime" "$host$(readlink "$host/usr/local/bin/gpufence-runtime")"
+    check "runtime.toml written with the documented defaults" cmp -s "$host/etc/gpufence/runtime.toml" "$src/deploy/runtime.toml"
+    check "a CDI spec for the two GPUs" bash -c "grep -q 'name: \"\\?1\"\\?' '$host/etc/cdi/nvidia.yaml' && '$gf' cdi validate '$host/etc/cdi/nvidia.yaml'"
+    dump=$(containerd --config "$cfg" config dump)
+    check "config dump has the handler" grep -q 'runtimes.nvidia.options\]' <<<"$dump"
+    check "the user's sandbox image survives" grep -q 'sandbox_image = "registry.example/pause:3.9"' <<<"$dump"
+    check "the user's file is only appended to" bash -c "head -c $(stat -c %s "$work/original.toml") '$cfg' | cmp -s - '$work/original.toml'"
+    sha=$(sha256sum < "$cfg")
+    t0=$(date +%s.%N)
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    t1=$(date +%s.%N)
+    echo "$out"
+    echo "measured: second install took $(echo "$t1 - $t0" | bc) s"
+    check "a second install succeeds" test "$rc" = 0
+    check "changes nothing" test "$sha" = "$(sha256sum < "$cfg")"
+    check "restarts nothing" test "$(restarts)" = 1
+    check "and says so" grep -q "nothing to change" <<<"$out"
+    out=$("${uninstall[@]}" 2>&1); rc=$?
+    echo "$out"
+    check "uninstall succeeds" test "$rc" = 0
+    check "the config is the user's again, byte for byte" cmp -s "$cfg" "$work/original.toml"
+    check "containerd was restarted on it" test "$(restarts)" = 2
+    check "and no longer runs the handler" grep -q "containerd no longer has handler nvidia" <<<"$out"
+    check "setup's backup is gone with it" bash -c "! ls '$host'/etc/containerd/config.toml.bak-* 2>/dev/null"
+    check "the binary and link are gone" bash -c "! test -e '$host/usr/local/bin/gpufence-runtime' && ! test -e '$host/usr/local/lib/gpufence'"
+    check "runtime.toml and the CDI spec are gone" bash -c "! test -e '$host/etc/gpufence/runtime.toml' && ! test -e '$host/etc/cdi/nvidia.yaml'"
+    check "containerd is up" ctr --address "$sock" version
+    ;;
+  containerd-does-not-come-back)
+    touch "$work/broken"
+    ready=4
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install fails" test "$rc" = 1
+    check "naming the socket that stopped answering" grep -q "FAILED: verify: containerd did not answer on /run/containerd/containerd.sock" <<<"$out"
+    check "the previous config is back" cmp -s "$cfg" "$work/original.toml"
+    check "and it says so" grep -q "restored the previous /etc/containerd/config.toml" <<<"$out"
+    check "no backup is left behind" bash -c "! ls '$host'/etc/containerd/config.toml.bak-* 2>/dev/null"
+    rm -f "$work/broken"
+    check "containerd starts on the restored config" start
+    ;;
+  unwritable-config)
+    # A read-only bind mount over the config's directory: what root cannot write either.
+    mount --bind "$host/etc/containerd" "$host/etc/containerd" && mount -o remount,ro,bind "$host/etc/containerd" \
+      || skip "cannot make a read-only bind mount here"
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install fails" test "$rc" = 1
+    check "saying the config could not be written" grep -q "FAILED: containerd config: .*Read-only file system" <<<"$out"
+    check "and that the previous config is left in place" grep -q "previous config is left in place" <<<"$out"
+    check "the config is untouched" cmp -s "$cfg" "$work/original.toml"
+    check "containerd was not restarted" test "$(restarts)" = 0
+    ;;
+  watch)
+    # install --watch: /healthz follows the handler; a containerd restarted on a config without
+    # it (the old file put back by hand) is noticed and the handler put back.
+    port=$((20000 + RANDOM % 20000))
+    "${install[@]}" --ready-timeout $ready --watch --interval 0.5 --healthz-address 127.0.0.1:$port > "$work/watch.log" 2>&1 &
+    wpid=$!
+    healthz() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz"; }
+    wait_for() { for _ in $(seq 100); do [ "$(healthz)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
+    check "/healthz answers 200 once installed" wait_for 200
+    check "after one restart" test "$(restarts)" = 1
+    cp "$work/original.toml" "$cfg"
+    sh "$work/restart.sh"   # someone restarts containerd on a config without the handler
+    for _ in $(seq 100); do [ "$(restarts)" -ge 3 ] && break; sleep 0.1; done
+    check "the watcher re-installed and restarted containerd" test "$(restarts)" = 3
+    check "/healthz is 200 again" wait_for 200
+    check "the handler is back in the config" grep -q 'runtimes.nvidia.options\]' "$cfg"
+    check "the watcher logged why" grep -q "handler missing from the running containerd; installing again" "$work/watch.log"
+    kill -TERM "$wpid"; wait "$wpid"
+    check "it exits 0 on SIGTERM" test $? = 0
+    cat "$work/watch.log"
+    ;;
+  from-image)
+    # The node installer as the chart runs it: gpufence from the image, in a privileged
+    # container whose /host is the machine's /, restarting containerd through nsenter into a
+    # process of the host (here this test's shell: the machine's PID 1 is not enterable here),
+    # verifying over the CRI socket under /host. This containerd runs the installer container
+    # and is the one it restarts, as on a node.
+    python3 "$src/scripts/image/assemble.py" oci "$build" "$work/image.tar" --work "$work/assemble" > /dev/null \
+      || { echo "assemble.py failed"; exit 1; }
+    ref=ghcr.io/gpufence/gpufence:0.1.0
+    c() { ctr --address "$sock" -n k8s.io "$@"; }
+    check "the image imports" c images import "$work/image.tar"
+    paths=(--containerd-config "$cfg" --containerd-socket "$sock" --runtime-link "$host/usr/local/bin/gpufence-runtime"
+           --versions-dir "$host/usr/local/lib/gpufence" --state-file "$host/etc/gpufence/install-state.json")
+    t0=$(date +%s.%N)
+    c run -d --privileged --with-ns "pid:/proc/$$/ns/pid" --env GF_ESCAPE_CGROUP=1 \
+      --mount "type=bind,src=/,dst=/host,options=rbind:rw" --log-uri "file://$work/installer.log" \
+      "$ref" gfinstaller /usr/local/bin/gpufence --host-root=/host install --distribution containerd \
+      "${paths[@]}" --runtime-config "$host/etc/gpufence/runtime.toml" --host-exec nsenter --host-pid $$ --restart-command "$work/restart.sh" --cdi skip --ready-timeout 20 \
+      > "$work/run.out" 2>&1 || { cat "$work/run.out"; check "ctr run starts the installer" false; }
+    for _ in $(seq 300); do
+      grep -qE '^(installed in|FAILED:)' "$work/installer.log" 2>/dev/null && break
+      sleep 0.1
+    done
+    t1=$(date +%s.%N)
+    cat "$work/installer.log"
+    echo "measured: install from the image took $(echo "$t1 - $t0" | bc) s (container start and restart included)"
+    check "the installer in the image succeeds" grep -q '^installed in' "$work/installer.log"
+    check "it restarted containerd through nsenter" grep -q "restart            changed  nsenter -t $$ -m -u -i -n -p -- sh -c $work/restart.sh" "$work/installer.log"
+    check "once" test "$(restarts)" = 1
+    check "the running containerd has the handler with the host's path" grep -q "containerd runs handler nvidia -> $host/usr/local/bin/gpufence-runtime" "$work/installer.log"
+    check "the shim on the host is the image's" bash -c "'$host/usr/local/bin/gpufence-runtime' --gpufence-help >/dev/null"
+    out=$("$gf" uninstall --host-exec direct --restart-command "$work/restart.sh" --ready-timeout 20 "${paths[@]}" 2>&1)
+    check "uninstall on the host undoes it" test $? = 0
+    echo "$out"
+    check "the config is the user's again, byte for byte" cmp -s "$cfg" "$work/original.toml"
+    c task rm -f gfinstaller > /dev/null 2>&1; c container rm gfinstaller > /dev/null 2>&1
+    ;;
+  *) echo "unknown case $1"; exit 2 ;;
+esac
+[ "$failures" = 0 ] || { echo "containerd log:"; tail -20 "$work/containerd.log" 2>/dev/null; exit 1; }

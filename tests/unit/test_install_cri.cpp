@@ -1,0 +1,74 @@
+// Reading containerd's answer to CRI Status (verbose): info["config"], as containerd 1.6.20
+// printed it here (trimmed to the fields read), and malformed answers.
+#include <gtest/gtest.h>
+
+#include "install/runner.hpp"
+#include "install/state.hpp"
+
+namespace gpufence {
+namespace {
+
+TEST(InstallCri, ReadsRuntimesAndBinaryNames) {
+  auto got = parse_cri_config_runtimes(R"({
+    "containerd": {"snapshotter": "overlayfs", "defaultRuntimeName": "runc",
+      "runtimes": {
+        "nvidia": {"runtimeType": "io.containerd.runc.v2",
+                   "options": {"BinaryName": "/usr/local/bin/gpufence-runtime", "SystemdCgroup": false}},
+        "runc": {"runtimeType": "io.containerd.runc.v2", "options": {"BinaryName": ""}},
+        "kata": {"runtimeType": "io.containerd.kata.v2", "options": null}}},
+    "sandboxImage": "registry.k8s.io/pause:3.6"})");
+  ASSERT_TRUE(got) << got.error().message;
+  ASSERT_EQ(got->size(), 3u);
+  std::map<std::string, LoadedRuntime> by_name;
+  for (const auto& r : *got) by_name[r.name] = r;
+  EXPECT_EQ(by_name["nvidia"].binary_name, "/usr/local/bin/gpufence-runtime");
+  EXPECT_EQ(by_name["runc"].binary_name, "");
+  EXPECT_EQ(by_name["kata"].runtime_type, "io.containerd.kata.v2");
+  EXPECT_FALSE(by_name["kata"].binary_name);
+}
+
+TEST(InstallCri, MalformedAnswersNameWhatIsMissing) {
+  EXPECT_NE(parse_cri_config_runtimes("not json").error().message.find("not a JSON object"),
+            std::string::npos);
+  EXPECT_NE(parse_cri_config_runtimes("{}").error().message.find("no \"containerd\""),
+            std::string::npos);
+  EXPECT_NE(parse_cri_config_runtimes(R"({"containerd": {"runtimes": []}})")
+                .error()
+                .message.find("containerd.runtimes"),
+            std::string::npos);
+}
+
+TEST(InstallCri, HostCommandPrefixesOnlyForNsenter) {
+  std::vector<std::string> cmd = {"snap", "restart", "microk8s.daemon-containerd"};
+  EXPECT_EQ(host_command(HostExec::direct, cmd), cmd);
+  auto ns = host_command(HostExec::nsenter, cmd);
+  ASSERT_EQ(ns.size(), 12u);
+  EXPECT_EQ(ns[0], "nsenter");
+  EXPECT_EQ(ns[8], "--");
+  EXPECT_EQ(ns[9], "snap");
+}
+
+TEST(InstallState, RoundTripsAndRejectsMissingFields) {
+  InstallState s;
+  s.distribution = "microk8s";
+  s.runtime_name = "nvidia";
+  s.socket = "/var/snap/microk8s/common/run/containerd.sock";
+  s.restart = {"snap", "restart", "microk8s.daemon-containerd"};
+  s.config_path = "/var/snap/microk8s/current/args/containerd-template.toml";
+  s.config_changed = s.config_existed = true;
+  s.config_backup = s.config_path + ".bak-20260101T000000Z";
+  s.config_written = "version = 2\n";
+  s.cdi_spec_path = "/etc/cdi/nvidia.yaml";
+  s.binary_link = "/usr/local/bin/gpufence-runtime";
+  s.versions_dir = "/usr/local/lib/gpufence";
+  auto back = parse_install_state(install_state_to_json(s), "state.json");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(install_state_to_json(*back), install_state_to_json(s));
+  EXPECT_FALSE(back->runtime_config_path);
+  auto bad = parse_install_state(R"({"distribution": "k3s"})", "/etc/gpufence/install-state.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("/etc/gpufence/install-state.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpufence

@@ -1,0 +1,597 @@
+// gpufence install / uninstall on fake host roots, one per distribution with its config laid out
+// as that distribution ships it, against a fake containerd that loads its config only when
+// restarted (so a handler the file has but containerd never re-read is caught).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "common/file.hpp"
+#include "containerd/config.hpp"
+#include "install/install.hpp"
+#include "install/state.hpp"
+#include "support/test_support.hpp"
+
+namespace gpufence {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+
+ProcessResult exited(int code, std::string out) {
+  ProcessResult r;
+  r.exit_code = code;
+  r.out = std::move(out);
+  return r;
+}
+
+// A containerd that reads `config` (a real path) when restarted and answers CRI with what it
+// read. k3s/rke2 templates: the `{{ template "base" . }}` line stands for k3s's own config, and
+// `{{ .SystemdCgroup }}` is rendered as k3s renders it.
+class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
+ public:
+  explicit FakeContainerd(fs::path config) : m_config(std::move(config)) { load(); }
+
+  std::vector<std::vector<std::string>> commands;     // restarts
+  std::vector<std::vector<std::string>> smoke_tests;  // gpufence-runtime --gpufence-help
+  bool binary_runs = true;                            // the host can run the copied shim
+  bool restart_fails = false;                         // the restart command exits 1
+  bool comes_back = true;                             // after a restart, it answers again
+  bool ignores_config = false;  // comes back with only runc (reads some other file)
+
+  Result<ProcessResult> run(const std::vector<std::string>& argv) override {
+    if (argv.back() == "--gpufence-help") {  // install's check that the copied shim starts
+      smoke_tests.push_back(argv);
+      if (binary_runs) return exited(0, "gpufence-runtime: usage");
+      return exited(1,
+                    "/usr/local/bin/gpufence-runtime: /lib/x86_64-linux-gnu/libc.so.6: "
+                    "version `GLIBC_2.36' not found");
+    }
+    commands.push_back(argv);
+    if (restart_fails) return exited(1, "Job for containerd.service failed.");
+    m_up = comes_back;
+    load();
+    return exited(0, "");
+  }
+
+  Result<std::vector<LoadedRuntime>> loaded_runtimes(const std::string& socket,
+                                                     std::chrono::milliseconds) override {
+    sockets.push_back(socket);
+    if (!m_up) return fail(Errc::rpc, "connect ", socket, ": connection refused");
+    return m_loaded;
+  }
+  std::vector<std::string> sockets;
+
+ private:
+  void load() {
+    m_loaded = {{"runc", "io.containerd.runc.v2", std::nullopt}};
+    if (ignores_config) return;
+    auto text = read_file(m_config);
+    if (!text) return;
+    std::string body;
+    for (std::string_view line : std::vector<std::string_view>{*text}) body = line;
+    if (auto pos = body.find("{{"); pos != std::string::npos) {
+      auto end = body.find('\n', pos);
+      body = "version = 2\n" + body.substr(end == std::string::npos ? body.size() : end + 1);
+    }
+    // k3s fills in the template's variables when it renders it (docs/containerd-setup.md).
+    for (std::string var = "{{ .SystemdCgroup }}"; body.find(var) != std::string::npos;)
+      body.replace(body.find(var), var.size(), "true");
+    auto cfg = parse_containerd_config(body, m_config.string());
+    if (!cfg) return;
+    m_loaded.clear();
+    for (const auto& h : cri_runtimes(*cfg))
+      m_loaded.push_back({h.name, h.runtime_type, h.binary_name});
+    if (std::none_of(m_loaded.begin(), m_loaded.end(),
+                     [](const LoadedRuntime& l) { return l.name == "runc"; }))
+      m_loaded.push_back({"runc", "io.containerd.runc.v2", std::nullopt});
+  }
+  fs::path m_config;
+  bool m_up = true;
+  std::vector<LoadedRuntime> m_loaded;
+};
+
+std::string slurp(const fs::path& p) {
+  return read_file(p).value_or("<absent>");
+}
+
+// Every file under a tree with its bytes: a second install must leave this identical.
+std::map<std::string, std::string> snapshot(const fs::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.is_symlink())
+      out[e.path().string()] = "-> " + fs::read_symlink(e.path()).string();
+    else if (e.is_regular_file())
+      out[e.path().string()] = slurp(e.path());
+  }
+  return out;
+}
+
+struct Node {
+  TempDir dir;
+  fs::path host = dir / "host";
+  fs::path runtime_source;
+  HostFs fs_{host};
+  std::optional<FakeContainerd> containerd;
+  std::chrono::steady_clock::time_point clock{};
+
+  Node() {
+    fs::create_directories(host);
+    runtime_source = dir.write("build/gpufence-runtime", std::string("\x7f"
+                                                                     "ELF fake runtime",
+                                                                     20));
+  }
+  void start_containerd(const std::string& config_host_path) {
+    containerd.emplace(fs_.resolve(config_host_path));
+  }
+  InstallOptions options(std::optional<Distribution> d = std::nullopt) {
+    InstallOptions o;
+    o.distribution = d;
+    o.binary.source = runtime_source.string();
+    o.ready_timeout = std::chrono::milliseconds(1000);
+    return o;
+  }
+  InstallEnv env() {
+    return InstallEnv{fs_,
+                      *containerd,
+                      *containerd,
+                      [](const std::string& hook) -> Result<std::string> {
+                        return "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n# hook " + hook + "\n";
+                      },
+                      [this](std::chrono::milliseconds d) { clock += d; },
+                      [this] { return clock; }};
+  }
+};
+
+const std::string kPlainConfig =
+    "# the user's own file\nversion = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n"
+    "  sandbox_image = \"registry.example/pause:3.9\"\n"
+    "  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
+    "    runtime_type = \"io.containerd.runc.v2\"\n"
+    "    [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n"
+    "      SystemdCgroup = true\n";
+
+TEST(InstallLayout, DetectsEachDistributionFromItsFiles) {
+  struct Case {
+    std::string marker;
+    Distribution want;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"var/snap/microk8s/current/args/containerd-template.toml", Distribution::microk8s},
+           {"var/lib/rancher/k3s/agent/etc/containerd/config.toml", Distribution::k3s},
+           {"var/lib/rancher/rke2/agent/etc/containerd/config.toml", Distribution::rke2},
+           {"etc/containerd/config.toml", Distribution::containerd}}) {
+    TempDir d;
+    d.write(c.marker, "");
+    std::vector<std::string> notes;
+    auto got = detect_distribution(HostFs(d.path()), notes);
+    ASSERT_TRUE(got) << c.marker;
+    EXPECT_EQ(*got, c.want) << c.marker;
+  }
+}
+
+TEST(InstallLayout, PrefersTheKubernetesDistributionOverADockerContainerd) {
+  TempDir d;
+  d.write("etc/containerd/config.toml", "");  // Docker's containerd, no kubelet behind it
+  d.write("var/snap/microk8s/current/args/containerd-template.toml", "");
+  std::vector<std::string> notes;
+  auto got = detect_distribution(HostFs(d.path()), notes);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, Distribution::microk8s);
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[1].find("also found /etc/containerd (containerd)"), std::string::npos);
+}
+
+TEST(InstallLayout, NothingFoundNamesWhatWasLookedFor) {
+  TempDir d;
+  std::vector<std::string> notes;
+  auto got = detect_distribution(HostFs(d.path()), notes);
+  ASSERT_FALSE(got);
+  EXPECT_NE(got.error().message.find("/var/snap/microk8s/current/args"), std::string::npos);
+  EXPECT_NE(got.error().message.find("--distribution"), std::string::npos);
+}
+
+TEST(InstallLayout, PathsAndRestartPerDistribution) {
+  TempDir d;
+  HostFs host(d.path());
+  auto mk = layout_for(Distribution::microk8s, host);
+  EXPECT_EQ(mk.config_path, "/var/snap/microk8s/current/args/containerd-template.toml");
+  EXPECT_EQ(mk.socket, "/var/snap/microk8s/common/run/containerd.sock");
+  EXPECT_EQ(mk.restart,
+            (std::vector<std::string>{"snap", "restart", "microk8s.daemon-containerd"}));
+  EXPECT_EQ(mk.kubelet_dir, "/var/snap/microk8s/common/var/lib/kubelet");
+  auto k3s = layout_for(Distribution::k3s, host);
+  EXPECT_EQ(k3s.config_path, "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl");
+  EXPECT_EQ(k3s.socket, "/run/k3s/containerd/containerd.sock");
+  EXPECT_EQ(k3s.restart, (std::vector<std::string>{"systemctl", "restart", "k3s"}));
+  d.write("etc/systemd/system/k3s-agent.service", "");
+  EXPECT_EQ(layout_for(Distribution::k3s, host).restart.back(), "k3s-agent");
+  d.write("usr/local/lib/systemd/system/rke2-agent.service", "");
+  auto rke2 = layout_for(Distribution::rke2, host);
+  EXPECT_EQ(rke2.restart.back(), "rke2-agent");
+  EXPECT_EQ(rke2.config_path, "/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl");
+  EXPECT_EQ(layout_for(Distribution::containerd, host).restart,
+            (std::vector<std::string>{"systemctl", "restart", "containerd"}));
+}
+
+TEST(InstallFlow, PlainContainerdInstallsRestartsOnceAndVerifies) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_EQ(report.distribution, "containerd");
+  ASSERT_EQ(n.containerd->commands.size(), 1u);
+  EXPECT_EQ(n.containerd->commands[0],
+            (std::vector<std::string>{"systemctl", "restart", "containerd"}));
+  // The probe dialled the socket under the host root.
+  EXPECT_EQ(n.containerd->sockets.back(), (n.host / "run/containerd/containerd.sock").string());
+  std::string cfg = slurp(n.host / "etc/containerd/config.toml");
+  EXPECT_TRUE(cfg.starts_with(kPlainConfig)) << "the user's text must be kept as it was";
+  EXPECT_NE(cfg.find("BinaryName = '/usr/local/bin/gpufence-runtime'"), std::string::npos) << cfg;
+  EXPECT_EQ(fs::read_symlink(n.host / "usr/local/bin/gpufence-runtime").parent_path(),
+            "/usr/local/lib/gpufence");
+  EXPECT_NE(slurp(n.host / "etc/gpufence/runtime.toml").find("trusted_channels"),
+            std::string::npos);
+  EXPECT_NE(slurp(n.host / "etc/cdi/nvidia.yaml").find("# hook /usr/local/bin/gpufence-runtime"),
+            std::string::npos);
+  std::string screen = render_install_report(report);
+  EXPECT_NE(screen.find("verify"), std::string::npos);
+  EXPECT_NE(screen.find("installed in"), std::string::npos);
+}
+
+TEST(InstallFlow, SecondInstallChangesNothingAndRestartsNothing) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+  auto before = snapshot(n.host);
+  auto again = run_install(n.options(), n.env());
+  ASSERT_TRUE(again.ok()) << render_install_report(again);
+  EXPECT_EQ(n.containerd->commands.size(), 1u) << "no second restart";
+  EXPECT_FALSE(again.changed_anything()) << render_install_report(again);
+  EXPECT_EQ(snapshot(n.host), before);
+  EXPECT_NE(render_install_report(again).find("nothing to change"), std::string::npos);
+}
+
+TEST(InstallFlow, RestartsWhenTheFileHasTheHandlerButContainerdNeverLoadedIt) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+  // containerd restarted by someone on another config: the handler is gone from the live one.
+  n.containerd->ignores_config = true;
+  n.containerd->run({"systemctl", "restart", "containerd"});
+  n.containerd->ignores_config = false;
+  n.containerd->commands.clear();
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_EQ(n.containerd->commands.size(), 1u);
+}
+
+TEST(InstallFlow, Microk8sTemplateGetsTheHandlerAndSnapRestart) {
+  Node n;
+  n.dir.write("host/var/snap/microk8s/current/args/containerd-template.toml",
+              slurp(test::source_path("tests/fixtures/containerd/microk8s-template.toml")));
+  n.start_containerd("/var/snap/microk8s/current/args/containerd-template.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_EQ(report.distribution, "microk8s");
+  ASSERT_EQ(n.containerd->commands.size(), 1u);
+  EXPECT_EQ(n.containerd->commands[0],
+            (std::vector<std::string>{"snap", "restart", "microk8s.daemon-containerd"}));
+  EXPECT_EQ(n.containerd->sockets.back(),
+            (n.host / "var/snap/microk8s/common/run/containerd.sock").string());
+  std::string tmpl = slurp(n.host / "var/snap/microk8s/current/args/containerd-template.toml");
+  EXPECT_NE(tmpl.find("${SNAP_DATA}"), std::string::npos) << "placeholders stay for microk8s";
+  // setup's "restart microk8s" advice is not passed on: install restarted it.
+  EXPECT_EQ(render_install_report(report).find("note: restart"), std::string::npos);
+}
+
+TEST(InstallFlow, WhatSetupFindsWrongInTheFileReachesTheScreen) {
+  Node n;
+  // The seed's snippet: its nvidia runtime sits under the v1 linux plugin, where the CRI plugin
+  // never looks. setup leaves that section alone and says so; install shows it.
+  n.dir.write("host/etc/containerd/config.toml",
+              slurp(test::source_path("tests/fixtures/containerd/seed-snippet.toml")));
+  n.start_containerd("/etc/containerd/config.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  std::string screen = render_install_report(report);
+  EXPECT_NE(screen.find("note: already in /etc/containerd/config.toml (left alone)"),
+            std::string::npos)
+      << screen;
+  EXPECT_NE(screen.find("io.containerd.runtime.v1.linux"), std::string::npos) << screen;
+}
+
+TEST(InstallFlow, K3sAgentTemplateIsCreatedAndK3sAgentRestarted) {
+  Node n;
+  n.dir.write("host/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "# rendered by k3s\n");
+  n.dir.write("host/etc/systemd/system/k3s-agent.service", "");
+  n.start_containerd("/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_EQ(report.distribution, "k3s");
+  EXPECT_EQ(n.containerd->commands.at(0),
+            (std::vector<std::string>{"systemctl", "restart", "k3s-agent"}));
+  std::string tmpl = slurp(n.host / "var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl");
+  EXPECT_TRUE(tmpl.starts_with("{{ template \"base\" . }}")) << tmpl;
+  // Uninstall removes the template it created rather than leaving an empty override.
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_FALSE(fs::exists(n.host / "var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"));
+}
+
+TEST(InstallFlow, Rke2UsesItsOwnTemplateAndUnit) {
+  Node n;
+  n.dir.write("host/var/lib/rancher/rke2/agent/etc/containerd/config.toml", "");
+  n.dir.write("host/usr/local/lib/systemd/system/rke2-server.service", "");
+  n.start_containerd("/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_EQ(n.containerd->commands.at(0),
+            (std::vector<std::string>{"systemctl", "restart", "rke2-server"}));
+  EXPECT_TRUE(fs::exists(n.host / "var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl"));
+}
+
+TEST(InstallFlow, FromADaemonSetHostCommandsGoThroughNsenter) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto opt = n.options();
+  opt.host_exec = HostExec::nsenter;
+  ASSERT_TRUE(run_install(opt, n.env()).ok());
+  EXPECT_EQ(n.containerd->commands.at(0),
+            (std::vector<std::string>{"nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--",
+                                      "systemctl", "restart", "containerd"}));
+  // Through nsenter the shim is run by its host path, in the host's mount namespace.
+  EXPECT_EQ(n.containerd->smoke_tests.at(0),
+            (std::vector<std::string>{"nsenter", "-t", "1", "-m", "-u", "-i", "-n", "-p", "--",
+                                      "/usr/local/bin/gpufence-runtime", "--gpufence-help"}));
+}
+
+TEST(InstallFlow, FailedRestartPutsThePreviousConfigBack) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->restart_fails = true;
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("restart: `systemctl restart containerd` exited 1"),
+            std::string::npos)
+      << *report.failure;
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
+  EXPECT_NE(render_install_report(report).find("restored the previous /etc/containerd/config.toml"),
+            std::string::npos);
+  // The record no longer claims the config: uninstall leaves the user's file alone and still
+  // removes the files install did add.
+  n.containerd->restart_fails = false;
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
+  EXPECT_FALSE(fs::exists(n.host / "usr/local/bin/gpufence-runtime"));
+}
+
+TEST(InstallFlow, ContainerdThatDoesNotComeBackFailsAndRestoresTheConfig) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->comes_back = false;
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("containerd did not answer on /run/containerd/containerd.sock"),
+            std::string::npos)
+      << *report.failure;
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
+}
+
+TEST(InstallFlow, ContainerdReadingAnotherFileIsCaughtByVerify) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->ignores_config = true;
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("has no runtime nvidia"), std::string::npos) << *report.failure;
+  EXPECT_NE(report.failure->find("the file it reads?"), std::string::npos);
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
+}
+
+TEST(InstallFlow, BrokenConfigIsRefusedBeforeAnythingRestarts) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", "version = 2\n[plugins\n");
+  n.start_containerd("/etc/containerd/config.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_TRUE(report.failure->starts_with("containerd config: ")) << *report.failure;
+  EXPECT_TRUE(n.containerd->commands.empty());
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), "version = 2\n[plugins\n");
+}
+
+TEST(InstallFlow, UninstallRestoresTheUsersBytesAndRemovesWhatInstallAdded) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto before = snapshot(n.host);
+  ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(n.containerd->commands.size(), 2u);
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+  auto again = run_uninstall(n.options(), n.env());
+  EXPECT_TRUE(again.ok());
+  EXPECT_NE(render_install_report(again).find("nothing installed"), std::string::npos);
+}
+
+TEST(InstallFlow, UninstallLeavesAConfigEditedSinceInstall) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+  std::string edited = slurp(n.host / "etc/containerd/config.toml") + "# edited by hand\n";
+  n.dir.write("host/etc/containerd/config.toml", edited);
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_FALSE(un.ok());
+  EXPECT_NE(un.failure->find("was edited after install; left alone"), std::string::npos);
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), edited);
+  EXPECT_EQ(n.containerd->commands.size(), 1u);
+}
+
+// The handler setup writes is the one the runtime's trust model needs: containerd copies the
+// device plugin's CDI annotation into the container only with container_annotations
+// (docs/trust-model.md). Setup's backup is "<file>.bak-<UTC time>", named as the host names it.
+TEST(InstallFlow, HandlerCopiesTheCdiAnnotationAndTheBackupIsNamedAsOnTheHost) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  auto cfg = parse_containerd_config(slurp(n.host / "etc/containerd/config.toml"), "config.toml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  auto handlers = cri_runtimes(*cfg);
+  auto nvidia = std::find_if(handlers.begin(), handlers.end(),
+                             [](const RuntimeHandler& h) { return h.name == "nvidia"; });
+  ASSERT_NE(nvidia, handlers.end());
+  EXPECT_EQ(nvidia->container_annotations, std::vector<std::string>{"cdi.k8s.io/*"});
+  EXPECT_TRUE(nvidia->pod_annotations.empty());
+  const std::string state_file = InstallOptions{}.state_file;
+  auto state = parse_install_state(slurp(n.fs_.resolve(state_file)), state_file);
+  ASSERT_TRUE(state) << state.error().message;
+  EXPECT_TRUE(state->config_backup.starts_with("/etc/containerd/config.toml.bak-"))
+      << state->config_backup << ": a host path, not one under the installer's --host-root";
+  EXPECT_EQ(slurp(n.fs_.resolve(state->config_backup)), kPlainConfig);
+  EXPECT_NE(render_install_report(report).find("(backup " + state->config_backup + ")"),
+            std::string::npos);
+}
+
+// A config that is a symlink (config management keeps the real file elsewhere) stays one:
+// install writes its target, and uninstall puts the user's bytes back there, not over the link.
+TEST(InstallFlow, ASymlinkedConfigStaysALinkThroughInstallAndUninstall) {
+  Node n;
+  n.dir.write("host/opt/ctrd/config.toml", kPlainConfig);
+  fs::create_directories(n.host / "etc/containerd");
+  fs::create_symlink("../../opt/ctrd/config.toml", n.host / "etc/containerd/config.toml");
+  n.start_containerd("/etc/containerd/config.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  ASSERT_TRUE(fs::is_symlink(n.host / "etc/containerd/config.toml"));
+  EXPECT_NE(slurp(n.host / "opt/ctrd/config.toml").find("gpufence-runtime"), std::string::npos);
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_TRUE(fs::is_symlink(n.host / "etc/containerd/config.toml"))
+      << "uninstall replaced the link with a copy";
+  EXPECT_EQ(slurp(n.host / "opt/ctrd/config.toml"), kPlainConfig);
+}
+
+// k3s renders a runtime named "nvidia" itself when it finds nvidia-container-runtime; setup
+// then names gpufence's handler otherwise. The RuntimeClass still says "nvidia", so GPU pods
+// would run under NVIDIA's runtime: install refuses, before any file changes.
+TEST(InstallFlow, AHandlerNameK3sAlreadyUsesIsRefusedNotRenamed) {
+  Node n;
+  n.dir.write("host/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "# rendered by k3s\n");
+  n.dir.write("host/etc/systemd/system/k3s-agent.service", "");
+  auto ncr = n.dir.write("host/usr/bin/nvidia-container-runtime", "#!/bin/sh\n");
+  fs::permissions(ncr, fs::perms::owner_all);
+  n.start_containerd("/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("handler 'nvidia' is taken"), std::string::npos)
+      << *report.failure;
+  EXPECT_FALSE(fs::exists(n.host / "var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"));
+  EXPECT_TRUE(n.containerd->commands.empty());
+}
+
+TEST(InstallFlow, UserRuntimeConfigIsNeverReplacedNorRemoved) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.dir.write("host/etc/gpufence/runtime.toml", "[log]\nlevel = \"debug\"\n");
+  n.start_containerd("/etc/containerd/config.toml");
+  ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+  ASSERT_TRUE(run_uninstall(n.options(), n.env()).ok());
+  EXPECT_EQ(slurp(n.host / "etc/gpufence/runtime.toml"), "[log]\nlevel = \"debug\"\n");
+}
+
+TEST(InstallFlow, AShimTheHostCannotRunIsNeverWiredIn) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->binary_runs = false;
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("does not run on this host"), std::string::npos)
+      << *report.failure;
+  EXPECT_NE(report.failure->find("GLIBC_2.36"), std::string::npos);
+  // Run directly, the shim run is the versioned file, found under the host root.
+  EXPECT_EQ(fs::path(n.containerd->smoke_tests.at(0).at(0)),
+            n.host / fs::read_symlink(n.host / "usr/local/bin/gpufence-runtime").relative_path());
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
+  EXPECT_TRUE(n.containerd->commands.empty());
+}
+
+TEST(InstallFlow, CdiFailureStopsBeforeTheConfigIsTouched) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto env = n.env();
+  env.cdi_spec = [](const std::string&) -> Result<std::string> {
+    return fail(Errc::nvml, "dlopen libnvidia-ml.so.1: not found");
+  };
+  auto report = run_install(n.options(), env);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(*report.failure, "CDI spec: dlopen libnvidia-ml.so.1: not found");
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
+  EXPECT_TRUE(n.containerd->commands.empty());
+}
+
+TEST(InstallBinary, LinkSwapKeepsThePreviousVersionAndPrunesOlder) {
+  TempDir d;
+  HostFs host(d / "host");
+  BinaryInstallOptions opt;
+  std::vector<std::string> targets;
+  for (int i = 0; i < 3; ++i) {
+    opt.source = d.write("src", std::string("\x7f"
+                                            "ELF v",
+                                            6) +
+                                    std::to_string(i))
+                     .string();
+    auto got = install_binary(host, opt);
+    ASSERT_TRUE(got) << got.error().message;
+    EXPECT_EQ(got->changed, Changed::yes);
+    targets.push_back(got->target);
+    EXPECT_EQ(fs::read_symlink(host.resolve(opt.link)).string(), got->target);
+    struct stat st {};
+    ASSERT_EQ(::stat(host.resolve(got->target).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0755u);
+  }
+  EXPECT_FALSE(fs::exists(host.resolve(targets[0]))) << "two versions back: pruned";
+  EXPECT_TRUE(fs::exists(host.resolve(targets[1]))) << "the one just replaced may be running";
+  auto same = install_binary(host, opt);
+  ASSERT_TRUE(same);
+  EXPECT_EQ(same->changed, Changed::no);
+}
+
+TEST(InstallBinary, RefusesWhatIsNotAnExecutable) {
+  TempDir d;
+  BinaryInstallOptions opt;
+  opt.source = d.write("src", "#!/bin/sh\n").string();
+  auto got = install_binary(HostFs(d / "host"), opt);
+  ASSERT_FALSE(got);
+  EXPECT_NE(got.error().message.find("is not an ELF executable"), std::string::npos);
+}
+
+TEST(InstallBinary, RemoveLeavesALinkThatIsNotOurs) {
+  TempDir d;
+  HostFs host(d / "host");
+  fs::create_directories(host.resolve("/usr/local/bin"));
+  fs::create_symlink("/opt/other/gpufence-runtime",
+                     host.resolve("/usr/local/bin/gpufence-runtime"));
+  auto removed = remove_binary(host, BinaryInstallOptions{});
+  ASSERT_TRUE(removed);
+  EXPECT_TRUE(removed->empty());
+  EXPECT_TRUE(fs::is_symlink(host.resolve("/usr/local/bin/gpufence-runtime")));
+}
+
+}  // namespace
+}  // namespace gpufence
