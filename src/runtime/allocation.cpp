@@ -49,7 +49,11 @@ Result<std::vector<DeviceToken>> from_mount_markers(const Json& spec) {
   if (mounts == spec.end() || !mounts->is_array()) return tokens;
   const std::string root = std::string(kMountMarkerRoot) + "/";
   for (const auto& m : *mounts) {
-    if (!m.is_object()) continue;
+    // Not an object, or source/destination not strings (runc refuses such a spec): no marker.
+    // value() would throw on the latter (found by tests/fuzz/fuzz_oci_spec.cpp).
+    if (!m.is_object() || !m.value("source", Json()).is_string() ||
+        !m.value("destination", Json()).is_string())
+      continue;
     std::string source = m.value("source", "");
     std::string dest = m.value("destination", "");
     if (source != "/dev/null" || !dest.starts_with(root)) continue;

@@ -81,9 +81,40 @@ Json cgroup_rule(bool allow, unsigned major, unsigned minor) {
   return r;
 }
 
+// Fields the edit reads with a default must have their OCI type where present: nlohmann's
+// value() throws on a mismatch, and the shim must refuse such a spec naming the field (runc
+// refuses it too) instead of dying on an exception. Found by tests/fuzz/fuzz_oci_spec.cpp.
+Status check_member_types(const Json& spec) {
+  auto linux_node = spec.find("linux");
+  if (linux_node == spec.end() || !linux_node->is_object()) return {};
+  auto not_of_type = [](const Json& obj, const char* key, Json::value_t type) {
+    auto it = obj.find(key);
+    return obj.is_object() && it != obj.end() && it->type() != type;
+  };
+  if (auto devices = linux_node->find("devices");
+      devices != linux_node->end() && devices->is_array()) {
+    for (size_t i = 0; i < devices->size(); ++i) {
+      if (not_of_type((*devices)[i], "path", Json::value_t::string))
+        return fail(Errc::parse, "linux.devices[", i, "].path is not a string");
+    }
+  }
+  auto resources = linux_node->find("resources");
+  if (resources == linux_node->end() || !resources->is_object()) return {};
+  auto rules = resources->find("devices");
+  if (rules == resources->end() || !rules->is_array()) return {};
+  for (size_t i = 0; i < rules->size(); ++i) {
+    if (not_of_type((*rules)[i], "allow", Json::value_t::boolean))
+      return fail(Errc::parse, "linux.resources.devices[", i, "].allow is not a boolean");
+    if (not_of_type((*rules)[i], "access", Json::value_t::string))
+      return fail(Errc::parse, "linux.resources.devices[", i, "].access is not a string");
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<IsolationResult> isolate_spec(Json& spec, const IsolationPlan& plan) {
+  if (auto st = check_member_types(spec); !st) return std::unexpected(st.error());
   IsolationResult result;
   std::set<std::string> grant_paths;
   std::set<std::pair<unsigned, unsigned>> grant_numbers;
