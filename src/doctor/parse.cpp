@@ -120,6 +120,11 @@ std::set<unsigned> openable_gpu_minors_from_oci_rules(std::string_view config_js
       };
       long major = num("major"), mnr = num("minor");
       if ((major != -1 && major != 195) || (mnr != -1 && mnr != static_cast<long>(minor))) continue;
+      // A mistyped allow/access (runc refuses such a spec) is skipped: value() would throw out of
+      // the doctor. Found by tests/fuzz/fuzz_doctor_parse.cpp.
+      if ((r.contains("access") && !r["access"].is_string()) ||
+          (r.contains("allow") && !r["allow"].is_boolean()))
+        continue;
       std::string access = r.value("access", std::string("rwm"));
       if (access.find_first_of("rw") == std::string::npos) continue;
       allowed = r.value("allow", false);

@@ -1,7 +1,9 @@
 // The doctor's parsers on literal /proc, /sys and config text, malformed included.
 #include <gtest/gtest.h>
 
+#include "common/file.hpp"
 #include "doctor/parse.hpp"
+#include "support/test_support.hpp"
 
 using namespace gpufence;
 
@@ -98,4 +100,22 @@ TEST(DoctorParse, DeepStreamGpuIds) {
   EXPECT_EQ(keys[1].gpu_id, 1);
   EXPECT_EQ(keys[1].line, 7);
   EXPECT_TRUE(deepstream_gpu_ids("[").empty());
+}
+
+// Found by tests/fuzz/fuzz_doctor_parse.cpp: nlohmann's value() threw out of the doctor on a rule
+// whose allow or access has the wrong type. Such a rule (runc refuses the spec) is skipped.
+TEST(DoctorParse, OciRulesWithMistypedFieldsAreSkippedNotThrown) {
+  std::set<unsigned> gpus = {0, 1};
+  for (const char* name : {"crash-rule-allow-not-boolean-found", "crash-rule-access-not-string"}) {
+    auto text = read_file(test::source_path("tests/fuzz/corpus/doctor_parse/") + name).value();
+    std::set<unsigned> open;
+    ASSERT_NO_THROW(open = openable_gpu_minors_from_oci_rules(text, gpus)) << name;
+    EXPECT_TRUE(open.empty()) << name;
+  }
+  // The well-typed rules around a mistyped one still count.
+  EXPECT_EQ(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":true,"access":"rwm"},{"allow":1,"type":"c","major":195,"minor":0}]}}})",
+          gpus),
+      gpus);
 }

@@ -1,8 +1,10 @@
 // The spec edit, on literal config.json fragments.
 #include <gtest/gtest.h>
 
+#include "common/file.hpp"
 #include "runtime/allocation.hpp"
 #include "runtime/isolation.hpp"
+#include "support/test_support.hpp"
 
 using namespace gpufence;
 
@@ -183,4 +185,46 @@ TEST(Allocation, MalformedIdsOnTrustedChannelsAreErrors) {
       R"({"mounts": [{"source": "/tmp/x", "destination": "/var/run/nvidia-container-devices/GPU-zzz"}]})");
   EXPECT_EQ(find_allocation_request(not_marker, cfg, false)->channel, Channel::none)
       << "only /dev/null sources are markers";
+}
+
+namespace {
+
+// A committed fuzz input (tests/fuzz/corpus/oci_spec/): one runtime-config byte, then config.json.
+Json fuzz_spec(const std::string& name) {
+  std::string bytes = read_file(test::source_path("tests/fuzz/corpus/oci_spec/" + name)).value();
+  return Json::parse(bytes.substr(1));
+}
+
+}  // namespace
+
+// Found by tests/fuzz/fuzz_oci_spec.cpp: nlohmann's value() threw type_error out of the shim
+// (std::terminate) on a mistyped field. Now the edit refuses the spec and names the field.
+TEST(Isolation, MistypedDeviceFieldsAreErrorsNamingTheFieldNotExceptions) {
+  struct Case {
+    const char* input;
+    const char* field;
+  } cases[] = {
+      {"crash-device-path-not-string-found", "linux.devices[4].path is not a string"},
+      {"crash-device-path-not-string", "linux.devices[1].path is not a string"},
+      {"crash-rule-allow-not-boolean", "linux.resources.devices[0].allow is not a boolean"},
+      {"crash-rule-access-not-string", "linux.resources.devices[0].access is not a string"},
+  };
+  for (const auto& c : cases) {
+    Json spec = fuzz_spec(c.input);
+    const Json before = spec;
+    Result<IsolationResult> r = std::unexpected(Error{});
+    ASSERT_NO_THROW(r = isolate_spec(spec, grant_gpu1())) << c.input;
+    ASSERT_FALSE(r) << c.input;
+    EXPECT_EQ(r.error().code, Errc::parse) << c.input;
+    EXPECT_NE(r.error().message.find(c.field), std::string::npos) << r.error().message;
+    EXPECT_EQ(spec, before) << c.input << ": refused before any edit";
+  }
+}
+
+TEST(Allocation, MountWithMistypedDestinationIsNotAMarkerNorAnException) {
+  Json spec = fuzz_spec("crash-mount-destination-not-string");
+  Result<AllocationRequest> r = std::unexpected(Error{});
+  ASSERT_NO_THROW(r = find_allocation_request(spec, RuntimeConfig{}, false));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->channel, Channel::none);
 }
