@@ -110,21 +110,26 @@ std::set<unsigned> openable_gpu_minors_from_oci_rules(std::string_view config_js
     bool allowed = false;  // runc starts from deny-all
     for (const auto& r : *rules) {
       if (!r.is_object()) continue;
-      auto t = r.find("type");
-      bool char_or_all =
-          t == r.end() || !t->is_string() || t->get_ref<const std::string&>().empty() ||
-          t->get_ref<const std::string&>() == "a" || t->get_ref<const std::string&>() == "c";
-      if (!char_or_all) continue;
-      auto num = [&](const char* k) -> long {
-        return r.contains(k) && r[k].is_number_integer() ? r[k].get<long>() : -1;
-      };
-      long major = num("major"), mnr = num("minor");
-      if ((major != -1 && major != 195) || (mnr != -1 && mnr != static_cast<long>(minor))) continue;
       // A mistyped allow/access (runc refuses such a spec) is skipped: value() would throw out of
       // the doctor. Found by tests/fuzz/fuzz_doctor_parse.cpp.
       if ((r.contains("access") && !r["access"].is_string()) ||
           (r.contains("allow") && !r["allow"].is_boolean()))
         continue;
+      auto t = r.find("type");
+      bool all = t == r.end() || !t->is_string() || t->get_ref<const std::string&>().empty() ||
+                 t->get_ref<const std::string&>() == "a";
+      // Any "a" rule resets the list to allow-all or deny-all, whatever its numbers and access
+      // (runc 1.1's devices emulator, measured: docs/fuzzing.md). Found by fuzz_oci_spec.cpp.
+      if (all) {
+        allowed = r.value("allow", false);
+        continue;
+      }
+      if (t->get_ref<const std::string&>() != "c") continue;
+      auto num = [&](const char* k) -> long {
+        return r.contains(k) && r[k].is_number_integer() ? r[k].get<long>() : -1;
+      };
+      long major = num("major"), mnr = num("minor");
+      if ((major != -1 && major != 195) || (mnr != -1 && mnr != static_cast<long>(minor))) continue;
       std::string access = r.value("access", std::string("rwm"));
       if (access.find_first_of("rw") == std::string::npos) continue;
       allowed = r.value("allow", false);

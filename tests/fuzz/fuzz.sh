@@ -5,7 +5,7 @@
 #   fuzz.sh run NAME SECONDS [DIR] replay tests/fuzz/corpus/NAME (crash regressions included),
 #                                  then fuzz for SECONDS; exit 77 when there is no fuzz build
 #   fuzz.sh all SECONDS [DIR]      run every target in turn, one at a time
-# Environment: FUZZ_CXX (the clang++ to use), JOBS (build parallelism), FUZZ_ARGS (extra
+# Environment: FUZZ_CXX (the clang++ to use, and no other), JOBS (build parallelism), FUZZ_ARGS (extra
 # libFuzzer flags, e.g. -jobs=2 or -seed=1).
 set -uo pipefail
 # Symbolised stack traces in crash reports (any llvm-symbolizer reads clang 19 DWARF well enough).
@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t n) {
   return r ? 0 : 1;
 }
 EOF
-  "$cxx" -std=c++23 -fsanitize=fuzzer,address,undefined "$tmp/probe.cpp" -o "$tmp/probe" \
+  "$cxx" -std=c++2b -fsanitize=fuzzer,address,undefined "$tmp/probe.cpp" -o "$tmp/probe" \
     >"$tmp/log" 2>&1
   local rc=$?
   [ $rc -eq 0 ] || probe_error="$cxx: $(grep -m1 error "$tmp/log")"
@@ -40,9 +40,8 @@ EOF
 }
 
 find_clang() {
-  local candidates=()
-  [ -n "${FUZZ_CXX:-}" ] && candidates+=("$FUZZ_CXX")
-  candidates+=(clang++-19 clang++ clang++-22 clang++-21 clang++-20)
+  local candidates=(clang++-19 clang++ clang++-22 clang++-21 clang++-20)
+  [ -n "${FUZZ_CXX:-}" ] && candidates=("$FUZZ_CXX")  # named: that one or none
   probe_error="no clang++ found (tried ${candidates[*]})"
   for cxx in "${candidates[@]}"; do
     if probe_clang "$cxx"; then

@@ -119,3 +119,25 @@ TEST(DoctorParse, OciRulesWithMistypedFieldsAreSkippedNotThrown) {
           gpus),
       gpus);
 }
+
+// runc 1.1 takes any "a" rule as allow-all or deny-all whatever its numbers and access (measured
+// with runc 1.1.5, docs/fuzzing.md); the replay counted "deny a m" as denying nothing and
+// "allow a 1:3 m" as allowing nothing. Found by tests/fuzz/fuzz_oci_spec.cpp's oracle.
+TEST(DoctorParse, AnyARuleResetsTheListAsRuncDoes) {
+  std::set<unsigned> gpus = {0, 1};
+  EXPECT_TRUE(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"},{"allow":true,"access":"rw"},{"allow":false,"access":"m"}]}}})",
+          gpus)
+          .empty());
+  EXPECT_EQ(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"},{"allow":true,"type":"a","major":1,"minor":3,"access":"m"}]}}})",
+          gpus),
+      gpus);
+  EXPECT_EQ(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":true,"access":"rwm"},{"allow":false,"major":195,"minor":0}]}}})",
+          gpus),
+      (std::set<unsigned>{}));
+}

@@ -228,3 +228,20 @@ TEST(Allocation, MountWithMistypedDestinationIsNotAMarkerNorAnException) {
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->channel, Channel::none);
 }
+
+// Found by tests/fuzz/fuzz_oci_spec.cpp's oracle: runc 1.1 takes any "a" rule (type "a", empty or
+// absent) as allow-all or deny-all whatever its numbers and access (measured, docs/fuzzing.md),
+// so "allow a 1:3 m" after a deny-all opens every GPU. The edit took it for a narrow rule, kept
+// the spec "default-deny" and added no denies.
+TEST(Isolation, AnARuleWithNumbersIsAllowAllAsRuncTakesIt) {
+  for (const char* name : {"oracle-a-rule-with-numbers", "oracle-a-rule-with-numbers-found"}) {
+    Json spec = fuzz_spec(name);
+    auto r = isolate_spec(spec, grant_gpu1());
+    ASSERT_TRUE(r) << name << ": " << r.error().message;
+    EXPECT_EQ(r->denied_minors, (std::vector<unsigned>{0, 2})) << name;
+    const Json& rules = spec["linux"]["resources"]["devices"];
+    EXPECT_EQ(rules.back(), Json::parse(R"({"allow": false, "type": "c", "major": 195,
+                                            "minor": 2, "access": "rwm"})"))
+        << name << ": the denies come last";
+  }
+}
