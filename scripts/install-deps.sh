@@ -12,6 +12,9 @@ packages=(
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libcurl4-openssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # fuzzing (tests/fuzz): clang 19 is the first whose C++23 libstdc++ 12 accepts (std::expected),
+  # libclang-rt-19-dev holds libFuzzer and the sanitizer runtimes
+  clang-19 libclang-rt-19-dev
   # real parts for scenario tests: runc, containerd, a static busybox for container roots
   runc containerd busybox-static
   # tools the scenario tests and setup use (present on most systems; listed so a minimal one works)

@@ -85,9 +85,10 @@ int main(int argc, char** argv) try {
   app.add_option("--cdi-annotation-prefix", opt.cdi_annotation_prefix,
                  "Prefix of the CDI annotation keys")
       ->capture_default_str();
-  app.add_option("--host-root", opt.host_root,
-                 "Root under which this process finds /dev/nvidia* and /proc (e.g. /host in a pod); "
-                 "it never changes the paths sent to the kubelet")
+  app.add_option(
+         "--host-root", opt.host_root,
+         "Root under which this process finds /dev/nvidia* and /proc (e.g. /host in a pod); "
+         "it never changes the paths sent to the kubelet")
       ->capture_default_str();
   app.add_option("--dev-root", opt.dev_root,
                  "Root of the device nodes on the host as the container runtime sees it "

@@ -159,6 +159,7 @@ Result<AllocationChannels> read_allocation_channels(const Json& spec, const Runt
                                                     bool lists_host_devices) {
   AllocationChannels out;
   out.lists_host_devices = lists_host_devices;
+  if (auto st = check_spec_fields(spec); !st) return std::unexpected(st.error());
   if (cfg.trusts(TrustedChannel::cdi_annotations)) {
     if (auto st = read_annotations(spec, cfg, out); !st) return std::unexpected(st.error());
   }

@@ -48,6 +48,14 @@ Result<DeviceRule> parse_device_rule(const Json& rule, std::string_view where) {
     if (r.access.find_first_not_of("rwm") != std::string::npos)
       return fail(Errc::parse, where, ".access '", r.access, "' is not a subset of rwm");
   }
+  // runc 1.1 (its devices emulator, and the kernel's v1 "a" entry) takes every type-"a" rule as
+  // all devices, all access, whatever numbers and access it names: "allow a 1:3 m" after a
+  // deny-all opens every GPU (measured, docs/device-cgroup.md). Read it the way runc runs it.
+  if (r.type == 'a') {
+    r.major.reset();
+    r.minor.reset();
+    r.access = "rwm";
+  }
   return r;
 }
 

@@ -2,7 +2,8 @@
 // (which rewrites them) and the doctor (which judges running containers by them).
 //
 // Meaning (OCI runtime spec, config-linux.md "Allowed Device List"; runc libcontainer/devices):
-// - type "a" (or absent/empty) covers both "c" and "b";
+// - type "a" (or absent/empty) covers both "c" and "b" — and runc 1.1 takes any "a" rule as all
+//   devices with all access, ignoring its numbers and access, so that is how it is read here;
 // - an absent, null or negative major/minor is a wildcard;
 // - access is a subset of "rwm" (absent = "rwm");
 // - the list is applied in order over a default of "deny everything": for each access bit the last

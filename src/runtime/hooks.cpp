@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <iostream>
 #include <iterator>
 
@@ -79,6 +82,79 @@ Status write_in_root(int root_fd, const std::string& dir, const std::string& nam
     return fail_errno("rename (inside the container root)", dir + "/" + name, err);
   }
   return {};
+}
+
+// `ldconfig -r ROOT` only chroots. At createContainer time the container's root already has its
+// procfs (and sysfs) mounted, and procfs has magic links out of any chroot: /proc/1/root is the
+// host's "/". An image with /var/cache/ldconfig or /etc -> /proc/1/root/... would have ldconfig
+// write on the host. So ldconfig runs in a private mount namespace in which the root's /proc and
+// /sys are covered by empty read-only tmpfs; if that cannot be set up, it does not run.
+Result<ProcessResult> run_ldconfig_confined(const std::string& ldconfig,
+                                            const std::filesystem::path& rootfs, int root_fd) {
+  char tmpl[] = "/tmp/gpufence-ldconfig-XXXXXX";
+  int out_fd = ::mkostemp(tmpl, O_CLOEXEC);
+  if (out_fd < 0) return fail_errno("mkostemp", tmpl);
+  ::unlink(tmpl);
+  Fd out(out_fd);
+  (void)root_fd;  // the child resolves again: a descriptor opened here names the old namespace
+  std::vector<std::string> env = kMinimalHookEnv;
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string root = rootfs.string();
+  std::string arg0 = ldconfig, arg1 = "-r";
+  char* argv[] = {arg0.data(), arg1.data(), root.data(), nullptr};
+  pid_t pid = ::fork();
+  if (pid < 0) return fail_errno("fork", ldconfig);
+  if (pid == 0) {
+    if (::unshare(CLONE_NEWNS) != 0) ::_exit(125);
+    // Private first, so the covers below never propagate into the container's namespace.
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) ::_exit(125);
+    // Mount targets must be resolved in this namespace, and inside the root (an image's /proc
+    // may be a symlink; runc mounted procfs where it resolves inside the root).
+    int new_root = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (new_root < 0) ::_exit(125);
+    for (const char* dir : {"proc", "sys"}) {
+      auto fd = open_in_root(new_root, dir, O_PATH | O_DIRECTORY);
+      if (!fd) {
+        if (fd.error().code == Errc::not_found) continue;
+        ::_exit(125);
+      }
+      std::string target = fd_path(*fd);
+      if (::mount("tmpfs", target.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "size=4k,mode=0555") != 0)
+        ::_exit(125);
+    }
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(out.fd, 1) < 0 || ::dup2(out.fd, 2) < 0)
+      ::_exit(125);
+    ::execve(argv[0], argv, envp.data());
+    ::_exit(127);
+  }
+  ProcessResult result;
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      result.timed_out = true;
+      break;
+    }
+    ::usleep(2000);
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (result.exit_code == 125)
+    return fail(Errc::io, "cannot confine ", ldconfig, " (private mount namespace): not run");
+  ::lseek(out.fd, 0, SEEK_SET);
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(out.fd, buf, sizeof buf)) > 0) result.out.append(buf, static_cast<size_t>(n));
+  return result;
 }
 
 }  // namespace
@@ -208,10 +284,7 @@ Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std
   }
   if (ldconfig.empty() || ldconfig.front() != '/')
     return fail(Errc::not_found, "no ldconfig at /sbin or /usr/sbin on the host");
-  ProcessOptions options;
-  options.env = kMinimalHookEnv;
-  options.timeout = std::chrono::seconds(8);
-  auto r = run_process({ldconfig, "-r", rootfs.string()}, options);
+  auto r = run_ldconfig_confined(ldconfig, rootfs, root->fd);
   if (!r) return std::unexpected(r.error());
   if (r->timed_out) return fail(Errc::io, ldconfig, " -r ", rootfs.string(), " timed out");
   if (r->exit_code != 0)

@@ -258,6 +258,8 @@ bool admits_by_wildcard(const Json& spec) {
 
 Result<IsolationResult> isolate_spec(Json& spec, const IsolationPlan& plan) {
   IsolationResult result;
+  // Every field read below has the type the steps assume; nothing is edited otherwise.
+  if (auto st = check_spec_fields(spec); !st) return std::unexpected(st.error());
   auto rules = parse_spec_device_rules(spec);
   if (!rules) return std::unexpected(rules.error());
   std::vector<SpecNode> nodes;

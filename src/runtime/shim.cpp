@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <filesystem>
 
@@ -15,6 +16,7 @@
 #include "runtime/cdi_edits.hpp"
 #include "runtime/device_rules.hpp"
 #include "runtime/host_devices.hpp"
+#include "runtime/mount_guard.hpp"
 
 namespace gpufence {
 namespace {
@@ -35,6 +37,32 @@ std::string_view control_node_capability(std::string_view path) {
   for (const auto& n : kControlNodes)
     if (n.path == path) return n.capability;
   return "";
+}
+
+constexpr size_t kMaxSpecDepth = 64;
+
+// The deepest [ or { nesting of JSON text, strings skipped.
+size_t json_nesting_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 bool spec_mentions_drm(const Json& spec) {
@@ -90,9 +118,26 @@ Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const AllocationChannels& 
 
 }  // namespace
 
+Status refuse_cgroupfs_binds_on_host(const Json& spec) {
+  auto mounts = spec.find("mounts");
+  if (mounts == spec.end() || !mounts->is_array() || mounts->empty()) return {};
+  // This process's own mount table: gpufence-runtime runs in the host's (containerd's) namespace.
+  auto mountinfo = read_file("/proc/self/mountinfo");
+  if (!mountinfo) return std::unexpected(mountinfo.error().wrap("cannot check bind mounts"));
+  return refuse_cgroupfs_binds(spec, cgroup_mount_points(*mountinfo), [](const std::string& p) {
+    char buf[PATH_MAX];
+    return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+  });
+}
+
 Result<Json> read_spec(const std::filesystem::path& spec_path) {
   auto text = read_file(spec_path);
   if (!text) return std::unexpected(text.error());
+  // The JSON parser recurses per level: bound the nesting before it runs out of stack. An OCI
+  // spec is a handful of levels deep.
+  if (json_nesting_depth(*text) > kMaxSpecDepth)
+    return fail(Errc::parse, "malformed ", spec_path.native(), ": nested deeper than ",
+                kMaxSpecDepth, " levels");
   Json spec;
   try {
     spec = Json::parse(*text);
@@ -244,6 +289,12 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
     return decision;
   }
 
+  // 2b. No bind mount may hand an unprivileged container a cgroup filesystem (a privileged one
+  //     has the whole host anyway: docs/trust-model.md).
+  if (!decision.privileged) {
+    if (auto st = refuse_cgroupfs_binds_on_host(*spec); !st) return std::unexpected(st.error());
+  }
+
   // 3. Resolve against the node's GPUs and decide.
   auto inventory = load_inventory(*channels, host, ctx, decision.inventory_source);
   if (!inventory) return std::unexpected(inventory.error());
@@ -308,7 +359,8 @@ Result<std::string> resolve_low_level_runtime(const std::string& configured) {
   }
   if (::access(path.c_str(), X_OK) != 0) return fail_errno("low-level runtime", path);
   // The same file as ourselves (by device and inode: two stats, on every container command)?
-  struct stat target {}, self {};
+  struct stat target {
+  }, self{};
   if (::stat(path.c_str(), &target) == 0 && ::stat("/proc/self/exe", &self) == 0 &&
       target.st_dev == self.st_dev && target.st_ino == self.st_ino) {
     return fail(Errc::invalid_argument, "low-level runtime ", path,

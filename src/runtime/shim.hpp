@@ -45,6 +45,8 @@ struct ShimDecision {
 
 // The steps of prepare_bundle, each testable on its own.
 Result<Json> read_spec(const std::filesystem::path& spec_path);
+// mount_guard.hpp's check against this host's cgroup mounts (/proc/self/mountinfo).
+Status refuse_cgroupfs_binds_on_host(const Json& spec);
 // The node's GPUs, only when the channels name any: the driver's procfs when it can answer, NVML
 // when indices are involved or procfs is absent.
 Result<std::vector<Gpu>> load_inventory(const AllocationChannels& channels, const HostFs& host,

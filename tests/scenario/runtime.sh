@@ -324,6 +324,16 @@ case $case_name in
         out=$(run_with "$shim" "$b3" ldsym3)
         check "/etc/ld.so.conf.d -> ../../..: nothing at the host's /" test ! -e /00-gpufence-cdi.conf
         check "it stays inside the root" test -s "$b3/rootfs/00-gpufence-cdi.conf"
+        # ldconfig -r only chroots, and the root's procfs is mounted when the hook runs:
+        # /proc/1/root is the host's "/". The image points ldconfig's aux cache there.
+        mkdir -p "$host_dir/aux"
+        b4=$(new_bundle c4 unprivileged "" "" '"cdi.k8s.io/gpufence_x":"nvidia.com/gpu=1"' "$cdi_args")
+        mkdir -p "$b4/rootfs/var/cache"
+        ln -s "/proc/1/root$host_dir/aux" "$b4/rootfs/var/cache/ldconfig"
+        out=$(run_with "$shim" "$b4" ldsym4)
+        check "aux cache -> /proc/1/root/<host dir>: the container ran" has_line "$out" "LIBCUDA=yes"
+        check "aux cache -> /proc/1/root/<host dir>: nothing written on the host" test -z "$(ls -A "$host_dir/aux")"
+        check "and ldconfig still built the container's cache" grep -q "libcuda.so.1" "$b4/rootfs/etc/ld.so.cache"
         ;;
       cdi-hook-env)
         # A CDI hook without env must not run with the container's environment (an image's
@@ -473,6 +483,30 @@ case $case_name in
     check "GPU 0's DRM node denied via mknod" has_line "$out" "/tmp/d0 EPERM"
     check "a GPU minor the driver has not created yet is denied" has_line "$out" "/tmp/n5 EPERM"
     check "the cgroup filesystem is read-only" has_line "$out" "CGROUP=refused"
+    ;;
+  cgroupfs-volume)
+    # A pod's hostPath volume of the cgroup filesystem (rbind, as containerd's CRI binds volumes,
+    # read-only or not): on cgroup v1, euid 0 alone can move into the root devices cgroup.
+    esc='["/bin/sh","-c","echo $$ > /host-cg/devices/cgroup.procs 2>/dev/null && echo MOVED; mknod /tmp/n0 c 195 0 && gpufence-probe /tmp/n0"]'
+    for opts in '"rbind","rw"' '"rbind","ro"'; do
+      vol='{"destination":"/host-cg","type":"bind","source":"/sys/fs/cgroup","options":['$opts']}'
+      b=$(new_bundle "cg-${opts:9:2}" unprivileged "" "$vol" "" "$esc" 1)
+      cp "$b/config.json" "$work/before.json"
+      ids+=("cg-${opts:9:2}")
+      "$shim" --root "$state" create --bundle "$b" "cg-${opts:9:2}" </dev/null >/dev/null 2>"$work/err"
+      check "hostPath /sys/fs/cgroup ($opts): create refused" test $? -ne 0
+      check "hostPath /sys/fs/cgroup ($opts): says why" grep -q "binds /sys/fs/cgroup, .*cgroup filesystem: a container could move itself out of its devices cgroup" "$work/err"
+      check "hostPath /sys/fs/cgroup ($opts): config.json unchanged" cmp -s "$b/config.json" "$work/before.json"
+    done
+    # Control: the same container through plain runc does escape, so this test sees the attack.
+    vol='{"destination":"/host-cg","type":"bind","source":"/sys/fs/cgroup","options":["rbind","rw"]}'
+    b=$(new_bundle cg-ctl unprivileged "" "$vol" "" "$esc" 1)
+    out=$(run_with runc "$b" cg-control)
+    if grep -q "MOVED" <<<"$out"; then
+      check "control: with plain runc the container leaves its devices cgroup and opens GPU 0" has_line "$out" "/tmp/n0 ENXIO"
+    else
+      echo "note: this machine's cgroup layout did not let the control container move (no v1 devices hierarchy at /sys/fs/cgroup/devices); the refusal above is still checked"
+    fi
     ;;
   passthrough-commands)
     check "--version is runc's" test "$("$shim" --version)" = "$(runc --version)"

@@ -1,7 +1,9 @@
 // The doctor's parsers on literal /proc, /sys and config text, malformed included.
 #include <gtest/gtest.h>
 
+#include "common/file.hpp"
 #include "doctor/parse.hpp"
+#include "support/test_support.hpp"
 
 using namespace gpufence;
 
@@ -98,4 +100,44 @@ TEST(DoctorParse, DeepStreamGpuIds) {
   EXPECT_EQ(keys[1].gpu_id, 1);
   EXPECT_EQ(keys[1].line, 7);
   EXPECT_TRUE(deepstream_gpu_ids("[").empty());
+}
+
+// Found by tests/fuzz/fuzz_doctor_parse.cpp: nlohmann's value() threw out of the doctor on a rule
+// whose allow or access has the wrong type. Such a rule (runc refuses the spec) is skipped.
+TEST(DoctorParse, OciRulesWithMistypedFieldsAreSkippedNotThrown) {
+  std::set<unsigned> gpus = {0, 1};
+  for (const char* name : {"crash-rule-allow-not-boolean-found", "crash-rule-access-not-string"}) {
+    auto text = read_file(test::source_path("tests/fuzz/corpus/doctor_parse/") + name).value();
+    std::set<unsigned> open;
+    ASSERT_NO_THROW(open = openable_gpu_minors_from_oci_rules(text, gpus)) << name;
+    EXPECT_TRUE(open.empty()) << name;
+  }
+  // A list with a mistyped rule is one runc refuses to start: nothing is openable by it.
+  EXPECT_EQ(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":true,"access":"rwm"},{"allow":1,"type":"c","major":195,"minor":0}]}}})",
+          gpus),
+      (std::set<unsigned>{}));
+}
+
+// runc 1.1 takes any "a" rule as allow-all or deny-all whatever its numbers and access (measured
+// with runc 1.1.5, docs/fuzzing.md); the replay counted "deny a m" as denying nothing and
+// "allow a 1:3 m" as allowing nothing. Found by tests/fuzz/fuzz_oci_spec.cpp's oracle.
+TEST(DoctorParse, AnyARuleResetsTheListAsRuncDoes) {
+  std::set<unsigned> gpus = {0, 1};
+  EXPECT_TRUE(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"},{"allow":true,"access":"rw"},{"allow":false,"access":"m"}]}}})",
+          gpus)
+          .empty());
+  EXPECT_EQ(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":false,"access":"rwm"},{"allow":true,"type":"a","major":1,"minor":3,"access":"m"}]}}})",
+          gpus),
+      gpus);
+  EXPECT_EQ(
+      openable_gpu_minors_from_oci_rules(
+          R"({"linux":{"resources":{"devices":[{"allow":true,"access":"rwm"},{"allow":false,"major":195,"minor":0}]}}})",
+          gpus),
+      (std::set<unsigned>{}));
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/allocation.hpp"
+#include "runtime/mount_guard.hpp"
 
 using namespace gpufence;
 
@@ -187,4 +188,44 @@ TEST(Allocation, MarkersAreReadLeniently) {
   Json priv = spec_with("{}");
   priv["mounts"].push_back(marker("GPU-bbb"));
   EXPECT_TRUE(decide(priv, true, cfg)->granted.empty());
+}
+
+// A pod's hostPath of the cgroup filesystem: on cgroup v1, euid 0 can write cgroup.procs and
+// join the root devices cgroup (found by an attack with real runc; docs/trust-model.md).
+TEST(MountGuard, BindsOfCgroupFilesystemsAreRefused) {
+  auto cg = cgroup_mount_points(
+      "25 30 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n"
+      "26 25 0:23 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n"
+      "27 25 0:24 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+      "28 30 8:1 / /var/lib/kubelet rw - ext4 /dev/sda1 rw\n"
+      "29 30 0:25 / /mnt/with\\040space rw - cgroup cgroup rw,memory\n");
+  EXPECT_EQ(cg, (std::vector<std::string>{"/sys/fs/cgroup/devices", "/sys/fs/cgroup/unified",
+                                          "/mnt/with space"}));
+  auto same = [](const std::string& p) { return p; };
+  auto spec_with_mount = [](const char* source, const char* options) {
+    Json spec = Json::object();
+    spec["mounts"] = Json::array({Json{{"destination", "/host-cg"},
+                                       {"type", "bind"},
+                                       {"source", source},
+                                       {"options", Json::parse(options)}}});
+    return spec;
+  };
+  for (const char* src : {"/sys/fs/cgroup", "/sys", "/"}) {
+    auto r = refuse_cgroupfs_binds(spec_with_mount(src, R"(["rbind","ro"])"), cg, same);
+    ASSERT_FALSE(r) << src << ": an rbind carries the hierarchies below it";
+    EXPECT_NE(r.error().message.find("devices cgroup"), std::string::npos);
+  }
+  EXPECT_FALSE(refuse_cgroupfs_binds(
+      spec_with_mount("/sys/fs/cgroup/devices/kubepods", R"(["bind"])"), cg, same))
+      << "inside a hierarchy, recursive or not";
+  EXPECT_TRUE(refuse_cgroupfs_binds(spec_with_mount("/sys", R"(["bind"])"), cg, same))
+      << "a plain bind of an ancestor shows only empty mount points";
+  EXPECT_TRUE(
+      refuse_cgroupfs_binds(spec_with_mount("/var/lib/kubelet/pods/x", R"(["rbind"])"), cg, same));
+  EXPECT_TRUE(refuse_cgroupfs_binds(spec_with_mount("/sys/fs/cgroupx", R"(["rbind"])"), cg, same));
+  // A symlink is judged by what it resolves to.
+  auto link = [](const std::string& p) {
+    return p == "/tmp/cg-link" ? std::string("/sys/fs/cgroup/devices") : p;
+  };
+  EXPECT_FALSE(refuse_cgroupfs_binds(spec_with_mount("/tmp/cg-link", R"(["rbind"])"), cg, link));
 }

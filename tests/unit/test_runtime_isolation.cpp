@@ -3,9 +3,12 @@
 
 #include <map>
 
+#include "common/file.hpp"
+#include "runtime/allocation.hpp"
 #include "runtime/device_rules.hpp"
 #include "runtime/host_devices.hpp"
 #include "runtime/isolation.hpp"
+#include "support/test_support.hpp"
 
 using namespace gpufence;
 
@@ -339,4 +342,66 @@ TEST(SystemdDriver, PrivilegedSpecAsEmittedIsExpressibleAndGrantsExactlyTheGpu) 
       EXPECT_EQ(perms, "m") << path;
     }
   }
+}
+
+// Inputs tests/fuzz/fuzz_oci_spec.cpp found (each file: one config byte, then config.json).
+namespace {
+Json fuzz_spec(const std::string& name) {
+  std::string bytes =
+      read_file(test::source_path("tests/fuzz/corpus/oci_spec/" + name)).value_or(" {}");
+  return Json::parse(bytes.substr(1));
+}
+}  // namespace
+
+// nlohmann's value() threw type_error out of the shim (std::terminate) on a mistyped field. The
+// edit now refuses the spec, names the field and changes nothing.
+TEST(Isolation, MistypedFieldsAreErrorsNamingTheFieldNotExceptions) {
+  struct Case {
+    const char* input;
+    const char* field;
+  } cases[] = {
+      {"crash-device-path-not-string-found", "linux.devices[4].path must be a string"},
+      {"crash-device-path-not-string", "linux.devices[1].path must be a string"},
+      {"crash-rule-allow-not-boolean", "linux.resources.devices[0].allow must be a boolean"},
+      {"crash-rule-access-not-string", "linux.resources.devices[0].access must be a string"},
+  };
+  for (const auto& c : cases) {
+    Json spec = fuzz_spec(c.input);
+    const Json before = spec;
+    Result<IsolationResult> r = std::unexpected(Error{});
+    ASSERT_NO_THROW(r = isolate_spec(spec, grant_gpu1())) << c.input;
+    ASSERT_FALSE(r) << c.input;
+    EXPECT_EQ(r.error().code, Errc::parse) << c.input;
+    EXPECT_NE(r.error().message.find(c.field), std::string::npos) << r.error().message;
+    EXPECT_EQ(spec, before) << c.input << ": refused before any edit";
+  }
+  Json mount = fuzz_spec("crash-mount-destination-not-string");
+  Result<AllocationChannels> ch = std::unexpected(Error{});
+  ASSERT_NO_THROW(ch = read_allocation_channels(mount, RuntimeConfig{}, false));
+  ASSERT_FALSE(ch);
+  EXPECT_NE(ch.error().message.find(".destination must be a string"), std::string::npos)
+      << ch.error().message;
+}
+
+// runc 1.1 takes any "a" rule as allow-all or deny-all whatever its numbers and access
+// (docs/device-cgroup.md), so "allow a 1:3 m" after a deny-all opens every GPU: such a spec is
+// rewritten as a whitelist like a privileged one.
+TEST(Isolation, AnARuleWithNumbersIsAllowAllAsRuncTakesIt) {
+  Json found = fuzz_spec("oracle-a-rule-with-numbers-found");
+  auto refused = isolate_spec(found, grant_gpu1());
+  ASSERT_FALSE(refused) << "its access 'rw 666…' is no access string; runc refuses it too";
+  EXPECT_NE(refused.error().message.find("is not a subset of rwm"), std::string::npos);
+  for (const char* name : {"oracle-a-rule-with-numbers"}) {
+    Json spec = fuzz_spec(name);
+    auto r = isolate_spec(spec, grant_gpu1());
+    ASSERT_TRUE(r) << name << ": " << r.error().message;
+    EXPECT_TRUE(r->whitelisted) << name;
+    auto rules = rules_of(spec);
+    for (unsigned minor : {0u, 2u, 7u}) EXPECT_FALSE(rules_allow_open(rules, 195, minor)) << name;
+    EXPECT_TRUE(rules_allow_open(rules, 195, 1)) << name;
+  }
+  auto a = parse_device_rule(
+      Json::parse(R"({"allow": true, "type": "a", "major": 1, "minor": 3, "access": "m"})"), "r");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(describe_device_rule(*a), "allow a *:* rwm");
 }

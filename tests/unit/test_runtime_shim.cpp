@@ -174,3 +174,15 @@ TEST_F(ShimFlow, EveryHookGetsAFixedEnvironment) {
   EXPECT_EQ(out["hooks"]["prestart"][1]["env"], Json::parse(R"(["A=1"])")) << "its own env stays";
   EXPECT_EQ(out["hooks"]["prestart"][1]["timeout"], 5);
 }
+
+TEST(ReadSpec, DeepNestingIsAnErrorNotAStackOverflow) {
+  test::TempDir dir;
+  // Found by an attack: 200,000 nested arrays crashed the parser (SIGSEGV, nothing on stderr).
+  dir.write("config.json", std::string(200000, '[') + std::string(200000, ']'));
+  auto r = read_spec(dir / "config.json");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("nested deeper than"), std::string::npos);
+  dir.write("ok.json",
+            R"({"process": {"env": ["A=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["]}})");
+  EXPECT_TRUE(read_spec(dir / "ok.json")) << "brackets inside strings do not count";
+}

@@ -1,0 +1,39 @@
+// libFuzzer target: the doctor's /proc and cgroup parsers (doctor/parse.hpp), each fed the same
+// bytes: /proc/<pid>/cgroup, environ, status, v1 devices.list, an OCI spec's device rules, and a
+// DeepStream config.
+#include <cctype>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "doctor/parse.hpp"
+
+using namespace gpufence;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  static const std::set<unsigned> gpu_minors = {0, 1, 2, 255};
+
+  // A container id is always 64 hex digits (parse.hpp): the doctor looks it up by that.
+  if (auto id = container_id_from_cgroup(text)) {
+    if (id->size() != 64) std::abort();
+    for (unsigned char c : *id) {
+      if (!std::isxdigit(c)) std::abort();
+    }
+  }
+  (void)cgroup_path(text, "devices");
+  (void)cgroup_path(text, "");
+  (void)parse_environ(text);
+  (void)bounding_caps(text);
+  if (auto minors = openable_gpu_minors_from_devices_list(text, gpu_minors)) {
+    for (unsigned m : *minors) {
+      if (!gpu_minors.contains(m)) std::abort();
+    }
+  }
+  for (unsigned m : openable_gpu_minors_from_oci_rules(text, gpu_minors)) {
+    if (!gpu_minors.contains(m)) std::abort();
+  }
+  (void)deepstream_gpu_ids(text);
+  return 0;
+}
