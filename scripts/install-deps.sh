@@ -21,8 +21,7 @@ packages=(
   procps diffutils
   # the image assembly (scripts/image/assemble.py) and the chart tests' assertions
   python3 python3-yaml
-  # helm for the chart tests comes from npm at test time (deploy/helm/fetch-helm.sh; they skip
-  # without npm, which is left out here: it pulls in all of nodejs)
+  # helm for the chart tests comes from the npm registry at test time (deploy/helm/fetch-helm.sh)
   unzip
 )
 
@@ -32,6 +31,9 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+
+# npm: any npm on PATH will do (many images ship one outside dpkg); Debian's only when none is.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
