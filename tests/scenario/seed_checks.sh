@@ -33,6 +33,9 @@ cleanup() {
   local id p
   for id in "${ids[@]}"; do runc --root "$state" delete --force "$id" >/dev/null 2>&1; done
   for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  # runc can leave a killed container's (empty) cgroup behind; another doctor run would list it.
+  for id in "${ids[@]}"; do rmdir /sys/fs/cgroup/*/kubepods/besteffort/pod-seedchk-*/"$id" 2>/dev/null; done
+  rmdir /sys/fs/cgroup/*/kubepods/besteffort/pod-seedchk-* 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -80,7 +83,8 @@ ctr_mounts="$(bind /usr /usr),$(bind "$(dirname "$mock")" /opt/driver),$(bind "$
 
 hexid() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 # new_bundle POD MODE ARGS ENV MOUNTS [MINORS]: a container shaped like containerd's (64-hex id,
-# kubepods cgroup, CRI annotations). Prints the id; the bundle is $work/POD.
+# kubepods cgroup, CRI annotations). Sets NEW_ID (no subshell: cleanup must know every id); the
+# bundle is $work/POD.
 new_bundle() {
   local pod=$1 id b=$work/$1 app
   id=$(hexid)
@@ -93,9 +97,9 @@ new_bundle() {
   printf '[application]\nenable-perf-measurement=1\n\n[source0]\nenable=1\ngpu-id=0\n\n[primary-gie]\nenable=1\ngpu-id=0  # the sample config'"'"'s note\nconfig-file=config_infer.txt\n' > "$b/rootfs/app/ds.txt"
   gf_write_spec "$b" "$2" "$3" "$ctr_env${4:+,$4}" "$ctr_mounts${5:+,$5}" \
     "\"io.kubernetes.cri.sandbox-name\":\"$pod\",\"io.kubernetes.cri.sandbox-namespace\":\"video\",\"io.kubernetes.cri.container-name\":\"deepstream\"" "$node" "${6:-}"
-  sed -i 's|"linux":{|"linux":{"cgroupsPath":"/kubepods/besteffort/pod-'"$pod"'/'"$id"'",|' "$b/config.json"
+  sed -i 's|"linux":{|"linux":{"cgroupsPath":"/kubepods/besteffort/pod-seedchk-'"$pod"'/'"$id"'",|' "$b/config.json"
   ids+=("$id")
-  echo "$id"
+  NEW_ID=$id
 }
 run_to_end() {  # run_to_end RUNTIME POD ID: runs to completion, prints stdout (stderr in POD.err)
   "$1" --root "$state" run --bundle "$work/$2" "$3" </dev/null 2>"$work/$2.err"
@@ -163,18 +167,18 @@ case $case_name in
     ;;
   listing)
     smi='["/bin/sh","-c","gpufence-smi; echo END"]'
-    id=$(new_bundle ds-a unprivileged "$smi" "" "$(gf_marker_mount $GPU1)" 1)
+    new_bundle ds-a unprivileged "$smi" "" "$(gf_marker_mount $GPU1)" 1; id=$NEW_ID
     out=$(run_to_end "$shim" ds-a "$id")
     check "through gpufence-runtime: exactly one GPU listed" count_is 1 '^GPU ' "$out"
     check "  and it is the allocated GPU 1, as index 0" has "^GPU 0: NVIDIA GeForce RTX 3080 \(UUID: $GPU1\)$" "$out"
-    id=$(new_bundle ds-b privileged "$smi" "\"NVIDIA_VISIBLE_DEVICES=$GPU1\"" "")
+    new_bundle ds-b privileged "$smi" "\"NVIDIA_VISIBLE_DEVICES=$GPU1\"" ""; id=$NEW_ID
     out=$(run_to_end runc ds-b "$id")
     check "through plain runc, privileged: both GPUs listed" count_is 2 '^GPU [01]: ' "$out"
     check "  GPU 0 among them" has "\(UUID: $GPU0\)" "$out"
     ;;
   accounting)
-    id_a=$(new_bundle ds-a unprivileged "$launch_cmd" "" "$(gf_marker_mount $GPU0)" 0)
-    id_b=$(new_bundle ds-b unprivileged "$launch_cmd" "" "$(gf_marker_mount $GPU1)" 1)
+    new_bundle ds-a unprivileged "$launch_cmd" "" "$(gf_marker_mount $GPU0)" 0; id_a=$NEW_ID
+    new_bundle ds-b unprivileged "$launch_cmd" "" "$(gf_marker_mount $GPU1)" 1; id_b=$NEW_ID
     start_detached "$shim" ds-a "$id_a" && start_detached "$shim" ds-b "$id_b"
     check "both apps registered" wait_registered 2
     pid_a=$(init_pid "$id_a"); pid_b=$(init_pid "$id_b")
@@ -195,8 +199,8 @@ case $case_name in
     check "doctor: no shared GPU" hasnt "gpu.shared" "$out"
     ;;
   accounting-seed)
-    id_a=$(new_bundle ds-a privileged "$ds_cmd" "\"NVIDIA_VISIBLE_DEVICES=$GPU0\"" "")
-    id_b=$(new_bundle ds-b privileged "$ds_cmd" "\"NVIDIA_VISIBLE_DEVICES=$GPU1\"" "")
+    new_bundle ds-a privileged "$ds_cmd" "\"NVIDIA_VISIBLE_DEVICES=$GPU0\"" ""; id_a=$NEW_ID
+    new_bundle ds-b privileged "$ds_cmd" "\"NVIDIA_VISIBLE_DEVICES=$GPU1\"" ""; id_b=$NEW_ID
     start_detached runc ds-a "$id_a" && start_detached runc ds-b "$id_b"
     check "both apps registered" wait_registered 2
     pid_a=$(init_pid "$id_a"); pid_b=$(init_pid "$id_b")

@@ -125,7 +125,7 @@ std::string procfs_entry_name(std::string bus_id) {
 // What the real NVML requires to enumerate a GPU: its procfs entry and an openable node.
 bool visible_to_driver(const nvmlDevice_st& d, const std::string& procfs_dir,
                        const std::string& dev_dir) {
-  struct stat st{};
+  struct stat st {};
   std::string entry = procfs_dir + "/" + procfs_entry_name(d.bus_id);
   if (::stat(entry.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
   std::string node = dev_dir + "/nvidia" + std::to_string(d.minor);
@@ -189,8 +189,8 @@ int load_config(State& s) {
       std::erase_if(s.devices,
                     [&](const auto& d) { return !visible_to_driver(*d, procfs_dir, dev_dir); });
     } else if (visibility != "all") {
-      std::fprintf(stderr, "mock-nvml: bad config %s: visibility '%s' is not all or driver\n",
-                   path, visibility.c_str());
+      std::fprintf(stderr, "mock-nvml: bad config %s: visibility '%s' is not all or driver\n", path,
+                   visibility.c_str());
       return nvml::ERROR_UNKNOWN;
     }
     for (unsigned i = 0; i < s.devices.size(); ++i) s.devices[i]->index = i;
