@@ -6,6 +6,7 @@
 #                    gpufence-runtime, both through plain runc privileged
 #   accounting       two stand-in deepstream-apps through `gpufence launch`, isolated by
 #                    gpufence-runtime: `gpufence list` on the host shows one on each GPU
+#   accounting-privileged  the same with the seed's privileged pods (mount markers only)
 #   accounting-seed  the seed's setup (plain runc, privileged, NVIDIA_VISIBLE_DEVICES only,
 #                    gpu-id=0): both land on GPU 0 and `gpufence doctor` names it
 # Usage: seed_checks.sh CASE
@@ -71,7 +72,8 @@ export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 export GPUFENCE_NVML_LIBRARY=$mock
 export MOCK_NVML_CONFIG=$work/etc-nvml/nvml.json
 export MOCK_NVML_PROCESSES=$work/acct/processes
-shim=$build/bin/gpufence-runtime
+# SEED_CHECKS_RUNTIME=runc puts plain runc where gpufence-runtime goes, to see the checks fail.
+shim=${SEED_CHECKS_RUNTIME:-$build/bin/gpufence-runtime}
 
 smi_host() { LD_LIBRARY_PATH=$(dirname "$mock") "$build/bin/gpufence-smi" "$@"; }
 
@@ -171,14 +173,25 @@ case $case_name in
     out=$(run_to_end "$shim" ds-a "$id")
     check "through gpufence-runtime: exactly one GPU listed" count_is 1 '^GPU ' "$out"
     check "  and it is the allocated GPU 1, as index 0" has "^GPU 0: NVIDIA GeForce RTX 3080 \(UUID: $GPU1\)$" "$out"
+    new_bundle ds-p privileged "$smi" "" "$(gf_marker_mount $GPU1)"; id=$NEW_ID
+    out=$(run_to_end "$shim" ds-p "$id")
+    check "privileged through gpufence-runtime: exactly one GPU listed" count_is 1 '^GPU ' "$out"
+    check "  the allocated GPU 1" has "^GPU 0: NVIDIA GeForce RTX 3080 \(UUID: $GPU1\)$" "$out"
     new_bundle ds-b privileged "$smi" "\"NVIDIA_VISIBLE_DEVICES=$GPU1\"" ""; id=$NEW_ID
     out=$(run_to_end runc ds-b "$id")
     check "through plain runc, privileged: both GPUs listed" count_is 2 '^GPU [01]: ' "$out"
     check "  GPU 0 among them" has "\(UUID: $GPU0\)" "$out"
     ;;
-  accounting)
-    new_bundle ds-a unprivileged "$launch_cmd" "" "$(gf_marker_mount $GPU0)" 0; id_a=$NEW_ID
-    new_bundle ds-b unprivileged "$launch_cmd" "" "$(gf_marker_mount $GPU1)" 1; id_b=$NEW_ID
+  accounting|accounting-privileged)
+    # unprivileged: the kubelet's device specs + marker; privileged (the seed's pods, kept
+    # privileged): the marker alone, which gpufence-runtime trusts only in a privileged spec.
+    if [ "$case_name" = accounting ]; then
+      new_bundle ds-a unprivileged "$launch_cmd" "" "$(gf_marker_mount $GPU0)" 0; id_a=$NEW_ID
+      new_bundle ds-b unprivileged "$launch_cmd" "" "$(gf_marker_mount $GPU1)" 1; id_b=$NEW_ID
+    else
+      new_bundle ds-a privileged "$launch_cmd" "" "$(gf_marker_mount $GPU0)"; id_a=$NEW_ID
+      new_bundle ds-b privileged "$launch_cmd" "" "$(gf_marker_mount $GPU1)"; id_b=$NEW_ID
+    fi
     start_detached "$shim" ds-a "$id_a" && start_detached "$shim" ds-b "$id_b"
     check "both apps registered" wait_registered 2
     pid_a=$(init_pid "$id_a"); pid_b=$(init_pid "$id_b")
