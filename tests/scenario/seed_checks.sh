@@ -128,7 +128,7 @@ start_pod_resources() {
 }
 doctor() {
   "$build/bin/gpufence" doctor --pod-resources-socket "$work/pod-resources.sock" --runc-root "$state" \
-    --containerd-config "$work/containerd.toml" "$@"
+    --containerd-config "$work/containerd.toml"
 }
 # The lines of `gpufence list` under one GPU's header.
 gpu_block() { awk -v u="$1" '/^GPU /{on = index($0, u) > 0} on' <<<"$2"; }
@@ -159,7 +159,7 @@ case $case_name in
     out=$(MOCK_NVML_CONFIG=$work/bad.json smi_host 2>&1)
     check "a bad visibility value fails init, naming it" has "visibility 'sometimes'" "$out"
     # Accounting on the host: a live process counts, a dead one is dropped.
-    sleep 1000 & live=$!; bg_pids+=($live)
+    sleep 1000 & live=$!; bg_pids+=("$live")
     sh -c 'exit 0' & dead=$!; wait $dead
     printf '%s %s 256\n%s %s 128\n' "$live" "$GPU1" "$dead" "$GPU1" > "$MOCK_NVML_PROCESSES"
     out=$("$build/bin/gpufence" list 2>&1)
