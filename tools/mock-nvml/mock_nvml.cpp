@@ -10,10 +10,35 @@
 //   {"release": "nvmlDeviceGetUUID"}   calls blocked there return (and new ones run) again
 // The config's "hang": ["fn", ...] makes functions block from nvmlInit_v2 on, like its
 // "fail": {"fn": code} makes them answer an error.
+//
+// Driver visibility (opt-in; off = every configured GPU is enumerated, as before). With
+// "visibility": "driver" in the config or MOCK_NVML_VISIBILITY=driver, nvmlInit enumerates only
+// the GPUs the real driver's NVML would see from where the caller runs (docs/mock-nvml.md):
+//   - its /proc/driver/nvidia/gpus/<bus id> entry exists (directory from "procfs_gpus_dir" or
+//     $MOCK_NVML_PROCFS_DIR; bus id in the driver's spelling, e.g. 0000:01:00.0), and
+//   - /dev/nvidia<minor> opens O_RDWR, or fails with ENXIO (a fake node with no driver behind
+//     it: the devices cgroup let it through); EPERM, ENOENT or any other error = absent.
+//     The directory is "dev_dir" or $MOCK_NVML_DEV_DIR (default /dev).
+// Visible GPUs are numbered 0..n-1 in config order; hidden ones are unknown to every call.
+//
+// Process accounting (opt-in): "processes_file" in the config or $MOCK_NVML_PROCESSES names a
+// text file of lines "PID UUID USED_MIB [PIDNS]" (PIDNS: the writer's `readlink
+// /proc/self/ns/pid`, e.g. pid:[4026531836]). The running-processes calls answer with the
+// config's "processes" plus the file's lines for that GPU whose process still exists, its pid
+// translated into the caller's pid namespace (through /proc/<pid>/ns/pid and the last NSpid of
+// /proc/<pid>/status); lines whose process is gone or not visible from the caller are dropped.
+//
 // Build variants drop symbols to exercise the loader's fallbacks (MOCK_NVML_LEGACY) and its
 // missing-symbol error (MOCK_NVML_NO_UUID).
 #include <nlohmann/json.hpp>
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +57,8 @@
 #define MOCK_EXPORT extern "C" __attribute__((visibility("default")))
 
 struct nvmlDevice_st {
-  unsigned index = 0;
+  unsigned index = 0;         // as the caller enumerates it
+  unsigned config_index = 0;  // position in the config (topology and events refer to it)
   std::string uuid, name, bus_id;
   unsigned minor = 0;
   unsigned long long memory_total = 0, memory_used = 0;
@@ -67,6 +93,7 @@ struct State {
   std::string events_file;
   std::streamoff events_offset = 0;
   std::vector<nvmlEventSet_st*> sets;
+  std::string processes_file;
 };
 
 State& state() {
@@ -81,6 +108,33 @@ int topology_level(const std::string& name) {
   if (name == "HOSTBRIDGE") return nvml::TOPOLOGY_HOSTBRIDGE;
   if (name == "NODE") return nvml::TOPOLOGY_NODE;
   return nvml::TOPOLOGY_SYSTEM;
+}
+
+std::string setting(const json& cfg, const char* key, const char* env, const char* fallback) {
+  if (const char* v = std::getenv(env); v && *v) return v;
+  return cfg.value(key, std::string(fallback));
+}
+
+// The driver's name for a GPU's procfs entry: lower case, 4-digit domain (docs/mock-nvml.md).
+std::string procfs_entry_name(std::string bus_id) {
+  for (auto& c : bus_id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (bus_id.find(':') == 8 && bus_id.starts_with("0000")) bus_id = bus_id.substr(4);
+  return bus_id;
+}
+
+// What the real NVML requires to enumerate a GPU: its procfs entry and an openable node.
+bool visible_to_driver(const nvmlDevice_st& d, const std::string& procfs_dir,
+                       const std::string& dev_dir) {
+  struct stat st {};
+  std::string entry = procfs_dir + "/" + procfs_entry_name(d.bus_id);
+  if (::stat(entry.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  std::string node = dev_dir + "/nvidia" + std::to_string(d.minor);
+  int fd = ::open(node.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    return true;
+  }
+  return errno == ENXIO;
 }
 
 // Loads the JSON description; any problem makes init fail with UNKNOWN and a line on stderr.
@@ -110,10 +164,10 @@ int load_config(State& s) {
     unsigned index = 0;
     for (const auto& g : cfg.value("gpus", json::array())) {
       auto d = std::make_unique<nvmlDevice_st>();
-      d->index = index++;
+      d->config_index = index++;
       d->uuid = g.at("uuid").get<std::string>();
       d->name = g.value("name", std::string("NVIDIA Mock GPU"));
-      d->minor = g.value("minor", d->index);
+      d->minor = g.value("minor", d->config_index);
       d->bus_id = g.value("pci_bus_id", std::string("00000000:01:00.0"));
       d->memory_total = g.value("memory_total", 10737418240ULL);
       d->memory_used = g.value("memory_used", 0ULL);
@@ -127,6 +181,20 @@ int load_config(State& s) {
         d->nvlinks.push_back(link.get<std::string>());
       s.devices.push_back(std::move(d));
     }
+    std::string visibility = setting(cfg, "visibility", "MOCK_NVML_VISIBILITY", "all");
+    if (visibility == "driver") {
+      std::string procfs_dir =
+          setting(cfg, "procfs_gpus_dir", "MOCK_NVML_PROCFS_DIR", "/proc/driver/nvidia/gpus");
+      std::string dev_dir = setting(cfg, "dev_dir", "MOCK_NVML_DEV_DIR", "/dev");
+      std::erase_if(s.devices,
+                    [&](const auto& d) { return !visible_to_driver(*d, procfs_dir, dev_dir); });
+    } else if (visibility != "all") {
+      std::fprintf(stderr, "mock-nvml: bad config %s: visibility '%s' is not all or driver\n", path,
+                   visibility.c_str());
+      return nvml::ERROR_UNKNOWN;
+    }
+    for (unsigned i = 0; i < s.devices.size(); ++i) s.devices[i]->index = i;
+    s.processes_file = setting(cfg, "processes_file", "MOCK_NVML_PROCESSES", "");
     for (const auto& t : cfg.value("topology", json::array())) {
       auto pair = t.at("gpus");
       s.topology.emplace_back(pair.at(0).get<unsigned>(), pair.at(1).get<unsigned>(),
@@ -156,7 +224,7 @@ int injected(State& s, const char* fn) {
 
 nvmlDevice_st* find_device(State& s, const json& ref) {
   for (auto& d : s.devices) {
-    if (ref.is_number_unsigned() && d->index == ref.get<unsigned>()) return d.get();
+    if (ref.is_number_unsigned() && d->config_index == ref.get<unsigned>()) return d.get();
     if (ref.is_string() && d->uuid == ref.get<std::string>()) return d.get();
   }
   return nullptr;
@@ -259,11 +327,64 @@ void fill_pci(const nvmlDevice_st& d, nvmlPciInfo_t* pci) {
   std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0", domain, bus, device);
 }
 
+std::string read_link(const std::string& path) {
+  char buf[256];
+  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// The innermost pid of /proc/<pid> (the last field of its NSpid line), 0 if unreadable.
+unsigned innermost_pid(const std::string& proc_pid_dir) {
+  std::ifstream in(proc_pid_dir + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("NSpid:")) continue;
+    auto last = line.find_last_of(" \t");
+    return static_cast<unsigned>(std::strtoul(line.c_str() + last + 1, nullptr, 10));
+  }
+  return 0;
+}
+
+// `pid` as the caller sees it, for a process registered from pid namespace `pidns` (empty: the
+// caller's own); 0 when that process is gone or not visible from here.
+unsigned caller_pid(unsigned pid, const std::string& pidns) {
+  if (pidns.empty() || pidns == read_link("/proc/self/ns/pid"))
+    return ::access(("/proc/" + std::to_string(pid)).c_str(), F_OK) == 0 ? pid : 0;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), ::closedir);
+  if (!dir) return 0;
+  while (dirent* e = ::readdir(dir.get())) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    std::string p = std::string("/proc/") + e->d_name;
+    if (read_link(p + "/ns/pid") == pidns && innermost_pid(p) == pid)
+      return static_cast<unsigned>(std::strtoul(e->d_name, nullptr, 10));
+  }
+  return 0;
+}
+
+// The config's processes for `dev` plus the live ones registered in the processes file.
+std::vector<std::pair<unsigned, unsigned long long>> processes_of(const State& s,
+                                                                  const nvmlDevice_st& dev) {
+  auto out = dev.processes;
+  if (s.processes_file.empty()) return out;
+  std::ifstream in(s.processes_file);
+  std::string line;
+  while (std::getline(in, line)) {
+    char uuid[96] = {}, pidns[64] = {};
+    unsigned pid = 0;
+    unsigned long long mib = 0;
+    if (std::sscanf(line.c_str(), "%u %95s %llu %63s", &pid, uuid, &mib, pidns) < 3) continue;
+    if (dev.uuid != uuid) continue;
+    if (unsigned here = caller_pid(pid, pidns)) out.emplace_back(here, mib << 20);
+  }
+  return out;
+}
+
 template <class Record>
 int running_processes(nvmlDevice_t dev, unsigned* count, Record* infos, const char* fn) {
   DEVICE_PROLOGUE(fn, dev);
   if (!count) return nvml::ERROR_INVALID_ARGUMENT;
-  unsigned needed = static_cast<unsigned>(dev->processes.size());
+  auto processes = processes_of(s, *dev);
+  unsigned needed = static_cast<unsigned>(processes.size());
   if (*count < needed) {
     *count = needed;
     return nvml::ERROR_INSUFFICIENT_SIZE;
@@ -271,8 +392,8 @@ int running_processes(nvmlDevice_t dev, unsigned* count, Record* infos, const ch
   if (needed && !infos) return nvml::ERROR_INVALID_ARGUMENT;
   for (unsigned i = 0; i < needed; ++i) {
     Record r{};
-    r.pid = dev->processes[i].first;
-    r.usedGpuMemory = dev->processes[i].second;
+    r.pid = processes[i].first;
+    r.usedGpuMemory = processes[i].second;
     if constexpr (sizeof(Record) == sizeof(nvmlProcessInfo_v2_t)) {
       r.gpuInstanceId = 0xFFFFFFFFu;
       r.computeInstanceId = 0xFFFFFFFFu;
@@ -525,7 +646,9 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvm
   if (!valid(s, b) || !level) return nvml::ERROR_INVALID_ARGUMENT;
   *level = s.default_topology;
   for (auto [x, y, l] : s.topology) {
-    if ((x == a->index && y == b->index) || (x == b->index && y == a->index)) *level = l;
+    if ((x == a->config_index && y == b->config_index) ||
+        (x == b->config_index && y == a->config_index))
+      *level = l;
   }
   return nvml::SUCCESS;
 }
