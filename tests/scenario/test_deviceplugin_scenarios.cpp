@@ -108,6 +108,17 @@ class PluginScenario : public ::testing::Test {
     }
     return fd;
   }
+  // /healthz answers 200 once Register has returned to the plugin, which can be just after the
+  // kubelet already saw its devices; poll for it (bounded well below the server's per-client
+  // deadline, so a blocked server still fails).
+  bool healthz_ok(std::chrono::milliseconds timeout = 5s) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (http_get("/healthz").find("200 OK") != std::string::npos) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+  }
   std::string http_get(const std::string& path) {
     int fd = connect_metrics();
     if (fd < 0) return "";
@@ -303,7 +314,7 @@ TEST_F(PluginScenario, MetricsAndHealthz) {
             std::string::npos);
   EXPECT_NE(metrics.find("gpufence_allocate_duration_seconds_count{resource=\"nvidia.com/gpu\"} 1"),
             std::string::npos);
-  EXPECT_NE(http_get("/healthz").find("200 OK"), std::string::npos);
+  EXPECT_TRUE(healthz_ok());
   EXPECT_NE(http_get("/nope").find("404"), std::string::npos);
 }
 
@@ -501,7 +512,7 @@ TEST_F(PluginScenario, HealthzAnswersWhileAnotherClientSendsNothing) {
   ASSERT_TRUE(all_healthy(2));
   int idle = connect_metrics();  // a scraper that connected and went quiet
   ASSERT_GE(idle, 0);
-  EXPECT_NE(http_get("/healthz").find("200 OK"), std::string::npos);
+  EXPECT_TRUE(healthz_ok());
   // The probe was answered while the idle client was still connected, not after it was dropped.
   char c;
   ssize_t n = ::recv(idle, &c, 1, MSG_DONTWAIT);
