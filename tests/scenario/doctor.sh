@@ -19,6 +19,7 @@ ids=(); pr_pid=""
 cleanup() {
   [ -n "$pr_pid" ] && kill "$pr_pid" 2>/dev/null
   for id in "${ids[@]}"; do runc --root "$state" delete --force "$id" >/dev/null 2>&1; done
+  rmdir /sys/fs/cgroup/*/kubepods/besteffort/pod-ds-?-$$ 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -45,7 +46,8 @@ start() {
   gf_make_rootfs "$b/rootfs" "$build/bin/gpufence-probe"
   gf_write_spec "$b" privileged '["/bin/sleep","120"]' "$env" "$mounts" \
     "\"io.kubernetes.cri.sandbox-name\":\"$pod\",\"io.kubernetes.cri.sandbox-namespace\":\"video\",\"io.kubernetes.cri.container-name\":\"deepstream\"" "$node"
-  sed -i 's|"linux":{|"linux":{"cgroupsPath":"/kubepods/besteffort/pod-'"$pod"'/'"$id"'",|' "$b/config.json"
+  # The pod's cgroup is this run's own ($$): cases running in parallel must not see each other.
+  sed -i 's|"linux":{|"linux":{"cgroupsPath":"/kubepods/besteffort/pod-'"$pod-$$"'/'"$id"'",|' "$b/config.json"
   ids+=("$id")
   "$runtime" --root "$state" create --bundle "$b" "$id" </dev/null >/dev/null 2>"$work/$pod.err" || { cat "$work/$pod.err"; return 1; }
   "$runtime" --root "$state" start "$id"
@@ -89,7 +91,7 @@ doctor() {
   "$build/bin/gpufence" doctor --pod-resources-socket "$work/pod-resources.sock" --runc-root "$state" \
     --containerd-config "$work/containerd.toml" "$@"
 }
-procs_before=$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a/$ID_0/cgroup.procs)
+procs_before=$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a-$$/$ID_0/cgroup.procs)
 for mode in plain probe; do
   flag=(); [ $mode = probe ] && flag=(--probe)
   out=$(doctor "${flag[@]}"); rc=$?
@@ -110,7 +112,7 @@ for mode in plain probe; do
     check "[$mode] ds-b reaches only GPU 1" has "video/ds-b/deepstream \[privileged\]: allocated GPU1 \| can open GPU1 " "$out"
   fi
 done
-check "the probe left no process in the container's cgroup" test "$procs_before" = "$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a/$ID_0/cgroup.procs)"
+check "the probe left no process in the container's cgroup" test "$procs_before" = "$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a-$$/$ID_0/cgroup.procs)"
 check "the probe left no temporary nodes" bash -c "! ls -d /tmp/gpufence-probe-* 2>/dev/null | grep -q ."
 if [ "$1" = fixed ]; then
   # containerd settings that undo the allocation channel, seen by the doctor on the live node.
