@@ -94,6 +94,15 @@ int main(int argc, char** argv) try {
                  "Root of the device nodes on the host as the container runtime sees it "
                  "(DeviceSpec host_path = DEV_ROOT/dev/nvidiaN; e.g. a driver container's root)")
       ->capture_default_str();
+  app.add_option("--cdi-spec-dir", opt.cdi_spec_dir,
+                 "Write the plugin's own CDI spec for the GPUs here (" +
+                     std::string("gpufence-nvidia.com-gpu.json") +
+                     ") at start and keep it current, so a containerd with CDI on resolves "
+                     "the plugin's CDI names; \"\" disables")
+      ->capture_default_str();
+  app.add_option("--cdi-hook-path", opt.cdi_hook_path,
+                 "Host path of gpufence-runtime, run by the spec's update-ldcache hook")
+      ->capture_default_str();
   app.add_option("--nvml-library", nvml_library,
                  "NVML library to dlopen (default: $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1)");
   app.add_flag("--disable-health-checks", disable_health,
@@ -133,6 +142,8 @@ int main(int argc, char** argv) try {
   }
   auto ids = parse_id_strategy(id_strategy);
   if (!ids) return fail_startup(ids.error().message);
+  if (!opt.cdi_hook_path.starts_with("/"))
+    return fail_startup("--cdi-hook-path '" + opt.cdi_hook_path + "' must be absolute");
   opt.id_strategy = *ids;
   auto lists = parse_list_strategies(list_strategy);
   if (!lists) return fail_startup(lists.error().message);
