@@ -98,7 +98,7 @@ int main(int argc, char** argv) try {
                  "Write the plugin's own CDI spec for the GPUs here (" +
                      std::string("gpufence-nvidia.com-gpu.json") +
                      ") at start and keep it current, so a containerd with CDI on resolves "
-                     "the plugin's CDI names; \"\" disables")
+                     "the plugin's CDI names; \"off\" or \"\" disables")
       ->capture_default_str();
   app.add_option("--cdi-hook-path", opt.cdi_hook_path,
                  "Host path of gpufence-runtime, run by the spec's update-ldcache hook")
@@ -142,6 +142,7 @@ int main(int argc, char** argv) try {
   }
   auto ids = parse_id_strategy(id_strategy);
   if (!ids) return fail_startup(ids.error().message);
+  if (opt.cdi_spec_dir == "off") opt.cdi_spec_dir.clear();
   if (!opt.cdi_hook_path.starts_with("/"))
     return fail_startup("--cdi-hook-path '" + opt.cdi_hook_path + "' must be absolute");
   opt.id_strategy = *ids;

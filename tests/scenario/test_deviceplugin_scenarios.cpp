@@ -571,12 +571,18 @@ TEST_F(PluginScenario, RestoresARemovedCdiSpecAtRegistrationAndLeavesItOnStop) {
   EXPECT_TRUE(std::filesystem::exists(cdi_spec()));
 }
 
-TEST_F(PluginScenario, AnEmptyCdiSpecDirWritesNoSpecAndSaysWhatThatMeans) {
+// "" from a shell, "off" from a manifest (where --cdi-spec-dir= is no value at all).
+TEST_F(PluginScenario, AnEmptyOrOffCdiSpecDirWritesNoSpecAndSaysWhatThatMeans) {
   m_kubelet->start();
-  start_plugin({"--cdi-spec-dir", ""});
-  ASSERT_TRUE(m_kubelet->wait_registrations(1, 10s));
-  EXPECT_FALSE(std::filesystem::exists(cdi_dir()));
-  EXPECT_TRUE(log_has("event=plugin.cdi_spec_off"));
+  for (const std::string off : {"", "off"}) {
+    start_plugin({"--cdi-spec-dir", off});
+    ASSERT_TRUE(m_kubelet->wait_registrations(off.empty() ? 1 : 2, 10s)) << off;
+    EXPECT_TRUE(log_has("event=plugin.cdi_spec_off")) << off;
+    EXPECT_EQ(m_plugin->signal_and_wait(SIGTERM, 5s), 0);
+    EXPECT_FALSE(std::filesystem::exists(cdi_dir())) << off;
+    EXPECT_FALSE(std::filesystem::exists(m_dir / "off")) << "'off' taken as a directory";
+    std::filesystem::remove(m_dir / "plugin.log");
+  }
 }
 
 TEST_F(PluginScenario, AnUnwritableCdiSpecDirStopsStartUpNamingTheFlag) {
