@@ -100,6 +100,10 @@ int main(int argc, char** argv) try {
                      ") at start and keep it current, so a containerd with CDI on resolves "
                      "the plugin's CDI names; \"off\" or \"\" disables")
       ->capture_default_str();
+  app.add_option("--driver-root", opt.driver_root,
+                 "Host path of the driver's root filesystem, for the CDI spec's driver files "
+                 "(GPU Operator: /run/nvidia/driver)")
+      ->capture_default_str();
   app.add_option("--cdi-hook-path", opt.cdi_hook_path,
                  "Host path of gpufence-runtime, run by the spec's update-ldcache hook")
       ->capture_default_str();
@@ -143,6 +147,8 @@ int main(int argc, char** argv) try {
   auto ids = parse_id_strategy(id_strategy);
   if (!ids) return fail_startup(ids.error().message);
   if (opt.cdi_spec_dir == "off") opt.cdi_spec_dir.clear();
+  if (!opt.driver_root.starts_with("/"))
+    return fail_startup("--driver-root '" + opt.driver_root + "' must be absolute");
   if (!opt.cdi_hook_path.starts_with("/"))
     return fail_startup("--cdi-hook-path '" + opt.cdi_hook_path + "' must be absolute");
   opt.id_strategy = *ids;

@@ -26,6 +26,7 @@ Result<CdiGenerateResult> build_plugin_cdi_spec(const HostFs& host, const std::v
                                                 const PluginCdiSpecOptions& options) {
   CdiGenerateOptions gen;
   gen.hook_path = options.hook_path;
+  gen.driver_root = options.driver_root;
   gen.driver_files = DriverFiles::optional;
   const std::string driver_version = gpus.empty() ? "" : gpus.front().driver_version;
   auto result = generate_cdi_spec(host, gpus, driver_version, gen);

@@ -24,6 +24,9 @@ struct PluginCdiSpecOptions {
   std::string hook_path = "/usr/local/bin/gpufence-runtime";  // a host path: runc runs it
   // Prefix of device node hostPaths, as DeviceSpec host_path (PluginOptions::dev_root).
   std::string dev_root = "/";
+  // Host path of the driver's root filesystem (GPU Operator: /run/nvidia/driver), read under
+  // --host-root; the driver files' hostPaths start with it.
+  std::string driver_root = "/";
 };
 
 // The spec for `gpus`: read through `host` (--host-root), naming host paths. Driver files are

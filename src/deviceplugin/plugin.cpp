@@ -115,6 +115,7 @@ struct DevicePlugin::State {
     o.dir = ctx.options.cdi_spec_dir;
     o.hook_path = ctx.options.cdi_hook_path;
     o.dev_root = ctx.options.dev_root;
+    o.driver_root = ctx.options.driver_root;
     return o;
   }
   // The spec built at start from the GPUs found (they do not change while the plugin runs: a

@@ -112,6 +112,11 @@ fi
 # user's dir, as they read /var/run/cdi after /etc/cdi.
 plugin_cdi=$work/plugin-cdi
 mkdir -p "$work/cdi" "$plugin_cdi"
+# A spec's device hostPath ($node/dev/nvidiaN, from --dev-root) is a host path: containerd reads it
+# in the real root, gpufence-runtime under its host root $node. A link $node$node -> $node makes
+# the one path name the same node in both views, as on a real node where both roots are "/".
+mkdir -p "$node$(dirname "$node")"
+ln -sfn "$(realpath --relative-to="$node$(dirname "$node")" "$node")" "$node$node"
 sed -i -E "s|cdi_spec_dirs = .*|cdi_spec_dirs = [\"$work/cdi\", \"$plugin_cdi\"]|" "$cfg"
 printf '[cdi]\nspec_dirs = ["%s", "%s"]\n' "$work/cdi" "$plugin_cdi" >> "$work/runtime.toml"
 if [ -n "${GF_CRI_ENABLE_CDI:-}" ]; then
@@ -131,14 +136,15 @@ gf_import_images "$bin/ctr" "$sock" "$imgs" > "$work/import.log" 2>&1 || { cat "
 
 # The device plugin with its default strategies (cdi-annotations included) on every line:
 # containerd 2.x (CDI on by default) and 1.7 with enable_cdi resolve the annotation from the
-# plugin's own spec (docs/containerd-lines.md); its hook is this build's gpufence-runtime.
-plugin_args=(--cdi-spec-dir "$plugin_cdi" --cdi-hook-path "$build/bin/gpufence-runtime")
+# plugin's own spec (docs/containerd-lines.md); its hook is this build's gpufence-runtime, and the
+# driver files (GF_CRI_CDI_SPEC=1) sit under the node root, named $node/... by --driver-root.
+plugin_args=(--cdi-spec-dir "$plugin_cdi" --cdi-hook-path "$build/bin/gpufence-runtime" --driver-root "$node")
 # To reproduce other combinations by hand (docs/containerd-lines.md), not used by CTest:
 # GF_CRI_PLUGIN_ARGS replaces the plugin's arguments; GF_CRI_ENABLE_CDI=true|false sets enable_cdi.
 # (the private spec dir stays, so no run writes the host's /var/run/cdi).
 if [ -n "${GF_CRI_PLUGIN_ARGS+x}" ]; then
   read -r -a extra_args <<<"$GF_CRI_PLUGIN_ARGS"
-  plugin_args=("${plugin_args[@]:0:4}" "${extra_args[@]}")
+  plugin_args=("${plugin_args[@]:0:6}" "${extra_args[@]}")
 fi
 
 # run_pods NAME HANDLER PODS [gpufence-test-cri option...]: the plugin registers, the pods run,

@@ -308,3 +308,23 @@ TEST(PluginCdiSpec, UserSpecInEtcCdiAndPluginSpecInVarRunCdiResolveToThePlugins)
   EXPECT_NE(conflict.error().message.find("nvidia.yaml"), std::string::npos);
   EXPECT_NE(conflict.error().message.find(kPluginCdiSpecFile), std::string::npos);
 }
+
+// A driver container's files (GPU Operator): read under --host-root at the driver root, named
+// by their host paths under it.
+TEST(PluginCdiSpec, DriverRootNamesTheDriverFilesHostPathsUnderIt) {
+  test::TempDir root, driver;
+  if (!make_nodes(root)) GTEST_SKIP() << "mknod needs root: " << std::strerror(errno);
+  make_driver_files(driver);
+  std::filesystem::create_directories(root / "run/nvidia");
+  std::filesystem::create_symlink(driver.path(), root / "run/nvidia/driver");
+  PluginCdiSpecOptions opt;
+  opt.driver_root = "/run/nvidia/driver";
+  auto r = build_plugin_cdi_spec(HostFs(root.path()), gpus(2), opt);
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_FALSE(r->spec.edits.mounts.empty());
+  for (const auto& m : r->spec.edits.mounts) {
+    EXPECT_TRUE(m.host_path.starts_with("/run/nvidia/driver/usr/lib/")) << m.host_path;
+    EXPECT_TRUE(m.container_path.starts_with("/usr/lib/")) << m.container_path;
+  }
+  EXPECT_EQ(r->spec.edits.hooks.size(), 1u);
+}
