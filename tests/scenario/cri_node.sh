@@ -141,10 +141,14 @@ gf_import_images "$bin/ctr" "$sock" "$imgs" > "$work/import.log" 2>&1 || { cat "
 plugin_args=(--cdi-spec-dir "$plugin_cdi" --cdi-hook-path "$build/bin/gpufence-runtime" --driver-root "$node")
 # To reproduce other combinations by hand (docs/containerd-lines.md), not used by CTest:
 # GF_CRI_PLUGIN_ARGS replaces the plugin's arguments; GF_CRI_ENABLE_CDI=true|false sets enable_cdi.
-# (the private spec dir stays, so no run writes the host's /var/run/cdi).
+# (the private spec dir stays unless they name --cdi-spec-dir, so no run writes /var/run/cdi).
 if [ -n "${GF_CRI_PLUGIN_ARGS+x}" ]; then
   read -r -a extra_args <<<"$GF_CRI_PLUGIN_ARGS"
-  plugin_args=("${plugin_args[@]:0:6}" "${extra_args[@]}")
+  if [[ " ${extra_args[*]} " == *" --cdi-spec-dir "* ]]; then  # e.g. "--cdi-spec-dir off"
+    plugin_args=("${plugin_args[@]:2:4}" "${extra_args[@]}")
+  else
+    plugin_args=("${plugin_args[@]:0:6}" "${extra_args[@]}")
+  fi
 fi
 
 # run_pods NAME HANDLER PODS [gpufence-test-cri option...]: the plugin registers, the pods run,
