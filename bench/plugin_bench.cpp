@@ -88,7 +88,8 @@ int hung_nvml_phase(const test::TempDir& dir) {
   kubelet.start();
   test::Subprocess plugin(
       {test::bin_path("gpufence-device-plugin"), "--plugin-dir", plugin_dir.string(),
-       "--nvml-timeout", "1s", "--metrics-address", "127.0.0.1:0"},
+       "--cdi-spec-dir", (dir / "cdi").string(), "--nvml-timeout", "1s", "--metrics-address",
+       "127.0.0.1:0"},
       {"MOCK_NVML_CONFIG=" + config.string(), "GPUFENCE_NVML_LIBRARY=" + test::mock_nvml_library()},
       (dir / "hung-plugin.log").string());
   auto both = [](const test::TestKubelet::Devices& d, const char* h) {
@@ -174,8 +175,9 @@ int main(int argc, char** argv) {
   test::TestKubelet kubelet(plugin_dir);
   kubelet.start();
   test::Subprocess plugin(
-      {test::bin_path("gpufence-device-plugin"), "--plugin-dir", plugin_dir.string(), "--log-level",
-       "warn", "--health-recovery", "300ms"},
+      {test::bin_path("gpufence-device-plugin"), "--plugin-dir", plugin_dir.string(),
+       "--cdi-spec-dir", (dir / "cdi").string(), "--log-level", "warn", "--health-recovery",
+       "300ms"},
       {"MOCK_NVML_CONFIG=" + config.string(), "GPUFENCE_NVML_LIBRARY=" + test::mock_nvml_library()},
       (dir / "plugin.log").string());
   if (!kubelet.wait_registrations(1, 10s) ||

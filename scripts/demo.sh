@@ -56,7 +56,7 @@ mkdir -p "$work/device-plugins"
 kubelet_pid=$!
 for _ in $(seq 200); do [ -S "$work/device-plugins/kubelet.sock" ] && break; sleep 0.05; done
 "$build/bin/gpufence-device-plugin" --plugin-dir "$work/device-plugins" --host-root "$node" \
-  --dev-root "$node" --log-file "$work/device-plugin.log" &
+  --dev-root "$node" --cdi-spec-dir "$work/cdi" --log-file "$work/device-plugin.log" &
 plugin_pid=$!
 wait "$kubelet_pid" || { echo "the test kubelet could not admit the pods" >&2; exit 1; }
 kubelet_pid=""

@@ -56,7 +56,8 @@ mkdir -p "$work/dp"
 "$build/bin/gpufence-test-kubelet" --plugin-dir "$work/dp" --admit 1 > "$work/admit" 2>&1 &
 kubelet_pid=$!
 for _ in $(seq 100); do [ -S "$work/dp/kubelet.sock" ] && break; sleep 0.05; done
-"$build/bin/gpufence-device-plugin" --plugin-dir "$work/dp" --log-file "$work/plugin.log" &
+"$build/bin/gpufence-device-plugin" --plugin-dir "$work/dp" --cdi-spec-dir "$work/plugin-cdi" \
+  --log-file "$work/plugin.log" &
 plugin_pid=$!
 if timeout 60 tail --pid="$kubelet_pid" -f /dev/null && wait "$kubelet_pid"; then
   step PASS "device plugin registered and answered Allocate ($(awk '$2=="ids" {print $3}' "$work/admit" | head -1))"

@@ -124,10 +124,16 @@ Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vecto
   }
   std::sort(libs.begin(), libs.end());
   libs.erase(std::unique(libs.begin(), libs.end()), libs.end());
-  if (libs.empty())
+  if (libs.empty() && options.driver_files == DriverFiles::required)
     return fail(Errc::not_found, "no NVIDIA driver libraries found under ",
                 host.resolve(droot).string());
+  if (libs.empty()) {
+    result.warnings.push_back(cat("no NVIDIA driver libraries found under ",
+                                  host.resolve(droot).string(),
+                                  "; the spec has device nodes only"));
+  }
   for (const auto& want : kExpectedLibraries) {
+    if (libs.empty()) break;
     bool found = std::any_of(libs.begin(), libs.end(), [&](const std::string& l) {
       return std::filesystem::path(l).filename().string().starts_with(want);
     });
@@ -174,7 +180,7 @@ Result<CdiGenerateResult> generate_cdi_spec(const HostFs& host, const std::vecto
     hook.args.push_back("--folder");
     hook.args.push_back(f);
   }
-  e.hooks.push_back(hook);
+  if (!folders.empty()) e.hooks.push_back(hook);
 
   spec.cdi_version = minimum_cdi_version(spec);
   if (auto st = validate_cdi_spec(spec); !st)

@@ -14,10 +14,16 @@
 
 namespace gpufence {
 
+// required: no driver library found is an error (`gpufence cdi generate`). optional: it is a
+// warning and the spec holds the device nodes only, with no linker-cache hook (the device
+// plugin's own spec, written on nodes whose driver files it cannot see).
+enum class DriverFiles { required, optional };
+
 struct CdiGenerateOptions {
   std::string driver_root = "/";  // GPU Operator installs the driver under /run/nvidia/driver
   std::string hook_path = "/usr/local/bin/gpufence-runtime";
   std::string kind = "nvidia.com/gpu";
+  DriverFiles driver_files = DriverFiles::required;
 };
 
 struct CdiGenerateResult {

@@ -94,6 +94,19 @@ int main(int argc, char** argv) try {
                  "Root of the device nodes on the host as the container runtime sees it "
                  "(DeviceSpec host_path = DEV_ROOT/dev/nvidiaN; e.g. a driver container's root)")
       ->capture_default_str();
+  app.add_option("--cdi-spec-dir", opt.cdi_spec_dir,
+                 "Write the plugin's own CDI spec for the GPUs here (" +
+                     std::string("gpufence-nvidia.com-gpu.json") +
+                     ") at start and keep it current, so a containerd with CDI on resolves "
+                     "the plugin's CDI names; \"off\" or \"\" disables")
+      ->capture_default_str();
+  app.add_option("--driver-root", opt.driver_root,
+                 "Host path of the driver's root filesystem, for the CDI spec's driver files "
+                 "(GPU Operator: /run/nvidia/driver)")
+      ->capture_default_str();
+  app.add_option("--cdi-hook-path", opt.cdi_hook_path,
+                 "Host path of gpufence-runtime, run by the spec's update-ldcache hook")
+      ->capture_default_str();
   app.add_option("--nvml-library", nvml_library,
                  "NVML library to dlopen (default: $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1)");
   app.add_flag("--disable-health-checks", disable_health,
@@ -133,6 +146,11 @@ int main(int argc, char** argv) try {
   }
   auto ids = parse_id_strategy(id_strategy);
   if (!ids) return fail_startup(ids.error().message);
+  if (opt.cdi_spec_dir == "off") opt.cdi_spec_dir.clear();
+  if (!opt.driver_root.starts_with("/"))
+    return fail_startup("--driver-root '" + opt.driver_root + "' must be absolute");
+  if (!opt.cdi_hook_path.starts_with("/"))
+    return fail_startup("--cdi-hook-path '" + opt.cdi_hook_path + "' must be absolute");
   opt.id_strategy = *ids;
   auto lists = parse_list_strategies(list_strategy);
   if (!lists) return fail_startup(lists.error().message);

@@ -45,6 +45,14 @@ struct PluginOptions {
   // container puts its nodes under e.g. /run/nvidia/driver). "/" on a normal node.
   std::string dev_root = "/";
   std::string cdi_annotation_prefix = "cdi.k8s.io/";
+  // Where the plugin writes its own CDI spec for the GPUs (cdi_spec.hpp), as this process sees
+  // the directory; "" = never (the flag also takes "off"). /var/run/cdi is the dynamic directory
+  // every CDI reader scans.
+  std::string cdi_spec_dir = "/var/run/cdi";
+  // The host path of gpufence-runtime, run by the spec's update-ldcache hook.
+  std::string cdi_hook_path = "/usr/local/bin/gpufence-runtime";
+  // The driver's root on the host, for the spec's driver files (cdi_spec.hpp).
+  std::string driver_root = "/";
   HealthOptions health;
   // Re-register when no ListAndWatch stream has been open this long; nullopt: never.
   std::optional<std::chrono::milliseconds> reregister_after = std::chrono::seconds(30);

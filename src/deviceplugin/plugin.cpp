@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/hostfs.hpp"
 #include "common/strings.hpp"
 #include "deviceplugin/allocate.hpp"
 #include "deviceplugin/api.hpp"
+#include "deviceplugin/cdi_spec.hpp"
 #include "deviceplugin/health_monitor.hpp"
 #include "deviceplugin/preferred.hpp"
 #include "deviceplugin/registration.hpp"
@@ -107,6 +109,20 @@ struct DevicePlugin::State {
     if (open_streams > 0) return std::nullopt;
     return streams_idle_since;
   }
+
+  PluginCdiSpecOptions cdi_spec_options() const {
+    PluginCdiSpecOptions o;
+    o.dir = ctx.options.cdi_spec_dir;
+    o.hook_path = ctx.options.cdi_hook_path;
+    o.dev_root = ctx.options.dev_root;
+    o.driver_root = ctx.options.driver_root;
+    return o;
+  }
+  // The spec built at start from the GPUs found (they do not change while the plugin runs: a
+  // new GPU set means a restart, which builds it again); nullopt when off or there are no GPUs.
+  std::optional<CdiSpec> cdi_spec;
+  Status build_cdi_spec();
+  Status write_cdi_spec();
 
   Status serve();
   void stop_serving();
@@ -284,6 +300,8 @@ Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx, in
   };
   s.loop = std::make_unique<RegistrationLoop>(std::move(settings), std::move(hooks), s.ctx.log,
                                               s.ctx.metrics);
+  if (auto st = s.build_cdi_spec(); !st) return std::unexpected(st.error());
+  if (auto st = s.write_cdi_spec(); !st) return std::unexpected(st.error());
   s.publish_device_counts();
   for (const auto& d : s.devices) {
     s.ctx.log.info("plugin.device",
@@ -303,6 +321,47 @@ bool DevicePlugin::registered() const {
 }
 size_t DevicePlugin::device_count() const {
   return m_state->devices.size();
+}
+
+Status DevicePlugin::State::build_cdi_spec() {
+  const PluginOptions& opt = ctx.options;
+  if (opt.cdi_spec_dir.empty()) {
+    if (opt.list_strategies.contains(ListStrategy::cdi_annotations) ||
+        opt.list_strategies.contains(ListStrategy::cdi_cri)) {
+      ctx.log.warn("plugin.cdi_spec_off",
+                   {{"reason",
+                     "--cdi-spec-dir is empty: a containerd with CDI on fails every GPU pod "
+                     "unless a spec for nvidia.com/gpu is provided (gpufence cdi generate)"}});
+    }
+    return {};
+  }
+  if (devices.empty()) {
+    ctx.log.info("plugin.cdi_spec_skipped", {{"reason", "no GPUs"}});
+    return {};
+  }
+  std::vector<Gpu> gpus;
+  for (const auto& d : devices) gpus.push_back(d.gpu);
+  auto built = build_plugin_cdi_spec(host, gpus, cdi_spec_options());
+  if (!built) return std::unexpected(built.error());
+  for (const auto& w : built->warnings) ctx.log.warn("plugin.cdi_spec_warning", {{"detail", w}});
+  cdi_spec = std::move(built->spec);
+  return {};
+}
+
+// Writes the spec when it is missing or differs (someone removed or edited it); called at start
+// and at every registration, so a kubelet restart also restores it.
+Status DevicePlugin::State::write_cdi_spec() {
+  if (!cdi_spec) return {};
+  const auto o = cdi_spec_options();
+  auto written = write_plugin_cdi_spec(*cdi_spec, o);
+  if (!written)
+    return std::unexpected(
+        written.error().wrap("--cdi-spec-dir (\"\" disables the plugin's CDI spec)"));
+  if (*written == SpecWrite::written) {
+    ctx.log.info("plugin.cdi_spec", {{"path", plugin_cdi_spec_path(o).string()},
+                                     {"devices", std::to_string(cdi_spec->devices.size())}});
+  }
+  return {};
 }
 
 Status DevicePlugin::State::serve() {
@@ -356,6 +415,8 @@ Status DevicePlugin::State::register_now() {
   if (!status.ok())
     return fail(Errc::rpc, "register with ", kubelet_socket(), ": ", status.error_message());
   ctx.metrics.count_registration();
+  if (auto st = write_cdi_spec(); !st)
+    ctx.log.error("plugin.cdi_spec_failed", {{"error", st.error().message}});
   ctx.log.info("plugin.registered", {{"resource", opt.resource_name},
                                      {"endpoint", own_socket()},
                                      {"kubelet", kubelet_socket()},

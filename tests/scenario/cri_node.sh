@@ -106,9 +106,19 @@ for e in edits:
         n["hostPath"] = root + n.get("hostPath", n["path"])
 json.dump(spec, open(path, "w"))
 PY
-  sed -i -E "s|cdi_spec_dirs = .*|cdi_spec_dirs = [\"$work/cdi\"]|" "$cfg"
-  printf '[cdi]\nspec_dirs = ["%s"]\n' "$work/cdi" >> "$work/runtime.toml"
 fi
+# The device plugin writes its own spec at start (--cdi-spec-dir, docs/deviceplugin.md) into a
+# private dynamic dir; containerd (1.7/2.x with CDI on) and gpufence-runtime read it after the
+# user's dir, as they read /var/run/cdi after /etc/cdi.
+plugin_cdi=$work/plugin-cdi
+mkdir -p "$work/cdi" "$plugin_cdi"
+# A spec's device hostPath ($node/dev/nvidiaN, from --dev-root) is a host path: containerd reads it
+# in the real root, gpufence-runtime under its host root $node. A link $node$node -> $node makes
+# the one path name the same node in both views, as on a real node where both roots are "/".
+mkdir -p "$node$(dirname "$node")"
+ln -sfn "$(realpath --relative-to="$node$(dirname "$node")" "$node")" "$node$node"
+sed -i -E "s|cdi_spec_dirs = .*|cdi_spec_dirs = [\"$work/cdi\", \"$plugin_cdi\"]|" "$cfg"
+printf '[cdi]\nspec_dirs = ["%s", "%s"]\n' "$work/cdi" "$plugin_cdi" >> "$work/runtime.toml"
 if [ -n "${GF_CRI_ENABLE_CDI:-}" ]; then
   sed -i -E "s|enable_cdi = .*|enable_cdi = $GF_CRI_ENABLE_CDI|" "$cfg"
   grep -q "enable_cdi = $GF_CRI_ENABLE_CDI" "$cfg" || { echo "containerd $line has no enable_cdi"; exit 2; }
@@ -124,14 +134,22 @@ imgs=$work/images
 gf_test_images "$imgs" "$build/bin/gpufence-pause" "$build/bin/gpufence-probe"
 gf_import_images "$bin/ctr" "$sock" "$imgs" > "$work/import.log" 2>&1 || { cat "$work/import.log"; echo "ctr images import failed"; exit 1; }
 
-# Device plugin strategies: containerd 2.x resolves CDI annotations itself (enable_cdi is on by
-# default) and fails CreateContainer when no spec names the device (docs/containerd-lines.md), so
-# on 2.x the plugin runs without cdi-annotations.
-plugin_args=()
-[ "$line" = 2 ] && plugin_args=(--device-list-strategy device-specs,volume-mounts)
+# The device plugin with its default strategies (cdi-annotations included) on every line:
+# containerd 2.x (CDI on by default) and 1.7 with enable_cdi resolve the annotation from the
+# plugin's own spec (docs/containerd-lines.md); its hook is this build's gpufence-runtime, and the
+# driver files (GF_CRI_CDI_SPEC=1) sit under the node root, named $node/... by --driver-root.
+plugin_args=(--cdi-spec-dir "$plugin_cdi" --cdi-hook-path "$build/bin/gpufence-runtime" --driver-root "$node")
 # To reproduce other combinations by hand (docs/containerd-lines.md), not used by CTest:
 # GF_CRI_PLUGIN_ARGS replaces the plugin's arguments; GF_CRI_ENABLE_CDI=true|false sets enable_cdi.
-if [ -n "${GF_CRI_PLUGIN_ARGS+x}" ]; then read -r -a plugin_args <<<"$GF_CRI_PLUGIN_ARGS"; fi
+# (the private spec dir stays unless they name --cdi-spec-dir, so no run writes /var/run/cdi).
+if [ -n "${GF_CRI_PLUGIN_ARGS+x}" ]; then
+  read -r -a extra_args <<<"$GF_CRI_PLUGIN_ARGS"
+  if [[ " ${extra_args[*]} " == *" --cdi-spec-dir "* ]]; then  # e.g. "--cdi-spec-dir off"
+    plugin_args=("${plugin_args[@]:2:4}" "${extra_args[@]}")
+  else
+    plugin_args=("${plugin_args[@]:0:6}" "${extra_args[@]}")
+  fi
+fi
 
 # run_pods NAME HANDLER PODS [gpufence-test-cri option...]: the plugin registers, the pods run,
 # each looks at both GPUs; output in $work/NAME.out, exit status in $work/NAME.rc, gpufence-runtime's

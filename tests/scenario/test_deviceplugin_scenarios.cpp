@@ -10,10 +10,12 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 
 #include "support/test_support.hpp"
 #include "test_kubelet.hpp"
@@ -52,12 +54,27 @@ class PluginScenario : public ::testing::Test {
                                      "debug",
                                      "--metrics-address",
                                      "127.0.0.1:0"};
+    // Never the host's /var/run/cdi: each test's spec goes to its own directory.
+    if (std::find(extra.begin(), extra.end(), "--cdi-spec-dir") == extra.end()) {
+      argv.push_back("--cdi-spec-dir");
+      argv.push_back(cdi_dir().string());
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     m_plugin = std::make_unique<test::Subprocess>(
         argv,
         std::vector<std::string>{"MOCK_NVML_CONFIG=" + m_config.string(),
                                  "GPUFENCE_NVML_LIBRARY=" + test::mock_nvml_library()},
         (m_dir / "plugin.log").string());
+  }
+  std::filesystem::path cdi_dir() const { return m_dir / "var-run-cdi"; }
+  std::filesystem::path cdi_spec() const { return cdi_dir() / "gpufence-nvidia.com-gpu.json"; }
+  bool wait_file(const std::filesystem::path& path, std::chrono::milliseconds timeout = 5s) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!std::filesystem::exists(path)) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return true;
   }
   void inject(const std::string& line) { std::ofstream(m_events, std::ios::app) << line << "\n"; }
   bool all_healthy(size_t n) {
@@ -520,4 +537,71 @@ TEST_F(PluginScenario, HealthzAnswersWhileAnotherClientSendsNothing) {
   EXPECT_EQ(n, -1) << "the idle connection was closed before /healthz was answered";
   EXPECT_EQ(err, EAGAIN);
   ::close(idle);
+}
+
+// containerd 2.x (CDI on by default) and 1.7 with enable_cdi resolve the plugin's cdi.k8s.io
+// annotation themselves and fail CreateContainer when no spec defines the name: the plugin's own
+// spec must be there once it has registered, valid, and define every name Allocate sends.
+TEST_F(PluginScenario, WritesAValidCdiSpecDefiningEveryNameAllocateSends) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(m_kubelet->wait_registrations(1, 10s));
+  ASSERT_TRUE(wait_file(cdi_spec())) << "no " << cdi_spec();
+  auto validate = test::run_command({test::bin_path("gpufence"), "cdi", "validate", cdi_spec()});
+  EXPECT_EQ(validate.exit_code, 0) << validate.out << validate.err;
+  EXPECT_NE(validate.out.find("valid: " + cdi_spec().string()), std::string::npos) << validate.out;
+  EXPECT_NE(validate.out.find("kind nvidia.com/gpu"), std::string::npos) << validate.out;
+  auto spec = nlohmann::json::parse(std::ifstream(cdi_spec()));
+  std::set<std::string> names;
+  for (const auto& d : spec["devices"]) names.insert(d["name"].get<std::string>());
+  for (int i = 0; i < 2; ++i) {
+    v1beta1::ContainerAllocateResponse r;
+    ASSERT_TRUE(m_kubelet->admit(1, &r).ok());
+    ASSERT_EQ(r.annotations_size(), 1);
+    const std::string value = r.annotations().begin()->second;  // "nvidia.com/gpu=<uuid>"
+    ASSERT_TRUE(value.starts_with("nvidia.com/gpu=")) << value;
+    EXPECT_TRUE(names.contains(value.substr(std::string("nvidia.com/gpu=").size()))) << value;
+  }
+  EXPECT_TRUE(log_has("event=plugin.cdi_spec path=" + cdi_spec().string()));
+}
+
+// Removed while the plugin runs (a tmpfs /var/run cleared, a user's cleanup): back at the next
+// registration, so a kubelet restart restores it. A clean stop leaves it: containers of pods
+// already admitted may be (re)created while the plugin is down and still need it.
+TEST_F(PluginScenario, RestoresARemovedCdiSpecAtRegistrationAndLeavesItOnStop) {
+  m_kubelet->start();
+  start_plugin();
+  ASSERT_TRUE(m_kubelet->wait_registrations(1, 10s));
+  ASSERT_TRUE(wait_file(cdi_spec()));
+  std::filesystem::remove(cdi_spec());
+  m_kubelet->stop();
+  m_kubelet->start();
+  ASSERT_TRUE(m_kubelet->wait_registrations(2, 10s));
+  EXPECT_TRUE(wait_file(cdi_spec())) << "not rewritten after re-registration";
+  EXPECT_EQ(m_plugin->signal_and_wait(SIGTERM, 5s), 0);
+  EXPECT_TRUE(std::filesystem::exists(cdi_spec()));
+}
+
+// "" from a shell, "off" from a manifest (where --cdi-spec-dir= is no value at all).
+TEST_F(PluginScenario, AnEmptyOrOffCdiSpecDirWritesNoSpecAndSaysWhatThatMeans) {
+  m_kubelet->start();
+  for (const std::string off : {"", "off"}) {
+    start_plugin({"--cdi-spec-dir", off});
+    ASSERT_TRUE(m_kubelet->wait_registrations(off.empty() ? 1 : 2, 10s)) << off;
+    EXPECT_TRUE(log_has("event=plugin.cdi_spec_off")) << off;
+    EXPECT_EQ(m_plugin->signal_and_wait(SIGTERM, 5s), 0);
+    EXPECT_FALSE(std::filesystem::exists(cdi_dir())) << off;
+    EXPECT_FALSE(std::filesystem::exists(m_dir / "off")) << "'off' taken as a directory";
+    std::filesystem::remove(m_dir / "plugin.log");
+  }
+}
+
+TEST_F(PluginScenario, AnUnwritableCdiSpecDirStopsStartUpNamingTheFlag) {
+  m_dir.write("var-run-cdi", "a file, not a directory");
+  m_kubelet->start();
+  start_plugin();
+  for (int i = 0; i < 250 && m_plugin->running(); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(m_plugin->signal_and_wait(0, 2s), 2);
+  EXPECT_NE(log_text().find("--cdi-spec-dir"), std::string::npos) << log_text();
+  EXPECT_EQ(m_kubelet->registrations(), 0);
 }
