@@ -15,6 +15,27 @@ extern char** environ;
 
 namespace gpufence {
 
+ProcessResult wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  ProcessResult result;
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, timeout.count() > 0 ? WNOHANG : 0);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) break;
+    if (timeout.count() > 0 && std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      result.timed_out = true;
+      break;
+    }
+    if (timeout.count() > 0) ::usleep(2000);
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
 Result<ProcessResult> run_process(const std::vector<std::string>& argv,
                                   const ProcessOptions& options) {
   if (argv.empty()) return fail(Errc::invalid_argument, "run_process: empty command");
@@ -36,6 +57,8 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv,
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
   posix_spawn_file_actions_adddup2(&actions, out_fd, 2);
+  // Nothing else of ours, inherited or not marked close-on-exec, reaches the child (glibc 2.34).
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   pid_t pid = 0;
   bool search = argv[0].find('/') == std::string::npos;
   int rc = search ? ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp)
@@ -45,28 +68,7 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv,
     ::close(out_fd);
     return fail_errno("run", argv[0], rc);
   }
-  ProcessResult result;
-  int status = 0;
-  if (options.timeout.count() > 0) {
-    auto deadline = std::chrono::steady_clock::now() + options.timeout;
-    for (;;) {
-      pid_t r = ::waitpid(pid, &status, WNOHANG);
-      if (r == pid) break;
-      if (r < 0 && errno != EINTR) break;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        ::kill(pid, SIGKILL);
-        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        result.timed_out = true;
-        break;
-      }
-      ::usleep(2000);
-    }
-  } else {
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ProcessResult result = wait_for_exit(pid, options.timeout);
   ::lseek(out_fd, 0, SEEK_SET);
   char buf[8192];
   ssize_t n;

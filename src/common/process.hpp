@@ -1,6 +1,8 @@
 // Running a helper program and capturing what it prints (diff, ldconfig, containerd).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -28,6 +30,10 @@ struct ProcessOptions {
 // cannot be started. No descriptor of ours leaks into the child.
 Result<ProcessResult> run_process(const std::vector<std::string>& argv,
                                   const ProcessOptions& options = {});
+
+// Waits for child `pid` to exit; past `timeout` (zero: no limit) kills it with SIGKILL and reaps
+// it. The result has no output.
+ProcessResult wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
 
 // A unified diff of two texts labelled `old_label` and `new_label` (uses diff(1), which Debian
 // marks essential); empty when they are equal.

@@ -131,23 +131,7 @@ Result<ProcessResult> run_ldconfig_confined(const std::string& ldconfig,
     ::execve(argv[0], argv, envp.data());
     ::_exit(127);
   }
-  ProcessResult result;
-  int status = 0;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
-  for (;;) {
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::kill(pid, SIGKILL);
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      result.timed_out = true;
-      break;
-    }
-    ::usleep(2000);
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ProcessResult result = wait_for_exit(pid, std::chrono::seconds(8));
   if (result.exit_code == 125)
     return fail(Errc::io, "cannot confine ", ldconfig, " (private mount namespace): not run");
   ::lseek(out.fd, 0, SEEK_SET);

@@ -1,10 +1,13 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
 
 #include "common/file.hpp"
+#include "common/process.hpp"
 #include "support/test_support.hpp"
 
 using namespace gpufence;
@@ -90,4 +93,26 @@ TEST(File, ReadsProcFilesWhoseSizeIsZero) {
   auto status = read_file("/proc/self/status");
   ASSERT_TRUE(status);
   EXPECT_NE(status->find("CapBnd"), std::string::npos);
+}
+
+TEST(Process, FixedEnvironmentTimeoutAndNoLeakedDescriptors) {
+  ProcessOptions only_path;
+  only_path.env = std::vector<std::string>{"PATH=/usr/bin:/bin"};
+  auto env = run_process({"/usr/bin/env"}, only_path);
+  ASSERT_TRUE(env) << env.error().message;
+  EXPECT_EQ(env->out, "PATH=/usr/bin:/bin\n") << "nothing of ours leaks into the child's env";
+  ProcessOptions quick;
+  quick.timeout = std::chrono::milliseconds(200);
+  auto slow = run_process({"/bin/sleep", "5"}, quick);
+  ASSERT_TRUE(slow);
+  EXPECT_TRUE(slow->timed_out);
+  EXPECT_EQ(slow->exit_code, 128 + SIGKILL);
+  // Only 0, 1 and 2 (and the listing's own directory descriptor) are open in the child, even
+  // with a descriptor of ours that is not close-on-exec.
+  int stray = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(stray, 0);
+  auto fds = run_process({"/bin/ls", "/proc/self/fd"});
+  ::close(stray);
+  ASSERT_TRUE(fds);
+  EXPECT_EQ(fds->out, "0\n1\n2\n3\n") << fds->out;
 }
