@@ -1,9 +1,9 @@
 // The real RuntimeProbe: one CRI Status call over the containerd socket, through gRPC's generic
-// stub and the private message definitions in cri_status.proto.
+// stub and the messages of proto/cri/v1/api.proto (the v1 and v1alpha2 wire forms are the same).
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include "install/cri_status.pb.h"
+#include "cri/v1/api.pb.h"
 #include "install/runner.hpp"
 
 namespace gpufence {
@@ -44,7 +44,7 @@ class CriProbe final : public RuntimeProbe {
   static Result<std::map<std::string, std::string>> status_info(
       const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
       std::chrono::milliseconds timeout) {
-    install::cri::StatusRequest req;
+    runtime::v1::StatusRequest req;
     req.set_verbose(true);
     auto request = serialize(req);
     if (!request) return std::unexpected(request.error());
@@ -72,7 +72,7 @@ class CriProbe final : public RuntimeProbe {
     if (!response.Dump(&slices).ok()) return fail(Errc::rpc, "CRI ", method, ": unreadable answer");
     std::string bytes;
     for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    install::cri::StatusResponse resp;
+    runtime::v1::StatusResponse resp;
     if (!resp.ParseFromString(bytes))
       return fail(Errc::parse, "CRI ", method, ": answer is not a StatusResponse");
     return std::map<std::string, std::string>(resp.info().begin(), resp.info().end());
