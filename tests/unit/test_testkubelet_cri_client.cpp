@@ -69,6 +69,19 @@ TEST(CriTranslation, MountsKeepPathsAndReadOnly) {
   EXPECT_EQ(c.mounts(0).propagation(), runtime::v1::PROPAGATION_PRIVATE);
 }
 
+TEST(CriTranslation, PodVolumesComeBeforeTheDevicePluginsMounts) {
+  auto p = pod(false);
+  p.volumes = {{"/srv/videos", "/videos", true}, {"/run/acct", "/run/acct", false}};
+  auto c = container_config(p, allocation());
+  ASSERT_EQ(c.mounts_size(), 4);
+  EXPECT_EQ(c.mounts(0).host_path(), "/srv/videos");
+  EXPECT_EQ(c.mounts(0).container_path(), "/videos");
+  EXPECT_TRUE(c.mounts(0).readonly());
+  EXPECT_EQ(c.mounts(1).host_path(), "/run/acct");
+  EXPECT_FALSE(c.mounts(1).readonly());
+  EXPECT_EQ(c.mounts(2).container_path(), "/var/run/nvidia-container-devices/GPU-a");
+}
+
 TEST(CriTranslation, DevicesKeepHostPathAndPermissions) {
   auto c = container_config(pod(false), allocation());
   ASSERT_EQ(c.devices_size(), 1);

@@ -59,7 +59,15 @@ runtime::v1::ContainerConfig container_config(const CriPod& pod,
     kv->set_key(k);
     kv->set_value(v);
   }
-  // mounts: kuberuntime makeMounts: host path, container path, read-only, private propagation.
+  // mounts: kuberuntime makeMounts: the pod's volume mounts first, then the device manager's
+  // Mounts; host path, container path, read-only, private propagation.
+  for (const auto& v : pod.volumes) {
+    auto* cm = c.add_mounts();
+    cm->set_container_path(v.container_path);
+    cm->set_host_path(v.host_path);
+    cm->set_readonly(v.read_only);
+    cm->set_propagation(runtime::v1::PROPAGATION_PRIVATE);
+  }
   for (const auto& m : alloc.mounts()) {
     auto* cm = c.add_mounts();
     cm->set_container_path(m.container_path());

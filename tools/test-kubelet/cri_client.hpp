@@ -26,6 +26,11 @@ struct CriPod {
   std::string image;
   std::vector<std::string> command;
   std::vector<std::pair<std::string, std::string>> env;  // the pod spec's own env (hostile input)
+  struct Volume {                                        // a hostPath volume and its volumeMount
+    std::string host_path, container_path;
+    bool read_only = true;
+  };
+  std::vector<Volume> volumes;
   bool privileged = false;
   std::string cgroup_parent;  // cgroupfs style; empty: the runtime's default
 };
@@ -35,8 +40,8 @@ struct CriPod {
 // node's), the kubelet's pod labels.
 runtime::v1::PodSandboxConfig sandbox_config(const CriPod& pod);
 
-// CreateContainer's config: the pod spec's env, then the device plugin's Allocate answer carried
-// as the kubelet does:
+// CreateContainer's config: the pod spec's env and hostPath volumes, then the device plugin's
+// Allocate answer carried as the kubelet does:
 // envs -> envs, mounts -> mounts (host path, container path, read-only), devices -> devices (host
 // path, container path, cgroup permissions), annotations -> container annotations, cdi_devices ->
 // CDI_devices.

@@ -1,0 +1,128 @@
+#include "pod_runner.hpp"
+
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "common/strings.hpp"
+#include "podresources/v1/api.grpc.pb.h"
+
+namespace gpufence::test {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool fail(PodRun& run, const std::string& step, const grpc::Status& st) {
+  run.error = step + ": " + st.error_message();
+  return false;
+}
+
+}  // namespace
+
+bool start_pod(CriClient& cri, const std::string& handler,
+               const v1beta1::ContainerAllocateResponse& alloc, std::chrono::seconds timeout,
+               PodRun& run) {
+  auto t0 = Clock::now();
+  auto sandbox = sandbox_config(run.pod);
+  auto st = cri.run_pod_sandbox(sandbox, handler, &run.sandbox_id);
+  if (!st.ok()) return fail(run, "RunPodSandbox", st);
+  st = cri.create_container(run.sandbox_id, container_config(run.pod, alloc), sandbox,
+                            &run.container_id);
+  if (!st.ok()) return fail(run, "CreateContainer", st);
+  st = cri.start_container(run.container_id);
+  if (!st.ok()) return fail(run, "StartContainer", st);
+  auto deadline = t0 + timeout;
+  while (true) {
+    runtime::v1::ContainerStatus status;
+    st = cri.container_status(run.container_id, &status);
+    if (!st.ok()) return fail(run, "ContainerStatus", st);
+    if (status.state() == runtime::v1::CONTAINER_RUNNING) break;
+    if (status.state() == runtime::v1::CONTAINER_EXITED || Clock::now() > deadline) {
+      run.error = "ContainerStatus: state " + runtime::v1::ContainerState_Name(status.state()) +
+                  " reason " + status.reason() + " " + status.message();
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  run.running_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return true;
+}
+
+void exec_in_pod(CriClient& cri, int i, const std::vector<std::string>& cmd,
+                 std::chrono::seconds timeout, std::ostream& out, PodRun& run) {
+  runtime::v1::ExecSyncResponse resp;
+  auto st = cri.exec_sync(run.container_id, cmd, timeout, &resp);
+  if (!st.ok()) {
+    fail(run, "ExecSync", st);
+    return;
+  }
+  std::istringstream lines(resp.stdout() + resp.stderr());
+  for (std::string line; std::getline(lines, line);) out << "pod " << i << " exec " << line << "\n";
+  if (resp.exit_code() != 0) run.error = "ExecSync: exit code " + std::to_string(resp.exit_code());
+}
+
+void teardown_pod(CriClient& cri, const PodRun& run) {
+  if (!run.container_id.empty()) {
+    cri.stop_container(run.container_id, std::chrono::seconds(0));
+    cri.remove_container(run.container_id);
+  }
+  if (!run.sandbox_id.empty()) {
+    cri.stop_pod_sandbox(run.sandbox_id);
+    cri.remove_pod_sandbox(run.sandbox_id);
+  }
+}
+
+std::unique_ptr<PodResourcesServer> serve_pod_resources(const std::string& socket,
+                                                        const std::vector<PodRun>& runs,
+                                                        const TestKubelet::Devices& devices,
+                                                        std::ostream& out) {
+  std::vector<PodAllocation> allocations;
+  for (const auto& r : runs) {
+    if (!r.ids.empty())
+      allocations.push_back({r.pod.namespace_, r.pod.name, r.pod.container, r.ids});
+  }
+  std::vector<std::string> allocatable;
+  for (const auto& [id, health] : devices) allocatable.push_back(id);
+  auto server =
+      std::make_unique<PodResourcesServer>(socket, "nvidia.com/gpu", allocations, allocatable);
+  if (!server->start()) {
+    std::cerr << "gpufence-test-cri: cannot serve PodResources on " << socket << "\n";
+    return nullptr;
+  }
+  auto stub = v1::PodResourcesLister::NewStub(
+      grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ListPodResourcesResponse list;
+  if (auto st = stub->List(&ctx, v1::ListPodResourcesRequest{}, &list); !st.ok()) {
+    std::cerr << "gpufence-test-cri: PodResources List: " << st.error_message() << "\n";
+    return nullptr;
+  }
+  int listed = 0;
+  for (const auto& p : list.pod_resources()) {
+    for (const auto& c : p.containers()) {
+      for (const auto& d : c.devices()) {
+        out << "podresources " << p.namespace_() << "/" << p.name() << "/" << c.name() << " "
+            << d.resource_name() << " " << join({d.device_ids().begin(), d.device_ids().end()}, ",")
+            << "\n";
+        listed += d.device_ids_size();
+      }
+    }
+  }
+  grpc::ClientContext actx;
+  actx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::AllocatableResourcesResponse alloc;
+  if (auto st = stub->GetAllocatableResources(&actx, v1::AllocatableResourcesRequest{}, &alloc);
+      !st.ok()) {
+    std::cerr << "gpufence-test-cri: PodResources GetAllocatableResources: " << st.error_message()
+              << "\n";
+    return nullptr;
+  }
+  int allocatable_count = 0;
+  for (const auto& d : alloc.devices()) allocatable_count += d.device_ids_size();
+  out << "podresources allocatable " << allocatable_count << " allocated " << listed << "\n";
+  return server;
+}
+
+}  // namespace gpufence::test

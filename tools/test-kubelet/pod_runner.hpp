@@ -1,0 +1,50 @@
+// Running one admitted pod through a CRI runtime as the kubelet does, for gpufence-test-cri and
+// its cluster mode: RunPodSandbox with the RuntimeClass handler, CreateContainer with the Allocate
+// answer translated (cri_client.hpp), StartContainer, wait for RUNNING; ExecSync; Stop/Remove;
+// and PodResources served from what the stand-in allocated. Not a kubelet.
+#pragma once
+
+#include <chrono>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cri_client.hpp"
+#include "pod_resources_server.hpp"
+#include "test_kubelet.hpp"
+
+namespace gpufence::test {
+
+struct PodRun {
+  CriPod pod;
+  std::vector<std::string> ids;  // the GPUs the stand-in allocated it
+  std::string sandbox_id;
+  std::string container_id;
+  std::string error;  // "<step>: <message>" once a step failed
+  double running_s = 0;
+};
+
+// RunPodSandbox, CreateContainer, StartContainer, then until the CRI reports RUNNING (each step
+// and the wait bounded by `timeout`). False with run.error set at the first step that fails.
+bool start_pod(CriClient& cri, const std::string& handler,
+               const v1beta1::ContainerAllocateResponse& alloc, std::chrono::seconds timeout,
+               PodRun& run);
+
+// ExecSync `cmd` in the pod's container; each output line is written as "pod <i> exec <line>".
+// A failed call or a non-zero exit sets run.error.
+void exec_in_pod(CriClient& cri, int i, const std::vector<std::string>& cmd,
+                 std::chrono::seconds timeout, std::ostream& out, PodRun& run);
+
+// Stop and remove the container and the sandbox, as the kubelet does when a pod is deleted.
+void teardown_pod(CriClient& cri, const PodRun& run);
+
+// PodResources from what the stand-in allocated, served on `socket`, then read back through the
+// API as a client sees it: "podresources <ns>/<pod>/<container> <resource> <ids>" lines and
+// "podresources allocatable <n> allocated <m>". Null (reason on stderr) when it cannot serve.
+std::unique_ptr<PodResourcesServer> serve_pod_resources(const std::string& socket,
+                                                        const std::vector<PodRun>& runs,
+                                                        const TestKubelet::Devices& devices,
+                                                        std::ostream& out);
+
+}  // namespace gpufence::test
