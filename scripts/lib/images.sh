@@ -48,10 +48,32 @@ gf_test_images() {
   gf_oci_archive "$dir/app.tar" "$GF_APP_IMAGE" "$dir/app-root" '["/bin/sh"]'
 }
 
-# gf_import_images CTR ADDRESS DIR: imports both into containerd's k8s.io namespace (the CRI's).
+# gf_seed_app_image DIR SMI DEEPSTREAM_APP: DIR/seed-app.tar (gpufence.test/seed-app:1), the app
+# image plus what a DeepStream pod of the seed runs: a deepstream-app stand-in with its config
+# (/app/ds.txt, gpu-id=0 as the sample configs), an nvidia-smi -L stand-in (SMI, dynamic: the
+# test mounts the host's /usr read-only for its libraries, and the driver library as a volume),
+# /lib and /lib64 as merged-/usr links. Built after gf_test_images, from its app root.
+GF_SEED_APP_IMAGE=gpufence.test/seed-app:1
+gf_seed_app_image() {
+  local dir=$1 smi=$2 app=$3 root=$1/seed-app-root a
+  rm -rf "$root"
+  cp -a "$dir/app-root" "$root"
+  for a in sed head grep readlink; do ln -sf busybox "$root/bin/$a"; done
+  ln -s usr/lib "$root/lib"
+  ln -s usr/lib64 "$root/lib64"
+  mkdir -p "$root/usr" "$root/app" "$root/opt/gpufence/bin"
+  cp "$smi" "$root/bin/gpufence-smi"
+  cp "$app" "$root/bin/deepstream-app"
+  printf '[application]\nenable-perf-measurement=1\n\n[source0]\nenable=1\ngpu-id=0\n\n[primary-gie]\nenable=1\ngpu-id=0  # the sample config'"'"'s note\nconfig-file=config_infer.txt\n' > "$root/app/ds.txt"
+  gf_oci_archive "$dir/seed-app.tar" "$GF_SEED_APP_IMAGE" "$root" '["/bin/sh"]'
+}
+
+# gf_import_images CTR ADDRESS DIR: imports every image archive of DIR into containerd's k8s.io
+# namespace (the CRI's).
 gf_import_images() {
   local ctr=$1 address=$2 dir=$3 t
-  for t in pause app; do
+  for t in pause app seed-app; do
+    [ -f "$dir/$t.tar" ] || continue
     "$ctr" --address "$address" -n k8s.io images import "$dir/$t.tar" || return 1
   done
 }

@@ -234,6 +234,9 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
           c.pod = ann.value("io.kubernetes.cri.sandbox-name", "");
           c.pod_namespace = ann.value("io.kubernetes.cri.sandbox-namespace", "");
           c.name = ann.value("io.kubernetes.cri.container-name", "");
+          // A pod's sandbox (pause) container runs the kubelet's infrastructure image, not the
+          // pod's code (docs/containerd-lines.md, "Sandboxes"): not a container to judge.
+          if (ann.value("io.kubernetes.cri.container-type", "") == "sandbox") continue;
         } catch (const nlohmann::json::exception&) {
         }
       }

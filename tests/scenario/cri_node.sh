@@ -25,7 +25,7 @@ case $line in
 esac
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd and mknod"
 command -v runc >/dev/null || skip "runc is not installed"
-for b in gpufence gpufence-runtime gpufence-device-plugin gpufence-test-cri gpufence-pause gpufence-probe; do
+for b in gpufence gpufence-runtime gpufence-device-plugin gpufence-test-cri gpufence-pause gpufence-probe gpufence-smi; do
   [ -x "$build/bin/$b" ] || skip "$build/bin/$b is not built"
 done
 why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
@@ -60,8 +60,14 @@ trap 'exit 143' INT TERM
 # The simulated node: two GPUs (fake nodes + driver procfs under a node root, the mock NVML).
 node=$work/node
 gf_make_node_root "$node"
+# The driver's GPU list as containers see it: runc mounts nothing under /proc, so pods that look
+# (cri_seed.sh's apps) get this copy as a volume at /fakeproc/gpus, and gpufence-runtime's
+# driver-procfs hook narrows that path as it narrows /proc/driver/nvidia/gpus on a real node.
+mkdir -p "$node/fakeproc"
+cp -a "$node/proc/driver/nvidia/gpus" "$node/fakeproc/gpus"
 gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" \
   "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
+printf '[driver]\nprocfs_gpus_dir = "/fakeproc/gpus"\n' >> "$work/runtime.toml"
 export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 export MOCK_NVML_CONFIG=$src/tools/mock-nvml/examples/two-rtx3080.json
 export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
@@ -85,6 +91,10 @@ sed -i -E \
   -e "s|plugin_path = [\"']/opt/nri/plugins[\"']|plugin_path = \"$work/nri/plugins\"|" \
   -e "s|plugin_config_path = [\"']/etc/nri/conf.d[\"']|plugin_config_path = \"$work/nri/conf.d\"|" \
   "$cfg"
+# runc's state of this instance's containers in its own root (the shim's Root option; default
+# /run/containerd/runc/<namespace>), so the doctor sees this node's containers only.
+sed -i -E "s|^( *)Root = [\"'][\"']|\1Root = \"$work/runc\"|" "$cfg" "$work"/conf.d/*.toml 2>/dev/null
+runc_root=$work/runc/k8s.io
 if [ -n "${GF_CRI_CDI_SPEC:-}" ]; then
   # GF_CRI_CDI_SPEC=1: a spec from gpufence cdi generate, in a private dir both containerd and
   # gpufence-runtime read.
@@ -132,6 +142,7 @@ echo "containerd $("$bin/containerd" --version | awk '{print $3, $4}'), $("$bin/
 
 imgs=$work/images
 gf_test_images "$imgs" "$build/bin/gpufence-pause" "$build/bin/gpufence-probe"
+gf_seed_app_image "$imgs" "$build/bin/gpufence-smi" "$src/tools/deepstream-stand-in/deepstream-app"
 gf_import_images "$bin/ctr" "$sock" "$imgs" > "$work/import.log" 2>&1 || { cat "$work/import.log"; echo "ctr images import failed"; exit 1; }
 
 # The device plugin with its default strategies (cdi-annotations included) on every line:
@@ -153,7 +164,10 @@ fi
 
 # run_pods NAME HANDLER PODS [gpufence-test-cri option...]: the plugin registers, the pods run,
 # each looks at both GPUs; output in $work/NAME.out, exit status in $work/NAME.rc, gpufence-runtime's
-# decisions meanwhile in $work/NAME.decisions.
+# decisions meanwhile in $work/NAME.decisions. Optional, set for one call: RUN_IMAGE (default the
+# app image), RUN_EXEC (the shell command ExecSync runs; default $probe), RUN_WHILE (a function
+# called with NAME while every pod still runs, after the execs), RUN_PLUGIN_ARGS (more device
+# plugin arguments).
 probe='for m in 0 1; do gpufence-probe /dev/nvidia$m; if mknod /tmp/n$m c 195 $m 2>/dev/null; then gpufence-probe /tmp/n$m; else echo /tmp/n$m MKNOD_EPERM; fi; done; echo CVD=$CUDA_VISIBLE_DEVICES'
 run_pods() {
   local name=$1 handler=$2 pods=$3 dp=$work/dp-$1
@@ -162,14 +176,26 @@ run_pods() {
   local seen; seen=$(cat "$work/runtime.log" 2>/dev/null | wc -l)
   # The kubelet first, the plugin once kubelet.sock is there, as on a node: the kubelet deletes
   # every socket in the directory when it starts, so a plugin started earlier would be cut off.
+  local hold=()
+  [ -n "${RUN_WHILE:-}" ] && hold=(--hold "$work/$name.release")
   "$build/bin/gpufence-test-cri" --plugin-dir "$dp" --runtime-endpoint "$sock" --handler "$handler" \
-    --image "$GF_APP_IMAGE" --pods "$pods" --name-prefix "$name" --cgroup-parent "/$cgroup" \
-    --pod-resources "$work/pod-resources-$name.sock" "$@" -- /bin/sh -c "$probe" > "$work/$name.out" 2>&1 &
+    --image "${RUN_IMAGE:-$GF_APP_IMAGE}" --pods "$pods" --name-prefix "$name" --cgroup-parent "/$cgroup" \
+    --pod-resources "$work/pod-resources-$name.sock" "${hold[@]}" "$@" -- /bin/sh -c "${RUN_EXEC:-$probe}" \
+    > "$work/$name.out" 2>&1 &
   kubelet_pid=$!
   for _ in $(seq 100); do [ -S "$dp/kubelet.sock" ] && break; sleep 0.05; done
   "$build/bin/gpufence-device-plugin" --plugin-dir "$dp" --host-root "$node" --dev-root "$node" \
-    --log-file "$work/device-plugin-$name.log" "${plugin_args[@]}" &
+    --log-file "$work/device-plugin-$name.log" "${plugin_args[@]}" ${RUN_PLUGIN_ARGS:-} &
   plugin_pid=$!
+  if [ -n "${RUN_WHILE:-}" ]; then
+    for _ in $(seq 600); do
+      grep -q '^pods held until' "$work/$name.out" 2>/dev/null && break
+      kill -0 "$kubelet_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q '^pods held until' "$work/$name.out" 2>/dev/null && "$RUN_WHILE" "$name"
+    touch "$work/$name.release"
+  fi
   wait "$kubelet_pid"
   echo $? > "$work/$name.rc"
   kubelet_pid=""

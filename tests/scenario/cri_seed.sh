@@ -89,6 +89,101 @@ for p in 0 1; do
 done
 check "envall: gpufence-runtime granted nothing" bash -c "! grep -q 'granted=GPU' '$work/envall.decisions'"
 
+# ---- checks 2b and 3: what the apps see and where they run ----
+# The pods of the seed's Deployment, as close as this node allows: the seed-app image (deepstream-
+# app stand-in, nvidia-smi -L stand-in), the driver's NVML (the mock, in its driver-like
+# visibility: a GPU shows only if its procfs entry is there and its node opens) as a volume with
+# the host's /usr for the dynamic tools, the driver procfs copy, the mock's process accounting.
+mkdir -p "$work/etc-nvml" "$work/acct"
+cat > "$work/etc-nvml/nvml.json" <<JSON
+{"driver_version": "550.54.15", "gpus": [
+ {"uuid": "${GPU[0]}", "name": "NVIDIA GeForce RTX 3080", "minor": 0, "pci_bus_id": "00000000:01:00.0", "memory_total": 10737418240},
+ {"uuid": "${GPU[1]}", "name": "NVIDIA GeForce RTX 3080", "minor": 1, "pci_bus_id": "00000000:02:00.0", "memory_total": 10737418240}]}
+JSON
+mock_dir=$build/lib/mock-nvml/default
+seed_pod=(--namespace video --container-name deepstream
+  --volume /usr:/usr --volume "$build/bin:/opt/gpufence/bin" --volume "$mock_dir:/opt/driver"
+  --volume "$work/etc-nvml:/etc/mock-nvml" --volume "$work/acct:/run/mock-nvml:rw"
+  --volume "$node/fakeproc/gpus:/fakeproc/gpus"
+  --env PATH=/bin:/opt/gpufence/bin --env LD_LIBRARY_PATH=/opt/driver
+  --env MOCK_NVML_CONFIG=/etc/mock-nvml/nvml.json --env MOCK_NVML_VISIBILITY=driver
+  --env MOCK_NVML_PROCFS_DIR=/fakeproc/gpus --env MOCK_NVML_PROCESSES=/run/mock-nvml/processes)
+# A privileged container gets every device node of the host's /dev (containerd's privileged mode);
+# this node's GPU nodes live under $node/dev, so privileged pods get them as volumes at the same
+# paths: what the seed's privileged pods see. gpufence-runtime's device cgroup still decides.
+host_dev=(--volume "$node/dev/nvidia0:/dev/nvidia0:rw" --volume "$node/dev/nvidia1:/dev/nvidia1:rw")
+launch='exec gpufence launch --config /app/ds.txt -- deepstream-app -c /app/ds.txt'
+seed_app='exec deepstream-app -c /app/ds.txt'
+# On the host, gpufence reads the same NVML (the mock, every GPU, the accounting file).
+host_gpufence() {
+  MOCK_NVML_CONFIG=$work/etc-nvml/nvml.json MOCK_NVML_PROCESSES=$work/acct/processes \
+    GPUFENCE_NVML_LIBRARY=$mock_dir/libnvidia-ml.so.1 "$build/bin/gpufence" "$@"
+}
+# look NAME: while NAME's pods run, once both apps registered: gpufence list and gpufence doctor
+# (this node's PodResources, runc state and containerd config) into NAME.list / NAME.doctor.
+look() {
+  local _
+  for _ in $(seq 100); do [ "$(wc -l < "$work/acct/processes")" -ge 2 ] && break; sleep 0.1; done
+  host_gpufence list > "$work/$1.list" 2>&1
+  host_gpufence doctor --pod-resources-socket "$work/pod-resources-$1.sock" --runc-root "$runc_root" \
+    --containerd-config "$cfg" > "$work/$1.doctor" 2>&1
+  echo $? > "$work/$1.doctor-rc"
+}
+gpu_block() { awk -v u="$1" '/^GPU /{on = index($0, u) > 0} on' "$2"; }
+procs_on() { gpu_block "$1" "$2" | grep -c '^    process '; }
+app_says() { awk -v p="$2" '$1=="pod" && $2==p && $3=="exec" && $4=="deepstream-app:" && $5=="running" {print $7}' "$work/$1.out" | head -1; }
+smi_lines() { awk -v p="$2" '$1=="pod" && $2==p && $3=="exec" && $4=="GPU" {c++} END {print c+0}' "$work/$1.out"; }
+smi_uuid() { awk -v p="$2" '$1=="pod" && $2==p && $3=="exec" && $4=="GPU" {print $NF}' "$work/$1.out" | tr -d '()' | head -1; }
+# Inside each pod: the nvidia-smi -L stand-in, and the app's own line (its stdout is the
+# container log; the app also wrote it where the exec can read it back).
+seed_exec='gpufence-smi; cat /tmp/app.out 2>/dev/null'
+seed_shell() { echo "$1 > /tmp/app.out 2>&1"; }
+
+seed_isolated() {  # seed_isolated NAME: checks 2b and 3 on a run through the gpufence handler
+  local name=$1 p own uuid
+  check "$name: both pods ran" test "$(cat "$work/$name.rc")" = 0
+  for p in 0 1; do
+    own=$(gpu_of "$name" $p); uuid=${GPU[${own/\?/0}]}
+    check "$name: pod $p's nvidia-smi -L lists one GPU" test "$(smi_lines "$name" $p)" = 1
+    check "$name: it is the pod's own GPU $own" test "$(smi_uuid "$name" $p)" = "UUID:$uuid" -o "$(smi_uuid "$name" $p)" = "$uuid"
+    check "$name: pod $p's app runs on its own GPU $own" test "$(app_says "$name" $p)" = "$uuid"
+    check "$name: gpufence list shows one process on GPU $own" test "$(procs_on "$uuid" "$work/$name.list")" = 1
+  done
+  check "$name: doctor finds no process on an unallocated GPU" bash -c "! grep -q gpu.process-on-unallocated '$work/$name.doctor'"
+  check "$name: doctor finds no shared GPU" bash -c "! grep -q gpu.shared '$work/$name.doctor'"
+}
+
+echo "== checks 2b+3: two deepstream-apps through gpufence launch, gpufence handler, unprivileged"
+: > "$work/acct/processes"
+RUN_IMAGE=$GF_SEED_APP_IMAGE RUN_EXEC=$seed_exec RUN_WHILE=look \
+  run_pods apps gpufence 2 "${seed_pod[@]}" --shell "$(seed_shell "$launch")"
+seed_isolated apps
+echo "== checks 2b+3: the same, privileged (the seed's pods)"
+: > "$work/acct/processes"
+RUN_IMAGE=$GF_SEED_APP_IMAGE RUN_EXEC=$seed_exec RUN_WHILE=look \
+  run_pods apps-priv gpufence 2 --privileged "${seed_pod[@]}" "${host_dev[@]}" --shell "$(seed_shell "$launch")"
+seed_isolated apps-priv
+sed 's/^/  [apps-priv list] /' "$work/apps-priv.list"
+
+echo "== the seed's broken setup: plain runc, privileged, deepstream-app itself (gpu-id=0), the"
+echo "   allocation in NVIDIA_VISIBLE_DEVICES only (NVIDIA's plugin's default envvar strategy)"
+: > "$work/acct/processes"
+RUN_IMAGE=$GF_SEED_APP_IMAGE RUN_EXEC=$seed_exec RUN_WHILE=look \
+  RUN_PLUGIN_ARGS="--device-list-strategy envvar --no-cuda-visible-devices" \
+  run_pods apps-seed runc 2 --privileged "${seed_pod[@]}" "${host_dev[@]}" --shell "$(seed_shell "$seed_app")"
+check "apps-seed: both pods ran" test "$(cat "$work/apps-seed.rc")" = 0
+for p in 0 1; do
+  check "apps-seed: pod $p's nvidia-smi -L lists both GPUs" test "$(smi_lines apps-seed $p)" = 2
+  check "apps-seed: pod $p's app runs on GPU 0" test "$(app_says apps-seed $p)" = "${GPU[0]}"
+done
+check "apps-seed: the seed's symptom: gpufence list shows both processes on GPU 0" test "$(procs_on "${GPU[0]}" "$work/apps-seed.list")" = 2
+check "apps-seed: and none on GPU 1" test "$(procs_on "${GPU[1]}" "$work/apps-seed.list")" = 0
+sed 's/^/  [apps-seed list] /' "$work/apps-seed.list"
+sed 's/^/  [apps-seed doctor] /' "$work/apps-seed.doctor"
+check "apps-seed: doctor exits 1" test "$(cat "$work/apps-seed.doctor-rc")" = 1
+check "apps-seed: doctor names the process on an unallocated GPU" grep -q "gpu.process-on-unallocated" "$work/apps-seed.doctor"
+check "apps-seed: doctor names the shared GPU" grep -q "gpu.shared\] 2 containers" "$work/apps-seed.doctor"
+
 echo "gpufence-runtime's decisions:"
 sed 's/^/  /' "$work/runtime.log" 2>/dev/null | head -20
 [ "$failures" -eq 0 ] || { echo "$failures check(s) failed on containerd $line"; tail -30 "$work/containerd.log"; exit 1; }

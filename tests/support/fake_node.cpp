@@ -18,7 +18,8 @@ void FakeNode::write(const std::string& rel, const std::string& content) const {
 
 void FakeNode::install_gpufence_handler() const {
   write("usr/local/bin/gpufence-runtime", "#!/bin/sh\n");
-  std::filesystem::permissions(m_root / "usr/local/bin/gpufence-runtime", std::filesystem::perms::owner_all);
+  std::filesystem::permissions(m_root / "usr/local/bin/gpufence-runtime",
+                               std::filesystem::perms::owner_all);
   write("etc/containerd/config.toml",
         "version = 2\n"
         "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
@@ -65,6 +66,7 @@ std::string FakeNode::add(const FakeContainer& c) {
       "{\"ociVersion\":\"1.0.2\",\"annotations\":{\"io.kubernetes.cri.sandbox-name\":\"" + c.pod +
       "\",\"io.kubernetes.cri.sandbox-namespace\":\"" + c.ns +
       "\",\"io.kubernetes.cri.container-name\":\"" + c.name +
+      "\",\"io.kubernetes.cri.container-type\":\"" + c.type +
       "\"},\"linux\":{\"resources\":{\"devices\":" + c.oci_rules + "}}}";
   write("run/containerd/io.containerd.runtime.v2.task/k8s.io/" + cid + "/config.json", config);
   return cid;

@@ -30,6 +30,7 @@ class FakeInventory final : public GpuInventory {
 
 struct FakeContainer {
   std::string pod, ns = "default", name = "main";
+  std::string type = "container";  // io.kubernetes.cri.container-type: container or sandbox
   std::vector<unsigned> pids;
   std::string env;  // NUL-separated environ
   bool privileged = false;

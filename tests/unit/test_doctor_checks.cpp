@@ -83,6 +83,21 @@ TEST_F(DoctorChecks, CleanNodeIsClean) {
   EXPECT_EQ(doctor_exit_code(findings), 0);
 }
 
+TEST_F(DoctorChecks, PodSandboxesAreNotContainersToJudge) {
+  m_node->add(good("a", 100, 0, uuid(0)));
+  auto sandbox = good("a", 101, 0, uuid(0));
+  sandbox.name = "";
+  sandbox.type = "sandbox";
+  sandbox.env = env({});
+  sandbox.devices_list = "c 195:0 rw\nc 195:1 rw\n";  // a privileged pod's pause, plain runc
+  m_node->add(sandbox);
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  auto snap = snapshot();
+  ASSERT_EQ(snap.containers.size(), 1u) << render_doctor_text(snap, judge(snap));
+  EXPECT_EQ(snap.containers[0].name, "main");
+  EXPECT_TRUE(judge(snap).empty()) << render_doctor_text(snap, judge(snap));
+}
+
 TEST_F(DoctorChecks, OpenUnallocated) {
   auto c = good("a", 100, 0, uuid(0));
   c.devices_list = "c 195:* rw\n";
