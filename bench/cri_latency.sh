@@ -20,7 +20,7 @@ printf '| containerd | plain runc handler | gpufence handler | added | ratio |\n
 for line in "${lines[@]}"; do
   (
     export GF_CRI_QUIET=1
-    . "$src/tests/scenario/cri_node.sh" > "/tmp/gpufence-cri-bench-$line.log" 2>&1
+    . "$src/scripts/lib/cri_node.sh" > "/tmp/gpufence-cri-bench-$line.log" 2>&1
     for i in $(seq "$rounds"); do
       for h in gpufence runc; do
         run_pods "$h-$i" "$h" 1

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make demo: the seed's node, simulated, broken and then fixed.
+# make demo: the seed's node, simulated, broken and then fixed. Through containerd's CRI when it
+# runs here (scripts/demo_cri.sh); otherwise, below, with runc alone:
 #
 # Two RTX 3080s (mock NVML + fake /dev/nvidia0, /dev/nvidia1), two "DeepStream" containers each
 # allocated one GPU. First as the seed's node ran them: plain runc, privileged, the allocation only
@@ -19,6 +20,22 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 command -v runc >/dev/null || { echo "runc is missing: run 'make test' once (it installs the packages) or apt-get install runc" >&2; exit 1; }
+
+# Through containerd's CRI when this machine can run it (scripts/demo_cri.sh); otherwise the same
+# node with runc alone. GPUFENCE_DEMO_RUNC=1 asks for the runc-only demo.
+if [ -z "${GPUFENCE_DEMO_RUNC:-}" ]; then
+  # Interrupted, it cleans up before this script ends (bash runs the trap once it has finished).
+  trap 'interrupted=1' INT TERM
+  interrupted=""
+  bash "$here/scripts/demo_cri.sh"
+  rc=$?
+  [ -z "$interrupted" ] || exit 130
+  trap - INT TERM
+  [ "$rc" = 77 ] || exit "$rc"
+  echo "make demo: containerd cannot run here (the line above says why): the same demo with runc"
+  echo "alone, the runtime called as containerd would call it, without containerd's CRI."
+  echo
+fi
 
 work=$(mktemp -d /tmp/gpufence-demo-XXXXXX)
 state=$work/runc-state

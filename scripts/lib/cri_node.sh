@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2154  # src, build, line come from the script sourcing this
-# Sourced by tests/scenario/cri_seed.sh and bench/cri_latency.sh: a private containerd of line
-# $line (1.6: Debian 12's; 1.7: trixie's; 2: sid's, fetched by scripts/fetch-containerd.sh), set up
+# Sourced by tests/scenario/cri_seed.sh, bench/cri_latency.sh and scripts/demo_cri.sh: a private
+# containerd of line $line (1.6: Debian 12's; 1.7: trixie's; 2: sid's, fetched by
+# scripts/fetch-containerd.sh), set up
 # as a user would (containerd config default, gpufence setup containerd with handler "gpufence",
 # then only the edits that keep this instance private and let it run in this VM), serving a
 # simulated two-GPU node, with the test images imported; and run_pods. Needs $src, $build, $line;
@@ -30,7 +31,7 @@ for b in gpufence gpufence-runtime gpufence-device-plugin gpufence-test-cri gpuf
 done
 why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
 
-work=$(mktemp -d /tmp/gpufence-cri-XXXXXX)
+work=$(mktemp -d "/tmp/${GF_CRI_WORK_PREFIX:-gpufence-cri}-XXXXXX")
 sock=$work/containerd.sock
 cgroup=gpufence-cri-${work##*-}  # the pods' cgroup parent
 ctr=("$bin/ctr" --address "$sock")
@@ -48,6 +49,12 @@ cleanup() {
     done
     kill "$cd_pid" 2>/dev/null && wait "$cd_pid" 2>/dev/null
   fi
+  # When containerd was gone first (a signal to the whole process group): the containers in this
+  # instance's runc root, then its shims (each names this instance's socket).
+  for c in $(runc --root "$work/runc/k8s.io" list -q 2>/dev/null); do
+    runc --root "$work/runc/k8s.io" delete --force "$c" >/dev/null 2>&1
+  done
+  pkill -KILL -f -- "-address $sock" 2>/dev/null
   awk -v w="$work" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
   for c in "/sys/fs/cgroup/$cgroup" /sys/fs/cgroup/*/"$cgroup"; do
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
