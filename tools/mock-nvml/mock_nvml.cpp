@@ -28,12 +28,19 @@
 // translated into the caller's pid namespace (through /proc/<pid>/ns/pid and the last NSpid of
 // /proc/<pid>/status); lines whose process is gone or not visible from the caller are dropped.
 //
+// Everything NVIDIA's k8s-device-plugin v0.18 calls or looks up is answered
+// (tools/mock-nvml/nvidia-device-plugin-v0.18.calls, docs/mock-nvml.md): compute capability,
+// architecture and brand per GPU ("cuda_compute_capability": [major, minor], "architecture",
+// "brand"; defaults derived from the name), and MIG answered as NVML does for a GPU without MIG
+// ("mig_mode": "unsupported", the default, or "disabled" for a MIG-capable GPU with MIG off).
+//
 // Build variants drop symbols to exercise the loader's fallbacks (MOCK_NVML_LEGACY) and its
 // missing-symbol error (MOCK_NVML_NO_UUID).
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,8 +55,10 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gpu/nvml_abi.hpp"
@@ -66,9 +75,28 @@ struct nvmlDevice_st {
   unsigned pci_device_id = 0x220610DE;
   std::vector<std::pair<unsigned, unsigned long long>> processes;
   std::vector<std::string> nvlinks;  // remote bus id per link
+  int cc_major = 8, cc_minor = 0;    // CUDA compute capability
+  unsigned architecture = 7;         // nvmlDeviceArchitecture_t (NVML_DEVICE_ARCH_AMPERE)
+  int brand = 14;                    // nvmlBrandType_t (NVML_BRAND_NVIDIA)
+  bool mig_capable = false;          // "mig_mode": "disabled"; never enabled (docs/mock-nvml.md)
   bool lost = false;
   unsigned long long registered_events = 0;
 };
+
+// MIG instance handles. The mock has no MIG devices, so it never hands one out: every handle a
+// caller passes in is one NVML would reject as invalid.
+struct nvmlGpuInstance_st;
+struct nvmlComputeInstance_st;
+// Output structs of the MIG queries. The mock only ever answers them with an error, so it never
+// writes one and needs no layout (nvml.h: nvmlDeviceAttributes_t, nvmlGpuInstanceProfileInfo_t,
+// nvmlGpuInstanceInfo_t, nvmlComputeInstanceProfileInfo_t, nvmlComputeInstanceInfo_t).
+struct nvmlDeviceAttributes_st;
+struct nvmlGpuInstanceProfileInfo_st;
+struct nvmlGpuInstanceInfo_st;
+struct nvmlComputeInstanceProfileInfo_st;
+struct nvmlComputeInstanceInfo_st;
+using nvmlGpuInstance_t = nvmlGpuInstance_st*;
+using nvmlComputeInstance_t = nvmlComputeInstance_st*;
 
 struct nvmlEventSet_st {
   std::deque<nvmlEventData_t> pending;
@@ -137,6 +165,110 @@ bool visible_to_driver(const nvmlDevice_st& d, const std::string& procfs_dir,
   return errno == ENXIO;
 }
 
+// Compute capability by product name, first match wins (CUDA C Programming Guide, "Compute
+// Capabilities"; docs/mock-nvml.md). Names that match nothing get 8.0.
+struct NamedCapability {
+  const char* needle;
+  int major, minor;
+};
+constexpr NamedCapability kCapabilityByName[] = {
+    {"GB200", 10, 0},  {"B200", 10, 0},  {"B100", 10, 0},      {"Blackwell", 12, 0},
+    {"RTX 50", 12, 0}, {"GH200", 9, 0},  {"H200", 9, 0},       {"H100", 9, 0},
+    {"H800", 9, 0},    {"Ada", 8, 9},    {"RTX 40", 8, 9},     {"L40", 8, 9},
+    {"L4", 8, 9},      {"A100", 8, 0},   {"A800", 8, 0},       {"A30", 8, 0},
+    {"RTX 30", 8, 6},  {"A10", 8, 6},    {"A40", 8, 6},        {"A16", 8, 6},
+    {"A2", 8, 6},      {"RTX 20", 7, 5}, {"Quadro RTX", 7, 5}, {"T4", 7, 5},
+    {"TITAN V", 7, 0}, {"V100", 7, 0},   {"P100", 6, 0},       {"P40", 6, 1},
+    {"P4", 6, 1},      {"GTX 10", 6, 1},
+};
+
+std::pair<int, int> capability_from_name(const std::string& name) {
+  for (const auto& c : kCapabilityByName) {
+    if (name.find(c.needle) != std::string::npos) return {c.major, c.minor};
+  }
+  return {8, 0};
+}
+
+// NVML_DEVICE_ARCH_* for a compute capability: the architecture each CUDA major.minor belongs to.
+unsigned architecture_from_capability(int major, int minor) {
+  switch (major) {
+    case 3:
+      return 2;  // KEPLER
+    case 5:
+      return 3;  // MAXWELL
+    case 6:
+      return 4;  // PASCAL
+    case 7:
+      return minor >= 5 ? 6 : 5;  // TURING (7.5), VOLTA (7.0, 7.2)
+    case 8:
+      return minor == 9 ? 8 : 7;  // ADA (8.9), AMPERE (8.0, 8.6, 8.7)
+    case 9:
+      return 9;  // HOPPER
+    case 10:
+    case 11:
+    case 12:
+      return 10;  // BLACKWELL
+    default:
+      return 0xFFFFFFFFu;  // NVML_DEVICE_ARCH_UNKNOWN
+  }
+}
+
+constexpr std::pair<const char*, unsigned> kArchitectures[] = {
+    {"kepler", 2}, {"maxwell", 3}, {"pascal", 4}, {"volta", 5},      {"turing", 6},
+    {"ampere", 7}, {"ada", 8},     {"hopper", 9}, {"blackwell", 10}, {"unknown", 0xFFFFFFFFu},
+};
+
+// nvmlBrandType_t values (nvml.h).
+constexpr std::pair<const char*, int> kBrands[] = {
+    {"unknown", 0},     {"quadro", 1},      {"tesla", 2},       {"nvs", 3},
+    {"grid", 4},        {"geforce", 5},     {"titan", 6},       {"nvidia_vapps", 7},
+    {"nvidia_vpc", 8},  {"nvidia_vcs", 9},  {"nvidia_vws", 10}, {"nvidia_cloud_gaming", 11},
+    {"quadro_rtx", 12}, {"nvidia_rtx", 13}, {"nvidia", 14},     {"geforce_rtx", 15},
+    {"titan_rtx", 16},
+};
+
+// The brand a product name suggests; data-centre parts report plain NVIDIA (docs/mock-nvml.md).
+int brand_from_name(const std::string& name) {
+  if (name.find("TITAN RTX") != std::string::npos) return 16;
+  if (name.find("TITAN") != std::string::npos) return 6;
+  if (name.find("GeForce") != std::string::npos) return 5;
+  if (name.find("Quadro RTX") != std::string::npos) return 12;
+  if (name.find("Quadro") != std::string::npos) return 1;
+  if (name.find("NVIDIA RTX") != std::string::npos) return 13;
+  return 14;
+}
+
+template <class T, std::size_t N>
+T named_value(const std::pair<const char*, T> (&table)[N], const json& gpu, const char* field) {
+  std::string value = gpu.at(field).get<std::string>();
+  for (const auto& [name, v] : table) {
+    if (strcasecmp(name, value.c_str()) == 0) return v;
+  }
+  throw std::runtime_error(std::string("gpus[].") + field + ": unknown value '" + value + "'");
+}
+
+// The per-GPU identity fields peer software reads: compute capability, architecture, brand, MIG.
+void load_identity(const json& g, nvmlDevice_st& d) {
+  std::tie(d.cc_major, d.cc_minor) = capability_from_name(d.name);
+  if (g.contains("cuda_compute_capability")) {
+    const auto& cc = g["cuda_compute_capability"];
+    if (!cc.is_array() || cc.size() != 2 || !cc[0].is_number_integer() ||
+        !cc[1].is_number_integer())
+      throw std::runtime_error("gpus[].cuda_compute_capability: expected [major, minor]");
+    d.cc_major = cc[0].get<int>();
+    d.cc_minor = cc[1].get<int>();
+  }
+  d.architecture = g.contains("architecture")
+                       ? named_value(kArchitectures, g, "architecture")
+                       : architecture_from_capability(d.cc_major, d.cc_minor);
+  d.brand = g.contains("brand") ? named_value(kBrands, g, "brand") : brand_from_name(d.name);
+  std::string mig = g.value("mig_mode", std::string("unsupported"));
+  if (mig != "unsupported" && mig != "disabled")
+    throw std::runtime_error("gpus[].mig_mode: '" + mig +
+                             "' is not unsupported or disabled (the mock has no MIG devices)");
+  d.mig_capable = mig == "disabled";
+}
+
 // Loads the JSON description; any problem makes init fail with UNKNOWN and a line on stderr.
 int load_config(State& s) {
   const char* path = std::getenv("MOCK_NVML_CONFIG");
@@ -174,6 +306,7 @@ int load_config(State& s) {
       d->numa_node =
           g.contains("numa_node") && !g["numa_node"].is_null() ? g["numa_node"].get<int>() : -1;
       d->lost = g.value("lost", false);
+      load_identity(g, *d);
       for (const auto& p : g.value("processes", json::array())) {
         d->processes.emplace_back(p.at("pid").get<unsigned>(), p.value("used_memory", 0ULL));
       }
@@ -406,6 +539,9 @@ int running_processes(nvmlDevice_t dev, unsigned* count, Record* infos, const ch
 
 }  // namespace
 
+// One static string per nvmlReturn_t value of nvml.h (0-30, 999), so each pointer stays valid
+// after nvmlShutdown as the driver's do; an unknown value reads "Unknown Error". The wording is
+// the mock's own description of each code (docs/mock-nvml.md), not the driver's bytes.
 MOCK_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
     case 0:
@@ -418,22 +554,58 @@ MOCK_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
       return "Not Supported";
     case 4:
       return "Insufficient Permissions";
+    case 5:
+      return "Already Initialized";
     case 6:
       return "Not Found";
     case 7:
       return "Insufficient Size";
+    case 8:
+      return "Insufficient External Power";
     case 9:
       return "Driver Not Loaded";
     case 10:
       return "Timeout";
+    case 11:
+      return "Interrupt Request Issue";
     case 12:
       return "NVML Shared Library Not Found";
     case 13:
       return "Function Not Found";
+    case 14:
+      return "Corrupted infoROM";
     case 15:
       return "GPU is lost";
-    case 999:
-      return "Unknown Error";
+    case 16:
+      return "GPU requires reset";
+    case 17:
+      return "GPU access blocked by the operating system";
+    case 18:
+      return "Driver/library version mismatch";
+    case 19:
+      return "In use by another client";
+    case 20:
+      return "Insufficient Memory";
+    case 21:
+      return "No data";
+    case 22:
+      return "vGPU ECC not supported";
+    case 23:
+      return "Insufficient resources";
+    case 24:
+      return "Frequency not supported";
+    case 25:
+      return "Argument version mismatch";
+    case 26:
+      return "Deprecated";
+    case 27:
+      return "Not ready";
+    case 28:
+      return "GPU not found";
+    case 29:
+      return "Invalid state";
+    case 30:
+      return "Reset type not supported";
     default:
       return "Unknown Error";
   }
@@ -657,8 +829,10 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned lin
                                                   nvmlEnableState_t* active) {
   DEVICE_PROLOGUE("nvmlDeviceGetNvLinkState", dev);
   if (!active) return nvml::ERROR_INVALID_ARGUMENT;
-  if (dev->nvlinks.empty()) return nvml::ERROR_NOT_SUPPORTED;
-  if (link >= dev->nvlinks.size()) return nvml::ERROR_INVALID_ARGUMENT;
+  // A link number the header allows but the GPU lacks is NOT_SUPPORTED: go-gpuallocator walks
+  // links 0..NVML_NVLINK_MAX_LINKS-1 and gives up on any other error (docs/mock-nvml.md).
+  if (link >= nvml::kMaxNvLinks) return nvml::ERROR_INVALID_ARGUMENT;
+  if (link >= dev->nvlinks.size()) return nvml::ERROR_NOT_SUPPORTED;
   *active = dev->nvlinks[link].empty() ? 0 : nvml::FEATURE_ENABLED;
   return nvml::SUCCESS;
 }
@@ -666,7 +840,8 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned lin
 MOCK_EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev, unsigned link,
                                                              nvmlPciInfo_t* pci) {
   DEVICE_PROLOGUE("nvmlDeviceGetNvLinkRemotePciInfo_v2", dev);
-  if (!pci || link >= dev->nvlinks.size()) return nvml::ERROR_INVALID_ARGUMENT;
+  if (!pci || link >= nvml::kMaxNvLinks) return nvml::ERROR_INVALID_ARGUMENT;
+  if (link >= dev->nvlinks.size()) return nvml::ERROR_NOT_SUPPORTED;
   nvmlDevice_st remote;
   remote.bus_id = dev->nvlinks[link];
   fill_pci(remote, pci);
@@ -732,4 +907,140 @@ MOCK_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
   std::erase(s.sets, set);
   delete set;
   return nvml::SUCCESS;
+}
+
+// ---- Identity queries k8s-device-plugin v0.18 makes of every GPU (docs/mock-nvml.md) ----
+
+// BuildDevice fails the whole plugin when this is missing or fails (internal/rm/devices.go).
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t dev, int* major,
+                                                            int* minor) {
+  DEVICE_PROLOGUE("nvmlDeviceGetCudaComputeCapability", dev);
+  if (!major || !minor) return nvml::ERROR_INVALID_ARGUMENT;
+  *major = dev->cc_major;
+  *minor = dev->cc_minor;
+  return nvml::SUCCESS;
+}
+
+// nvmlDeviceArchitecture_t is a typedef of unsigned int.
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t dev, unsigned* arch) {
+  DEVICE_PROLOGUE("nvmlDeviceGetArchitecture", dev);
+  if (!arch) return nvml::ERROR_INVALID_ARGUMENT;
+  *arch = dev->architecture;
+  return nvml::SUCCESS;
+}
+
+// nvmlBrandType_t is a C enum (4 bytes).
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t dev, int* type) {
+  DEVICE_PROLOGUE("nvmlDeviceGetBrand", dev);
+  if (!type) return nvml::ERROR_INVALID_ARGUMENT;
+  *type = dev->brand;
+  return nvml::SUCCESS;
+}
+
+// ---- MIG, answered as NVML does for a GPU with no MIG devices (docs/mock-nvml.md) ----
+// Every handle the mock gives out is a full GPU: none is a MIG device handle.
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned* current,
+                                              unsigned* pending) {
+  DEVICE_PROLOGUE("nvmlDeviceGetMigMode", dev);
+  if (!current || !pending) return nvml::ERROR_INVALID_ARGUMENT;
+  if (!dev->mig_capable) return nvml::ERROR_NOT_SUPPORTED;
+  *current = 0;  // NVML_DEVICE_MIG_DISABLE
+  *pending = 0;
+  return nvml::SUCCESS;
+}
+
+// "Returns zero if MIG is not supported or enabled" (nvml.h).
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev, unsigned* count) {
+  DEVICE_PROLOGUE("nvmlDeviceGetMaxMigDeviceCount", dev);
+  if (!count) return nvml::ERROR_INVALID_ARGUMENT;
+  *count = 0;
+  return nvml::SUCCESS;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, unsigned,
+                                                             nvmlDevice_t* mig) {
+  DEVICE_PROLOGUE("nvmlDeviceGetMigDeviceHandleByIndex", dev);
+  if (!mig) return nvml::ERROR_INVALID_ARGUMENT;
+  return dev->mig_capable ? nvml::ERROR_NOT_FOUND : nvml::ERROR_NOT_SUPPORTED;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t dev, unsigned* is_mig) {
+  DEVICE_PROLOGUE("nvmlDeviceIsMigDeviceHandle", dev);
+  if (!is_mig) return nvml::ERROR_INVALID_ARGUMENT;
+  *is_mig = 0;
+  return nvml::SUCCESS;
+}
+
+// A full-GPU handle is not a valid migDevice argument.
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig,
+                                                                      nvmlDevice_t*) {
+  DEVICE_PROLOGUE("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig);
+  return nvml::ERROR_INVALID_ARGUMENT;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t dev, unsigned* id) {
+  DEVICE_PROLOGUE("nvmlDeviceGetGpuInstanceId", dev);
+  if (!id) return nvml::ERROR_INVALID_ARGUMENT;
+  return nvml::ERROR_NOT_SUPPORTED;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t dev, unsigned* id) {
+  DEVICE_PROLOGUE("nvmlDeviceGetComputeInstanceId", dev);
+  if (!id) return nvml::ERROR_INVALID_ARGUMENT;
+  return nvml::ERROR_NOT_SUPPORTED;
+}
+
+// "This API currently only supports MIG device handles" (nvml.h).
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t dev,
+                                                    nvmlDeviceAttributes_st* attributes) {
+  DEVICE_PROLOGUE("nvmlDeviceGetAttributes_v2", dev);
+  if (!attributes) return nvml::ERROR_INVALID_ARGUMENT;
+  return nvml::ERROR_NOT_SUPPORTED;
+}
+
+// NOT_SUPPORTED "if device doesn't have MIG mode enabled" (nvml.h).
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t dev, unsigned,
+                                                             nvmlGpuInstanceProfileInfo_st* info) {
+  DEVICE_PROLOGUE("nvmlDeviceGetGpuInstanceProfileInfo", dev);
+  if (!info) return nvml::ERROR_INVALID_ARGUMENT;
+  return nvml::ERROR_NOT_SUPPORTED;
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t dev, unsigned,
+                                                      nvmlGpuInstance_t* instance) {
+  DEVICE_PROLOGUE("nvmlDeviceGetGpuInstanceById", dev);
+  if (!instance) return nvml::ERROR_INVALID_ARGUMENT;
+  return nvml::ERROR_NOT_SUPPORTED;
+}
+
+namespace {
+// The instance queries: with no instance ever handed out, every instance handle is invalid.
+nvmlReturn_t no_such_instance(const char* fn) {
+  hang_point(fn);
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.init_count == 0) return nvml::ERROR_UNINITIALIZED;
+  if (int rc = injected(s, fn); rc != nvml::SUCCESS) return rc;
+  return nvml::ERROR_INVALID_ARGUMENT;
+}
+}  // namespace
+
+MOCK_EXPORT nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t, nvmlGpuInstanceInfo_st*) {
+  return no_such_instance("nvmlGpuInstanceGetInfo");
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t, unsigned,
+                                                               nvmlComputeInstance_t*) {
+  return no_such_instance("nvmlGpuInstanceGetComputeInstanceById");
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    nvmlGpuInstance_t, unsigned, unsigned, nvmlComputeInstanceProfileInfo_st*) {
+  return no_such_instance("nvmlGpuInstanceGetComputeInstanceProfileInfo");
+}
+
+MOCK_EXPORT nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t,
+                                                       nvmlComputeInstanceInfo_st*) {
+  return no_such_instance("nvmlComputeInstanceGetInfo_v2");
 }
