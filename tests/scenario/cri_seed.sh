@@ -18,6 +18,8 @@ build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_seed.sh 1.6|1.7|2}
 # shellcheck source=scripts/lib/cri_node.sh disable=SC2034,SC2154
 . "$src/scripts/lib/cri_node.sh"
+# shellcheck source=scripts/lib/seed_pods.sh
+. "$src/scripts/lib/seed_pods.sh"
 failures=0
 check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 
@@ -88,9 +90,6 @@ check "envall: gpufence-runtime granted nothing" bash -c "! grep -q 'granted=GPU
 # app stand-in, nvidia-smi -L stand-in), the driver's NVML (the mock, in its driver-like
 # visibility: a GPU shows only if its procfs entry is there and its node opens) as a volume with
 # the host's /usr for the dynamic tools, the driver procfs copy, the mock's process accounting.
-# shellcheck source=scripts/lib/seed_pods.sh
-. "$src/scripts/lib/seed_pods.sh"
-
 seed_isolated() {  # seed_isolated NAME: checks 2b and 3 on a run through the gpufence handler
   local name=$1 p own uuid
   check "$name: both pods ran" test "$(cat "$work/$name.rc")" = 0
