@@ -6,17 +6,9 @@
 
 #include <string>
 
+#include "common/in_root.hpp"
+
 namespace gpufence {
-namespace {
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-}  // namespace
 
 Result<std::string> read_file(const std::filesystem::path& path) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};

@@ -81,7 +81,10 @@ std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const Node
     }
     return out;
   }
-  return std::set<unsigned>{};  // known to the kubelet's view: allocated nothing
+  // Not a container of this kubelet's pods (its List names every container of every pod it runs,
+  // those without devices too; docs/deviceplugin.md, "PodResources"): another kubelet's, another
+  // runtime's or made by hand. No allocation to compare with, so none is judged.
+  return std::nullopt;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/in_root.hpp"
 #include "common/strings.hpp"
 #include "containerd/config.hpp"
 #include "doctor/parse.hpp"
@@ -218,9 +219,14 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
     if (auto status = host.read(cat("/proc/", pid, "/status"))) {
       if (auto caps = bounding_caps(*status)) c.privileged = (*caps >> kCapSysAdmin) & 1;
     }
-    if (auto devs = host.list(cat("/proc/", pid, "/root/dev"))) {
-      for (const auto& n : *devs) {
-        if (auto m = gpu_node_minor("/dev/" + n)) c.gpu_nodes_present.insert(*m);
+    // The container's own files, resolved inside its root: its symlinks are its own
+    // (common/in_root.hpp).
+    auto root = open_root_dir(host.resolve(cat("/proc/", pid, "/root")));
+    if (root) {
+      if (auto devs = list_in_root(root->fd, "/dev")) {
+        for (const auto& n : *devs) {
+          if (auto m = gpu_node_minor("/dev/" + n)) c.gpu_nodes_present.insert(*m);
+        }
       }
     }
     c.bundle = find_bundle(host, id, opt);
@@ -271,7 +277,8 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
       c.openable_source = "oci-spec rules";
     }
     for (const auto& path : opt.app_configs) {
-      auto text = host.read(cat("/proc/", pid, "/root", path));
+      if (!root) break;
+      auto text = read_regular_in_root(root->fd, path);
       if (!text) continue;
       std::vector<int> ids;
       for (const auto& k : deepstream_gpu_ids(*text)) ids.push_back(k.gpu_id);

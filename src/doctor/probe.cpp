@@ -6,8 +6,10 @@
 
 #include <filesystem>
 
+#include "common/in_root.hpp"
 #include "common/strings.hpp"
 #include "doctor/gather.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -24,12 +26,18 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
     std::filesystem::remove_all(tmp, ec);
   };
   std::vector<std::pair<unsigned, std::string>> targets;
+  // The container's own node for GPU m only if /dev/nvidiaM inside its root is that node (195:m):
+  // held by an O_PATH descriptor and reopened through it, so no link of the container's can make
+  // this process open something else (common/in_root.hpp).
+  auto root = open_root_dir(host.resolve(cat("/proc/", pid, "/root")));
+  std::vector<Fd> held;
   for (unsigned m : minors) {
-    std::string own = host.resolve(cat("/proc/", pid, "/root/dev/nvidia", m)).string();
-    struct stat st {};
-    if (::stat(own.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) {
-      targets.emplace_back(m, own);
-      continue;
+    if (root) {
+      if (auto node = char_device_in_root(root->fd, cat("/dev/nvidia", m), kNvidiaMajor, m)) {
+        targets.emplace_back(m, cat("/proc/self/fd/", node->fd));
+        held.push_back(std::move(*node));
+        continue;
+      }
     }
     std::string made = (tmp / cat("nvidia", m)).string();
     if (::mknod(made.c_str(), S_IFCHR | 0600, makedev(195, m)) != 0) {
@@ -60,7 +68,7 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
     }
     ::close(cg);
     for (const auto& [m, path] : targets) {
-      int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+      int fd = ::open(path.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
       bool allowed = fd >= 0 || errno == ENXIO || errno == ENODEV;
       if (fd >= 0) ::close(fd);
       if (allowed) {

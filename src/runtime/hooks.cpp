@@ -18,32 +18,15 @@
 
 #include "cdi/hook_defaults.hpp"
 #include "common/file.hpp"
+#include "common/in_root.hpp"
 #include "common/process.hpp"
 #include "common/strings.hpp"
 
 namespace gpufence {
 namespace {
 
-// Closes a descriptor when it goes out of scope.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f = -1) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 std::string fd_path(int fd) {
   return "/proc/self/fd/" + std::to_string(fd);
-}
-
-Result<Fd> open_root(const std::filesystem::path& rootfs) {
-  int fd = ::open(rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return fail_errno("open container root", rootfs.native());
-  return Fd(fd);
 }
 
 // Creates each missing directory of `rel` inside the root (mode 0755).
@@ -143,20 +126,6 @@ Result<ProcessResult> run_ldconfig_confined(const std::string& ldconfig,
 
 }  // namespace
 
-Result<int> open_in_root(int root_fd, const std::string& path, int flags, unsigned mode) {
-  struct open_how how {};
-  how.flags = static_cast<__u64>(flags | O_CLOEXEC);
-  how.mode = (flags & O_CREAT) ? mode : 0;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-  std::string rel = path.empty() ? "." : path;
-  int fd;
-  do {
-    fd = static_cast<int>(::syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof how));
-  } while (fd < 0 && errno == EAGAIN);
-  if (fd < 0) return fail_errno("open (inside the container root)", path);
-  return fd;
-}
-
 Result<std::filesystem::path> rootfs_from_state(std::string_view state_json) {
   nlohmann::json state;
   try {
@@ -187,7 +156,7 @@ Status narrow_directory(const std::filesystem::path& rootfs, const std::string& 
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
       return fail(Errc::invalid_argument, "hook: bad entry name '", name, "'");
   }
-  auto root = open_root(rootfs);
+  auto root = open_root_dir(rootfs);
   if (!root) return std::unexpected(root.error());
   auto d = open_in_root(root->fd, dir, O_PATH | O_DIRECTORY);
   if (!d) {
@@ -250,7 +219,7 @@ Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std
       return fail(Errc::invalid_argument, "hook: bad library folder '", f, "'");
     conf += f + "\n";
   }
-  auto root = open_root(rootfs);
+  auto root = open_root_dir(rootfs);
   if (!root) return std::unexpected(root.error());
   if (auto st = mkdirs_in_root(root->fd, "etc/ld.so.conf.d"); !st) return st;
   if (auto st = write_in_root(root->fd, "etc/ld.so.conf.d", "00-gpufence-cdi.conf", conf); !st)

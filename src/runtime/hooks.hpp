@@ -2,8 +2,9 @@
 // createContainer hooks run as host root in the container's mount namespace, after its mounts and
 // before pivot_root, with cwd = the container's rootfs and the container's state JSON on stdin
 // (runc and crun; docs/trust-model.md). So every path a hook touches is resolved *inside* the
-// container's root with openat2(RESOLVE_IN_ROOT), as crun's safe_openat does: an image's symlinks
-// can point anywhere, and following one from here would write to the host.
+// container's root with openat2(RESOLVE_IN_ROOT) (common/in_root.hpp), as crun's safe_openat
+// does: an image's symlinks can point anywhere, and following one from here would write to the
+// host.
 #pragma once
 
 #include <filesystem>
@@ -16,10 +17,6 @@ namespace gpufence {
 
 // The container's root filesystem (absolute) from its OCI state: bundle + config.json root.path.
 Result<std::filesystem::path> rootfs_from_state(std::string_view state_json);
-
-// A descriptor for `path` resolved inside `root_fd` as if root_fd were "/" (symlinks, "..",
-// absolute links all stay inside; magic links refused). Always O_CLOEXEC.
-Result<int> open_in_root(int root_fd, const std::string& path, int flags, unsigned mode = 0);
 
 // Covers <rootfs>/<dir> with a read-only tmpfs and binds back only the entries named in `keep`
 // (e.g. /proc/driver/nvidia/gpus keeping "0000:01:00.0"). A missing dir is not an error.

@@ -1,6 +1,11 @@
 // Every doctor check on a fake node tree, with a test PodResources server standing in for the
 // kubelet: one case that fires it, one that does not.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
 
 #include "doctor/checks.hpp"
 #include "doctor/gather.hpp"
@@ -203,6 +208,63 @@ TEST_F(DoctorChecks, DeepStreamGpuIdTheContainerCannotSee) {
   EXPECT_EQ(run(opt), (std::vector<std::string>{"deepstream.gpu-id-invisible"}));
   m_node->write("proc/100/root/opt/app/ds.txt", "[primary-gie]\ngpu-id=0\n");
   EXPECT_TRUE(run(opt).empty());
+}
+
+// Attacks on the doctor through a container's own files (common/in_root.hpp): its links resolve
+// inside its root, and what is not a regular file is not read.
+TEST_F(DoctorChecks, AContainersLinksDoNotReachHostFiles) {
+  // A host file the container's links aim at by absolute path; followed from the host, the
+  // doctor would read it as the container's config, and list a directory of its as its /dev.
+  test::TempDir host;
+  std::filesystem::create_directories(host / "dev");
+  {
+    std::ofstream(host / "ds.txt") << "[primary-gie]\ngpu-id=1\n";
+    std::ofstream(host / "dev/nvidia1") << "";
+  }
+  auto c = good("a", 100, 0, uuid(0));
+  c.dev_minors = {};
+  m_node->add(c);
+  auto root = m_dir / "proc/100/root";
+  std::filesystem::create_directories(root / "opt/app");
+  std::filesystem::create_symlink(host / "ds.txt", root / "opt/app/ds.txt");
+  std::filesystem::create_directory_symlink(host / "dev", root / "dev");
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  GatherOptions opt;
+  opt.app_configs = {"/opt/app/ds.txt"};
+  auto snap = snapshot(opt);
+  ASSERT_EQ(snap.containers.size(), 1u);
+  EXPECT_TRUE(snap.containers[0].app_gpu_ids.empty()) << "read the host's file through a link";
+  EXPECT_TRUE(snap.containers[0].gpu_nodes_present.empty()) << "listed the host's directory";
+  // The same link inside the root reaches the container's own file.
+  std::filesystem::remove(root / "opt/app/ds.txt");
+  m_node->write("proc/100/root" + host.path().string() + "/ds.txt", "[primary-gie]\ngpu-id=0\n");
+  std::filesystem::create_symlink(host / "ds.txt", root / "opt/app/ds.txt");
+  snap = snapshot(opt);
+  ASSERT_EQ(snap.containers.size(), 1u);
+  EXPECT_EQ(snap.containers[0].app_gpu_ids["/opt/app/ds.txt"], (std::vector<int>{0}));
+}
+
+TEST_F(DoctorChecks, AFifoWhereTheConfigWasExpectedIsNotWaitedOn) {
+  auto c = good("a", 100, 0, uuid(0));
+  m_node->add(c);
+  auto root = m_dir / "proc/100/root";
+  std::filesystem::create_directories(root / "opt/app");
+  ASSERT_EQ(::mkfifo((root / "opt/app/ds.txt").c_str(), 0644), 0);
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  GatherOptions opt;
+  opt.app_configs = {"/opt/app/ds.txt"};
+  // Opening a FIFO for reading blocks until a writer comes: run it aside, bounded.
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  auto snap = std::make_shared<Snapshot>();
+  std::thread([this, opt, done, snap] {
+    *snap = snapshot(opt);
+    *done = true;
+  }).detach();
+  for (int i = 0; i < 100 && !*done; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(*done) << "the doctor blocked on the container's FIFO";
+  ASSERT_EQ(snap->containers.size(), 1u);
+  EXPECT_TRUE(snap->containers[0].app_gpu_ids.empty());
 }
 
 TEST_F(DoctorChecks, ContainerdFindingsAreIncluded) {

@@ -78,10 +78,9 @@ std::unique_ptr<PodResourcesServer> serve_pod_resources(const std::string& socke
                                                         const TestKubelet::Devices& devices,
                                                         std::ostream& out) {
   std::vector<PodAllocation> allocations;
-  for (const auto& r : runs) {
-    if (!r.ids.empty())
-      allocations.push_back({r.pod.namespace_, r.pod.name, r.pod.container, r.ids});
-  }
+  // Every pod, those without devices too, as the kubelet's List answers.
+  for (const auto& r : runs)
+    allocations.push_back({r.pod.namespace_, r.pod.name, r.pod.container, r.ids});
   std::vector<std::string> allocatable;
   for (const auto& [id, health] : devices) allocatable.push_back(id);
   auto server =
