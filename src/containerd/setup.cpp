@@ -601,9 +601,11 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
 Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const HostFs& host) {
   std::vector<std::string> backups;
   const std::string stamp = utc_stamp();
+  // Every file is checked before the first is written (a version 3 plan writes two): a conflict
+  // found half-way would leave a drop-in without its import, or the reverse.
+  std::vector<std::filesystem::path> targets;
   for (const auto& change : plan.changes) {
-    const std::filesystem::path local = host.resolve(change.path);
-    auto target = write_target_through_links(local, host.root());
+    auto target = write_target_through_links(host.resolve(change.path), host.root());
     if (!target) return std::unexpected(target.error());
     auto current = read_file(*target);
     if (current ? (!change.existed || *current != change.old_text)
@@ -612,6 +614,12 @@ Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const H
                   " changed since it was read (or could not be read again): nothing written; run "
                   "gpufence setup containerd again");
     }
+    targets.push_back(*target);
+  }
+  for (size_t i = 0; i < plan.changes.size(); ++i) {
+    const auto& change = plan.changes[i];
+    const std::filesystem::path local = host.resolve(change.path);
+    const auto* target = &targets[i];
     std::error_code ec;
     std::filesystem::create_directories(target->parent_path(), ec);
     if (change.existed) {

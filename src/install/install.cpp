@@ -153,10 +153,15 @@ bool put_cdi_spec(Run& r, InstallState& state) {
   return true;
 }
 
+// What install wrote to containerd's config: the file, and for version 3 the drop-in too.
 struct ConfigEdit {
-  bool changed = false;
-  bool existed = false;
-  std::string old_text, new_text, backup;
+  struct File {
+    std::string path;
+    bool existed = false;
+    std::string old_text, new_text, backup;
+  };
+  std::vector<File> files;  // in the order setup wrote them
+  bool changed() const { return !files.empty(); }
 };
 
 // Step: the runtime handler in containerd's config, through `setup containerd`'s planner, on
@@ -197,28 +202,20 @@ bool edit_containerd_config(Run& r, ConfigEdit& edit) {
            cat(r.layout.config_path, " already has runtime ", r.opt.runtime_name));
     return true;
   }
-  // Version 3 adds a drop-in whose path goes into `imports`; the state record keeps one file, so
-  // uninstall could not take the drop-in back.
-  for (const auto& c : plan->changes) {
-    if (c.path != so.config_path && host.root() != "/")
-      return r.failed("containerd config",
-                      cat("version 3 config (drop-in ", c.path,
-                          ") under --host-root is not supported yet: run gpufence install on the "
-                          "host, or gpufence setup containerd there"));
-  }
-  const FileChange& main = plan->changes.front();
-  edit.changed = true;
-  edit.existed = main.existed;
-  edit.old_text = main.old_text;
-  edit.new_text = main.new_text;
   auto backups = apply_setup_plan(*plan, host);  // host paths back: <file>.bak-<UTC time>[.N]
   if (!backups)
     return r.failed("containerd config",
                     cat(backups.error().message, "; the previous config is left in place"));
-  if (!backups->empty()) edit.backup = backups->front();
-  r.step("containerd config", Outcome::changed,
-         cat(r.layout.config_path,
-             edit.existed ? cat(" (backup ", edit.backup, ")") : std::string(" (created)")));
+  // One backup per file that existed, in the plan's order (version 3: the drop-in, then the
+  // main config's imports).
+  size_t next_backup = 0;
+  for (const auto& c : plan->changes) {
+    ConfigEdit::File f{c.path, c.existed, c.old_text, c.new_text, ""};
+    if (c.existed && next_backup < backups->size()) f.backup = (*backups)[next_backup++];
+    r.step("containerd config", Outcome::changed,
+           cat(c.path, c.existed ? cat(" (backup ", f.backup, ")") : std::string(" (created)")));
+    edit.files.push_back(std::move(f));
+  }
   return true;
 }
 
@@ -261,24 +258,27 @@ Status restart_containerd(Run& r) {
 
 bool save_state(Run& r, const InstallState& state);
 
-// After a failed restart or verification: the old config back, containerd restarted on it, and
-// the record saying install changed the config withdrawn (uninstall must not "restore" it).
+// After a failed restart or verification: every file install wrote back as it was (the last
+// written first), containerd restarted on them, and the record saying install changed the config
+// withdrawn (uninstall must not "restore" it).
 void roll_back(Run& r, const ConfigEdit& edit, InstallState& state) {
-  Status st = edit.existed ? write_host(r.env.host, r.layout.config_path, edit.old_text)
-                           : (::unlink(r.env.host.resolve(r.layout.config_path).c_str()) == 0 ||
-                                      errno == ENOENT
+  for (auto f = edit.files.rbegin(); f != edit.files.rend(); ++f) {
+    Status st = f->existed ? write_host(r.env.host, f->path, f->old_text)
+                           : (::unlink(r.env.host.resolve(f->path).c_str()) == 0 || errno == ENOENT
                                   ? Status{}
-                                  : fail_errno("unlink", r.layout.config_path));
-  if (!st) {
-    r.report.notes.push_back(cat("ROLLBACK FAILED: ", st.error().message, "; restore ",
-                                 r.layout.config_path, " from ", edit.backup, " by hand"));
-    return;
+                                  : fail_errno("unlink", f->path));
+    if (!st) {
+      r.report.notes.push_back(cat("ROLLBACK FAILED: ", st.error().message, "; restore ", f->path,
+                                   f->existed ? " from " + f->backup : std::string(" (remove it)"),
+                                   " by hand"));
+      return;
+    }
+    r.report.notes.push_back(f->existed ? cat("restored the previous ", f->path)
+                                        : cat("removed ", f->path, " (install created it)"));
+    if (!f->backup.empty()) ::unlink(r.env.host.resolve(f->backup).c_str());  // == the file
   }
-  r.report.notes.push_back(cat("restored the previous ", r.layout.config_path));
-  if (!edit.backup.empty()) ::unlink(r.env.host.resolve(edit.backup).c_str());  // == the config
   state.config_changed = false;
-  state.config_written.clear();
-  state.config_backup.clear();
+  state.config_files.clear();
   save_state(r, state);
   if (auto rs = restart_containerd(r); !rs) {
     r.report.notes.push_back("restart after rollback failed: " + rs.error().message);
@@ -369,24 +369,23 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   state.restart = r.layout.restart;
   state.binary_link = opt.binary.link;
   state.versions_dir = opt.binary.versions_dir;
-  if (edit.changed) {
+  if (edit.changed()) {
     state.config_path = r.layout.config_path;
     state.config_changed = true;
-    state.config_existed = edit.existed;
-    state.config_backup = edit.backup;
-    state.config_written = edit.new_text;
+    state.config_files.clear();
+    for (const auto& f : edit.files)
+      state.config_files.push_back({f.path, f.existed, f.backup, f.new_text});
   } else if (state.config_path != r.layout.config_path) {
     // Already configured before any install of ours: uninstall leaves it alone.
     state.config_path = r.layout.config_path;
     state.config_changed = false;
-    state.config_written.clear();
-    state.config_backup.clear();
+    state.config_files.clear();
   }
   if (!save_state(r, state)) return finish();
 
   // Step 6: restart only when the config changed or the running containerd lacks the handler.
   bool loaded = false;
-  if (!edit.changed) {
+  if (!edit.changed()) {
     auto now_loaded = probe_once(r, milliseconds(2000));
     loaded = now_loaded && has_handler(*now_loaded, opt.runtime_name, opt.binary.link);
   }
@@ -396,7 +395,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     auto rs = restart_containerd(r);
     if (!rs) {
       r.failed("restart", rs.error().message);
-      if (edit.changed) roll_back(r, edit, state);
+      if (edit.changed()) roll_back(r, edit, state);
       return finish();
     }
     r.step("restart", Outcome::changed,
@@ -407,7 +406,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   auto running = wait_ready(r);
   if (!running) {
     r.failed("verify", running.error().message);
-    if (edit.changed) roll_back(r, edit, state);
+    if (edit.changed()) roll_back(r, edit, state);
     return finish();
   }
   if (!has_handler(*running, opt.runtime_name, opt.binary.link)) {
@@ -416,7 +415,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     r.failed("verify", cat("containerd at ", r.layout.socket, " has no runtime ", opt.runtime_name,
                            " with BinaryName ", opt.binary.link, " (it has: ", join(names, ", "),
                            "); is ", r.layout.config_path, " the file it reads?"));
-    if (edit.changed) roll_back(r, edit, state);
+    if (edit.changed()) roll_back(r, edit, state);
     return finish();
   }
   r.step("verify", Outcome::unchanged,
@@ -455,42 +454,50 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
   r.layout.socket = report.socket;
   r.layout.restart = opt.restart_command.empty() ? state.restart : opt.restart_command;
 
-  // Step 1: the config as it was before install, only if nobody edited it since.
+  // Step 1: the config as it was before install, only if nobody edited any of its files since:
+  // all of them are checked before the first is touched.
   bool restored = false;
   if (state.config_changed) {
-    auto current = read_host(env.host, state.config_path);
-    if (!current) {
-      r.failed("containerd config", current.error().message);
-      return finish();
+    for (const auto& f : state.config_files) {
+      auto current = read_host(env.host, f.path);
+      if (!current) {
+        r.failed("containerd config", current.error().message);
+        return finish();
+      }
+      if (current->value_or("") != f.written) {
+        r.failed("containerd config",
+                 cat(f.path, " was edited after install; left alone, as the rest of the config (",
+                     f.existed ? "the pre-install file is " + f.backup
+                               : std::string("it did not exist before install"),
+                     ")"));
+        return finish();
+      }
+      if (f.existed) {
+        auto backup = read_host(env.host, f.backup);
+        if (!backup || !backup->has_value()) {
+          r.failed("containerd config",
+                   cat("backup ", f.backup, " is gone; ", f.path, " left as it is"));
+          return finish();
+        }
+      }
     }
-    if (current->value_or("") != state.config_written) {
-      r.failed("containerd config",
-               cat(state.config_path, " was edited after install; left alone (",
-                   state.config_existed ? "the pre-install config is " + state.config_backup
-                                        : std::string("it did not exist before install"),
-                   ")"));
-      return finish();
-    }
-    if (state.config_existed) {
-      auto backup = read_host(env.host, state.config_backup);
-      if (!backup || !backup->has_value()) {
-        r.failed("containerd config", cat("backup ", state.config_backup, " is gone; ",
-                                          state.config_path, " left as it is"));
-        return finish();
+    for (auto f = state.config_files.rbegin(); f != state.config_files.rend(); ++f) {
+      if (f->existed) {
+        auto backup = read_host(env.host, f->backup);
+        Status w = backup ? write_host(env.host, f->path, backup->value_or(""))
+                          : Status(std::unexpected(backup.error()));
+        if (!w) {
+          r.failed("containerd config", w.error().message);
+          return finish();
+        }
+        r.step("containerd config", Outcome::changed, cat(f->path, " restored from ", f->backup));
+      } else {
+        if (::unlink(env.host.resolve(f->path).c_str()) != 0 && errno != ENOENT) {
+          r.failed("containerd config", fail_errno("unlink", f->path).error().message);
+          return finish();
+        }
+        r.step("containerd config", Outcome::changed, f->path + " removed (install created it)");
       }
-      if (auto w = write_host(env.host, state.config_path, **backup); !w) {
-        r.failed("containerd config", w.error().message);
-        return finish();
-      }
-      r.step("containerd config", Outcome::changed,
-             cat(state.config_path, " restored from ", state.config_backup));
-    } else {
-      if (::unlink(env.host.resolve(state.config_path).c_str()) != 0 && errno != ENOENT) {
-        r.failed("containerd config", fail_errno("unlink", state.config_path).error().message);
-        return finish();
-      }
-      r.step("containerd config", Outcome::changed,
-             state.config_path + " removed (install created it)");
     }
     restored = true;
   } else {
@@ -519,8 +526,9 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
       return finish();
     }
     r.step("verify", Outcome::unchanged, "containerd no longer has handler " + state.runtime_name);
-    // The backup's text is the config again: the copy install made is no longer needed.
-    if (state.config_existed) ::unlink(env.host.resolve(state.config_backup).c_str());
+    // The backups' text is the config again: the copies install made are no longer needed.
+    for (const auto& f : state.config_files)
+      if (f.existed) ::unlink(env.host.resolve(f.backup).c_str());
   }
 
   // Step 3: the files install created.

@@ -10,11 +10,11 @@ std::string install_state_to_json(const InstallState& s) {
   j["runtimeName"] = s.runtime_name;
   j["socket"] = s.socket;
   j["restart"] = s.restart;
-  j["config"] = {{"path", s.config_path},
-                 {"changed", s.config_changed},
-                 {"existed", s.config_existed},
-                 {"backup", s.config_backup},
-                 {"written", s.config_written}};
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  for (const auto& f : s.config_files)
+    files.push_back(
+        {{"path", f.path}, {"existed", f.existed}, {"backup", f.backup}, {"written", f.written}});
+  j["config"] = {{"path", s.config_path}, {"changed", s.config_changed}, {"files", files}};
   if (s.runtime_config_path)
     j["runtimeConfig"] = {{"path", *s.runtime_config_path},
                           {"written", s.runtime_config_written.value_or("")}};
@@ -35,9 +35,16 @@ Result<InstallState> parse_install_state(std::string_view text, std::string_view
     const auto& c = j.at("config");
     s.config_path = c.at("path").get<std::string>();
     s.config_changed = c.at("changed").get<bool>();
-    s.config_existed = c.at("existed").get<bool>();
-    s.config_backup = c.at("backup").get<std::string>();
-    s.config_written = c.at("written").get<std::string>();
+    if (c.contains("files")) {
+      for (const auto& f : c.at("files"))
+        s.config_files.push_back({f.at("path").get<std::string>(), f.at("existed").get<bool>(),
+                                  f.at("backup").get<std::string>(),
+                                  f.at("written").get<std::string>()});
+    } else if (s.config_changed) {  // the record of an install before drop-ins were recorded
+      s.config_files.push_back({s.config_path, c.at("existed").get<bool>(),
+                                c.at("backup").get<std::string>(),
+                                c.at("written").get<std::string>()});
+    }
     if (j.contains("runtimeConfig")) {
       s.runtime_config_path = j["runtimeConfig"].at("path").get<std::string>();
       s.runtime_config_written = j["runtimeConfig"].at("written").get<std::string>();
@@ -50,6 +57,13 @@ Result<InstallState> parse_install_state(std::string_view text, std::string_view
   }
   if (s.config_path.empty() || s.binary_link.empty())
     return fail(Errc::parse, origin, ": config.path and binary.link must be set");
+  if (s.config_changed && s.config_files.empty())
+    return fail(Errc::parse, origin, ": config.changed without config.files");
+  for (const auto& f : s.config_files) {
+    if (f.path.empty() || (f.existed && f.backup.empty()))
+      return fail(Errc::parse, origin,
+                  ": a config.files entry needs a path, and a backup if it existed");
+  }
   return s;
 }
 

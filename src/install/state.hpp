@@ -16,12 +16,17 @@ struct InstallState {
   std::string runtime_name;
   std::string socket;
   std::vector<std::string> restart;
-  // The containerd config (host path) and what install did to it.
+  // The containerd config (host path) and what install did to it: the file itself, and for a
+  // version 3 config also the drop-in setup added to its imports.
   std::string config_path;
   bool config_changed = false;  // false: it already had the handler; uninstall leaves it
-  bool config_existed = false;  // false: install created it; uninstall removes it
-  std::string config_backup;    // host path of setup's backup (when config_existed)
-  std::string config_written;   // the text install wrote: uninstall restores only over this
+  struct ConfigFile {
+    std::string path;      // host path
+    bool existed = false;  // false: install created it; uninstall removes it
+    std::string backup;    // host path of setup's backup (when it existed)
+    std::string written;   // the text install wrote: uninstall restores only over this
+  };
+  std::vector<ConfigFile> config_files;  // in the order setup wrote them
   // Files install created; removed only while they still hold what was written.
   std::optional<std::string> runtime_config_path, runtime_config_written;
   std::optional<std::string> cdi_spec_path;

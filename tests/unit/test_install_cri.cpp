@@ -55,9 +55,9 @@ TEST(InstallState, RoundTripsAndRejectsMissingFields) {
   s.socket = "/var/snap/microk8s/common/run/containerd.sock";
   s.restart = {"snap", "restart", "microk8s.daemon-containerd"};
   s.config_path = "/var/snap/microk8s/current/args/containerd-template.toml";
-  s.config_changed = s.config_existed = true;
-  s.config_backup = s.config_path + ".bak-20260101T000000Z";
-  s.config_written = "version = 2\n";
+  s.config_changed = true;
+  s.config_files = {{s.config_path, true, s.config_path + ".bak-20260101T000000Z", "version = 2\n"},
+                    {"/etc/containerd/conf.d/99-gpufence.toml", false, "", "version = 3\n"}};
   s.cdi_spec_path = "/etc/cdi/nvidia.yaml";
   s.binary_link = "/usr/local/bin/gpufence-runtime";
   s.versions_dir = "/usr/local/lib/gpufence";

@@ -2,7 +2,9 @@
 // as that distribution ships it, against a fake containerd that loads its config only when
 // restarted (so a handler the file has but containerd never re-read is caught).
 #include <gtest/gtest.h>
+
 #include <sys/stat.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
@@ -32,7 +34,11 @@ ProcessResult exited(int code, std::string out) {
 // `{{ .SystemdCgroup }}` is rendered as k3s renders it.
 class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
  public:
-  explicit FakeContainerd(fs::path config) : m_config(std::move(config)) { load(); }
+  // `host`: where the config's imports (host paths) are read, as containerd merges them.
+  explicit FakeContainerd(fs::path config, const HostFs* host = nullptr)
+      : m_config(std::move(config)), m_host(host) {
+    load();
+  }
 
   std::vector<std::vector<std::string>> commands;     // restarts
   std::vector<std::vector<std::string>> smoke_tests;  // gpufence-runtime --gpufence-help
@@ -81,6 +87,10 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
       body.replace(body.find(var), var.size(), "true");
     auto cfg = parse_containerd_config(body, m_config.string());
     if (!cfg) return;
+    if (m_host) {
+      cfg = merge_imports_from_host(*cfg, *m_host);
+      if (!cfg) return;
+    }
     m_loaded.clear();
     for (const auto& h : cri_runtimes(*cfg))
       m_loaded.push_back({h.name, h.runtime_type, h.binary_name});
@@ -89,6 +99,7 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
       m_loaded.push_back({"runc", "io.containerd.runc.v2", std::nullopt});
   }
   fs::path m_config;
+  const HostFs* m_host;
   bool m_up = true;
   std::vector<LoadedRuntime> m_loaded;
 };
@@ -124,7 +135,7 @@ struct Node {
                                                                      20));
   }
   void start_containerd(const std::string& config_host_path) {
-    containerd.emplace(fs_.resolve(config_host_path));
+    containerd.emplace(fs_.resolve(config_host_path), &fs_);
   }
   InstallOptions options(std::optional<Distribution> d = std::nullopt) {
     InstallOptions o;
@@ -425,6 +436,89 @@ TEST(InstallFlow, UninstallRestoresTheUsersBytesAndRemovesWhatInstallAdded) {
   EXPECT_NE(render_install_report(again).find("nothing installed"), std::string::npos);
 }
 
+// containerd 2.x: version 3, where setup adds a drop-in and lists it in the main file's imports.
+const std::string kVersion3Config =
+    "# the user's own file\nversion = 3\nimports = []\n"
+    "[plugins.'io.containerd.cri.v1.runtime'.containerd]\n"
+    "  default_runtime_name = 'runc'\n"
+    "  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
+    "    runtime_type = 'io.containerd.runc.v2'\n"
+    "    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
+    "      SystemdCgroup = true\n";
+const char* kDropIn = "etc/containerd/conf.d/99-gpufence.toml";
+
+TEST(InstallFlow, Version3InstallAddsTheDropInAndUninstallTakesBothBack) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto before = snapshot(n.host);
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_TRUE(fs::exists(n.host / kDropIn));
+  EXPECT_NE(slurp(n.host / "etc/containerd/config.toml")
+                .find("imports = [\"/etc/containerd/conf.d/99-gpufence.toml\"]"),
+            std::string::npos)
+      << slurp(n.host / "etc/containerd/config.toml");
+  auto state = slurp(n.host / "etc/gpufence/install-state.json");
+  EXPECT_NE(state.find("/etc/containerd/conf.d/99-gpufence.toml"), std::string::npos) << state;
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+}
+
+// A failed restart on a version 3 node puts both files back: the user's config with its bytes
+// (the record used to keep one file: the drop-in was taken for the config, so a rollback would
+// have removed the config and its backup; read from that code, never run on a host).
+TEST(InstallFlow, Version3FailedRestartPutsBothFilesBack) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->restart_fails = true;
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kVersion3Config)
+      << render_install_report(report);
+  EXPECT_FALSE(fs::exists(n.host / kDropIn)) << render_install_report(report);
+  for (const auto& e : fs::directory_iterator(n.host / "etc/containerd"))
+    EXPECT_EQ(e.path().filename().string().find(".bak-"), std::string::npos) << e.path();
+}
+
+TEST(InstallFlow, Version3UninstallTouchesNothingWhenTheDropInWasEdited) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.start_containerd("/etc/containerd/config.toml");
+  ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+  std::string main_after = slurp(n.host / "etc/containerd/config.toml");
+  std::string edited = slurp(n.host / kDropIn) + "# tuned by hand\n";
+  n.dir.write(std::string("host/") + kDropIn, edited);
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_FALSE(un.ok());
+  EXPECT_NE(un.failure->find("99-gpufence.toml was edited after install; left alone"),
+            std::string::npos)
+      << *un.failure;
+  EXPECT_EQ(slurp(n.host / kDropIn), edited);
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), main_after);
+}
+
+// A record written before drop-ins were recorded (one file under "config") still uninstalls.
+TEST(InstallFlow, AnOlderStateRecordStillUninstalls) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto before = snapshot(n.host);
+  ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+  auto j = nlohmann::json::parse(slurp(n.host / "etc/gpufence/install-state.json"));
+  auto file = j["config"]["files"][0];
+  j["config"].erase("files");
+  j["config"]["existed"] = file["existed"];
+  j["config"]["backup"] = file["backup"];
+  j["config"]["written"] = file["written"];
+  n.dir.write("host/etc/gpufence/install-state.json", j.dump(2));
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(snapshot(n.host), before);
+}
+
 TEST(InstallFlow, UninstallLeavesAConfigEditedSinceInstall) {
   Node n;
   n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
@@ -459,11 +553,12 @@ TEST(InstallFlow, HandlerCopiesTheCdiAnnotationAndTheBackupIsNamedAsOnTheHost) {
   const std::string state_file = InstallOptions{}.state_file;
   auto state = parse_install_state(slurp(n.fs_.resolve(state_file)), state_file);
   ASSERT_TRUE(state) << state.error().message;
-  EXPECT_TRUE(state->config_backup.starts_with("/etc/containerd/config.toml.bak-"))
-      << state->config_backup << ": a host path, not one under the installer's --host-root";
-  EXPECT_EQ(slurp(n.fs_.resolve(state->config_backup)), kPlainConfig);
-  EXPECT_NE(render_install_report(report).find("(backup " + state->config_backup + ")"),
-            std::string::npos);
+  ASSERT_EQ(state->config_files.size(), 1u);
+  const std::string& backup = state->config_files[0].backup;
+  EXPECT_TRUE(backup.starts_with("/etc/containerd/config.toml.bak-"))
+      << backup << ": a host path, not one under the installer's --host-root";
+  EXPECT_EQ(slurp(n.fs_.resolve(backup)), kPlainConfig);
+  EXPECT_NE(render_install_report(report).find("(backup " + backup + ")"), std::string::npos);
 }
 
 // A config that is a symlink (config management keeps the real file elsewhere) stays one:
