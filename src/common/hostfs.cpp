@@ -1,6 +1,7 @@
 #include "common/hostfs.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 
 #include "common/file.hpp"
+#include "common/in_root.hpp"
 
 namespace gpufence {
 
@@ -21,19 +23,56 @@ std::filesystem::path HostFs::resolve(std::string_view host_path) const {
   return m_root / std::filesystem::path(host_path);
 }
 
+// Under a root other than "/", a path is resolved inside it (common/in_root.hpp): the host's
+// absolute links (Debian's /var/run -> /run, a config linked to /etc/alternatives/...) then name
+// the host's files under the root, not this process's. At "/" it is a plain open.
+Result<Fd> HostFs::open(std::string_view host_path, int flags) const {
+  auto path = resolve(host_path);
+  if (m_root == "/") {
+    int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+    if (fd < 0) return fail_errno("open", path.native());
+    return Fd(fd);
+  }
+  auto root = open_root_dir(m_root);
+  if (!root) return std::unexpected(root.error());
+  auto fd = open_in_root(root->fd, std::string(host_path), flags);
+  if (!fd) return fail(fd.error().code, "open ", path.native(), ": ", fd.error().message);
+  return Fd(*fd);
+}
+
 Result<std::string> HostFs::read(std::string_view host_path) const {
-  return read_file(resolve(host_path));
+  if (m_root == "/") return read_file(resolve(host_path));
+  auto f = open(host_path, O_RDONLY);
+  if (!f) return std::unexpected(f.error());
+  std::string out;
+  char buf[16384];
+  while (true) {
+    ssize_t n = ::read(f->fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno("read", resolve(host_path).native());
+    }
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
 }
 
 bool HostFs::exists(std::string_view host_path) const {
   struct stat st {};
-  return ::lstat(resolve(host_path).c_str(), &st) == 0;
+  if (m_root == "/") return ::lstat(resolve(host_path).c_str(), &st) == 0;
+  return open(host_path, O_PATH | O_NOFOLLOW).has_value();
 }
 
 Result<FileInfo> HostFs::stat(std::string_view host_path) const {
   auto path = resolve(host_path);
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) return fail_errno("stat", path.native());
+  if (m_root == "/") {
+    if (::lstat(path.c_str(), &st) != 0) return fail_errno("stat", path.native());
+  } else {
+    auto f = open(host_path, O_PATH | O_NOFOLLOW);
+    if (!f) return std::unexpected(f.error());
+    if (::fstat(f->fd, &st) != 0) return fail_errno("stat", path.native());
+  }
   FileInfo info;
   info.mode = st.st_mode & 07777;
   switch (st.st_mode & S_IFMT) {
@@ -64,8 +103,11 @@ Result<FileInfo> HostFs::stat(std::string_view host_path) const {
 
 Result<std::vector<std::string>> HostFs::list(std::string_view host_path) const {
   auto path = resolve(host_path);
-  DIR* dir = ::opendir(path.c_str());
+  auto f = open(host_path, O_RDONLY | O_DIRECTORY);
+  if (!f) return std::unexpected(f.error());
+  DIR* dir = ::fdopendir(f->fd);
   if (!dir) return fail_errno("opendir", path.native());
+  f->fd = -1;  // the DIR owns it now
   std::vector<std::string> names;
   while (dirent* entry = ::readdir(dir)) {
     std::string_view name = entry->d_name;
@@ -80,7 +122,14 @@ Result<std::vector<std::string>> HostFs::list(std::string_view host_path) const 
 Result<std::string> HostFs::read_link(std::string_view host_path) const {
   auto path = resolve(host_path);
   char buf[4096];
-  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf);
+  ssize_t n;
+  if (m_root == "/") {
+    n = ::readlink(path.c_str(), buf, sizeof buf);
+  } else {
+    auto f = open(host_path, O_PATH | O_NOFOLLOW);
+    if (!f) return std::unexpected(f.error());
+    n = ::readlinkat(f->fd, "", buf, sizeof buf);
+  }
   if (n < 0) return fail_errno("readlink", path.native());
   return std::string(buf, static_cast<size_t>(n));
 }

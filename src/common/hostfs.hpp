@@ -1,6 +1,7 @@
 // Every read of the host (/proc, /sys, /dev, /etc/...) goes through a HostFs rooted at
 // --host-root (default "/"). That is what lets tests run on a fake tree and the doctor run from a
-// pod with the host mounted at /host.
+// pod with the host mounted at /host. Under a root other than "/", paths resolve inside it
+// (openat2 RESOLVE_IN_ROOT): the host's absolute symlinks name the host's files.
 #pragma once
 
 #include <filesystem>
@@ -11,6 +12,8 @@
 #include "common/error.hpp"
 
 namespace gpufence {
+
+struct Fd;  // common/in_root.hpp
 
 enum class FileType { regular, directory, char_device, block_device, symlink, other };
 
@@ -39,6 +42,7 @@ class HostFs {
   Result<std::string> read_link(std::string_view host_path) const;
 
  private:
+  Result<Fd> open(std::string_view host_path, int flags) const;
   std::filesystem::path m_root;
 };
 

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <cstring>
 
 #include "common/hostfs.hpp"
 #include "support/test_support.hpp"
@@ -58,4 +58,32 @@ TEST(HostFs, ErrorsNameTheRealPathAndTheCause) {
   EXPECT_NE(missing.error().message.find("No such file"), std::string::npos);
   EXPECT_FALSE(fs.list("/nope"));
   EXPECT_FALSE(fs.stat("/nope"));
+}
+
+// The host's absolute links (Debian's /var/run -> /run) name the host's files under the root,
+// never this process's (a doctor or installer pod with the host at /host).
+TEST(HostFs, AbsoluteLinksOfTheHostResolveUnderItsRoot) {
+  test::TempDir dir, outside;
+  outside.write("run/cdi/spec.json", "this process's file");
+  std::filesystem::path link_target = outside / "run";  // what "/run" would be without the root
+  dir.write("run/cdi/spec.json", "the host's file");
+  std::filesystem::create_directories(dir / "var");
+  std::filesystem::create_symlink("/run", dir / "var/run");
+  // A link whose target exists only outside the root: unresolvable under it.
+  std::filesystem::create_directories(dir / "etc");
+  std::filesystem::create_symlink(link_target / "cdi/spec.json", dir / "etc/elsewhere.json");
+  HostFs fs(dir.path());
+  auto text = fs.read("/var/run/cdi/spec.json");
+  ASSERT_TRUE(text) << text.error().message;
+  EXPECT_EQ(*text, "the host's file");
+  auto names = fs.list("/var/run/cdi");
+  ASSERT_TRUE(names) << names.error().message;
+  EXPECT_EQ(*names, (std::vector<std::string>{"spec.json"}));
+  EXPECT_TRUE(fs.exists("/var/run/cdi/spec.json"));
+  auto info = fs.stat("/var/run");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->type, FileType::symlink);
+  EXPECT_EQ(*fs.read_link("/var/run"), "/run");
+  EXPECT_FALSE(fs.read("/etc/elsewhere.json")) << "read a file outside the root";
+  EXPECT_FALSE(fs.exists("/var/run/../../../../../../" + (outside / "run/cdi/spec.json").string()));
 }
