@@ -62,6 +62,8 @@ stop_cluster() {
   plugin_pid=""
   tail -n +$((seen + 1)) "$work/runtime.log" 2>/dev/null > "$work/$name.decisions"
   [ -n "${GF_CRI_QUIET:-}" ] || sed "s/^/  [$name] /" "$work/$name.out"
+  grep -oE 'channel=[a-z-]+ privileged=[a-z]+ .*granted=[^ ]+' "$work/$name.decisions" |
+    awk -v n="$name" '$NF != "granted=\"\"" {print "  [" n " gpufence-runtime] " $1, $2, $NF}'
 }
 # wait_for NAME REGEX: until the stand-in has printed a matching line (bounded: 30 s).
 wait_for() {
