@@ -35,7 +35,7 @@ start_cluster() {
   local name=$1 class=$2 dp=$work/dp-$1
   shift 2
   mkdir -p "$dp"
-  seen=$(cat "$work/runtime.log" 2>/dev/null | wc -l)
+  seen=$({ wc -l < "$work/runtime.log"; } 2>/dev/null || echo 0)
   kubeconfig=$work/$name.kubeconfig
   "$build/bin/gpufence-test-cluster" --plugin-dir "$dp" --runtime-endpoint "$sock" \
     --runtime-class "$class" --image "$GF_APP_IMAGE" --cgroup-parent "/$cgroup" \
@@ -201,7 +201,7 @@ isolated() {
   local name=$1 channels=$2 p own other
   for p in "${flow_pods[@]}"; do
     own=$(gpu_of "$name" "$p"); other=$((1 - ${own/\?/0}))
-    check "$name: $p opens its GPU $own" test "$(result "$name" "$p" /dev/nvidia$own)" = ENXIO
+    check "$name: $p opens its GPU $own" test "$(result "$name" "$p" /dev/nvidia"$own")" = ENXIO
     check "$name: $p has no node for GPU $other" test "$(result "$name" "$p" /dev/nvidia$other)" = ENOENT
     check "$name: $p cannot open GPU $other even after mknod" test "$(result "$name" "$p" /tmp/n$other)" != ENXIO -a -n "$(result "$name" "$p" /tmp/n$other)"
     check "$name: gpufence-runtime granted $p GPU $own, from the kubelet's channels" \
