@@ -116,22 +116,11 @@ int main(int argc, char** argv) {
   gpufence::test::TestKubelet kubelet(opt.plugin_dir);
   kubelet.start();
   auto timeout = std::chrono::seconds(opt.timeout_s);
-  if (!kubelet.wait_registrations(1, timeout) ||
-      !kubelet.wait_devices([](const auto& d) { return !d.empty(); }, timeout)) {
-    std::cerr << "gpufence-test-cri: no device plugin registered within " << opt.timeout_s << "s\n";
-    return 1;
-  }
+  if (!gpufence::test::wait_for_plugin(kubelet, timeout, "gpufence-test-cri")) return 1;
 
   // Step 2: the runtime answers.
   CriClient cri(opt.endpoint, timeout);
-  runtime::v1::VersionResponse version;
-  if (auto st = cri.version(&version); !st.ok()) {
-    std::cerr << "gpufence-test-cri: CRI Version on " << opt.endpoint << ": " << st.error_message()
-              << "\n";
-    return 1;
-  }
-  std::cout << "runtime " << version.runtime_name() << " " << version.runtime_version() << " "
-            << version.runtime_api_version() << "\n";
+  if (!gpufence::test::print_runtime(cri, opt.endpoint, "gpufence-test-cri", std::cout)) return 1;
 
   // Step 3: admit and start each pod, all running at once.
   std::vector<PodRun> runs(opt.pods);

@@ -20,6 +20,27 @@ bool fail(PodRun& run, const std::string& step, const grpc::Status& st) {
 
 }  // namespace
 
+bool wait_for_plugin(TestKubelet& kubelet, std::chrono::seconds timeout,
+                     const std::string& program) {
+  if (kubelet.wait_registrations(1, timeout) &&
+      kubelet.wait_devices([](const auto& d) { return !d.empty(); }, timeout))
+    return true;
+  std::cerr << program << ": no device plugin registered within " << timeout.count() << "s\n";
+  return false;
+}
+
+bool print_runtime(CriClient& cri, const std::string& endpoint, const std::string& program,
+                   std::ostream& out) {
+  runtime::v1::VersionResponse version;
+  if (auto st = cri.version(&version); !st.ok()) {
+    std::cerr << program << ": CRI Version on " << endpoint << ": " << st.error_message() << "\n";
+    return false;
+  }
+  out << "runtime " << version.runtime_name() << " " << version.runtime_version() << " "
+      << version.runtime_api_version() << "\n";
+  return true;
+}
+
 bool start_pod(CriClient& cri, const std::string& handler,
                const v1beta1::ContainerAllocateResponse& alloc, std::chrono::seconds timeout,
                PodRun& run) {
@@ -51,6 +72,11 @@ bool start_pod(CriClient& cri, const std::string& handler,
 
 void exec_in_pod(CriClient& cri, int i, const std::vector<std::string>& cmd,
                  std::chrono::seconds timeout, std::ostream& out, PodRun& run) {
+  exec_in_pod(cri, std::to_string(i), cmd, timeout, out, run);
+}
+
+void exec_in_pod(CriClient& cri, const std::string& label, const std::vector<std::string>& cmd,
+                 std::chrono::seconds timeout, std::ostream& out, PodRun& run) {
   runtime::v1::ExecSyncResponse resp;
   auto st = cri.exec_sync(run.container_id, cmd, timeout, &resp);
   if (!st.ok()) {
@@ -58,7 +84,8 @@ void exec_in_pod(CriClient& cri, int i, const std::vector<std::string>& cmd,
     return;
   }
   std::istringstream lines(resp.stdout() + resp.stderr());
-  for (std::string line; std::getline(lines, line);) out << "pod " << i << " exec " << line << "\n";
+  for (std::string line; std::getline(lines, line);)
+    out << "pod " << label << " exec " << line << "\n";
   if (resp.exit_code() != 0) run.error = "ExecSync: exit code " + std::to_string(resp.exit_code());
 }
 

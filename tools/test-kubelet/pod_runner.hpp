@@ -16,6 +16,16 @@
 
 namespace gpufence::test {
 
+// Until the device plugin has registered with `kubelet` and advertised a device (bounded); the
+// reason on stderr, prefixed with `program`, when it does not.
+bool wait_for_plugin(TestKubelet& kubelet, std::chrono::seconds timeout,
+                     const std::string& program);
+
+// CRI Version, written as "runtime <name> <version> <api version>"; the reason on stderr when the
+// runtime does not answer.
+bool print_runtime(CriClient& cri, const std::string& endpoint, const std::string& program,
+                   std::ostream& out);
+
 struct PodRun {
   CriPod pod;
   std::vector<std::string> ids;  // the GPUs the stand-in allocated it
@@ -34,6 +44,9 @@ bool start_pod(CriClient& cri, const std::string& handler,
 // ExecSync `cmd` in the pod's container; each output line is written as "pod <i> exec <line>".
 // A failed call or a non-zero exit sets run.error.
 void exec_in_pod(CriClient& cri, int i, const std::vector<std::string>& cmd,
+                 std::chrono::seconds timeout, std::ostream& out, PodRun& run);
+// The same, each line written as "pod <label> exec <line>" (the cluster mode names pods).
+void exec_in_pod(CriClient& cri, const std::string& label, const std::vector<std::string>& cmd,
                  std::chrono::seconds timeout, std::ostream& out, PodRun& run);
 
 // Stop and remove the container and the sandbox, as the kubelet does when a pod is deleted.

@@ -230,6 +230,12 @@ grpc::Status TestKubelet::admit(int count, v1beta1::ContainerAllocateResponse* o
   return st;
 }
 
+void TestKubelet::release(const std::vector<std::string>& ids) {
+  std::erase_if(m_assigned, [&](const std::string& id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  });
+}
+
 Subprocess::Subprocess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                        const std::string& log_path) {
   std::vector<std::string> envs;

@@ -56,6 +56,8 @@ class TestKubelet {
   grpc::Status admit(int count, v1beta1::ContainerAllocateResponse* out,
                      std::vector<std::string>* ids = nullptr);
   void release_all() { m_assigned.clear(); }
+  // The pod that held `ids` is gone: the kubelet's device manager frees them for the next one.
+  void release(const std::vector<std::string>& ids);
 
  private:
   class RegistrationService;
