@@ -20,8 +20,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_autoscale.sh 1.6|1.7|2}
-# shellcheck source=tests/scenario/cri_node.sh disable=SC2034,SC2154
-. "$here/cri_node.sh"
+# shellcheck source=scripts/lib/cri_node.sh disable=SC2034,SC2154
+. "$src/scripts/lib/cri_node.sh"
 [ -x "$build/bin/gpufence-test-cluster" ] || skip "$build/bin/gpufence-test-cluster is not built"
 command -v python3 >/dev/null || skip "python3 (the test's API client) is not installed"
 failures=0
