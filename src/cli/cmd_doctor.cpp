@@ -106,7 +106,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                                              kube_error, node);
              auto findings = judge(snap);
              if (args->json)
-               std::cout << render_doctor_json(snap, findings).dump(2) << "\n";
+               std::cout << doctor_json_text(render_doctor_json(snap, findings));
              else
                std::cout << render_doctor_text(snap, findings);
              return doctor_exit_code(findings);

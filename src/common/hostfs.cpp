@@ -8,7 +8,6 @@
 
 #include <algorithm>
 
-#include "common/file.hpp"
 #include "common/in_root.hpp"
 
 namespace gpufence {
@@ -40,10 +39,16 @@ Result<Fd> HostFs::open(std::string_view host_path, int flags) const {
   return Fd(*fd);
 }
 
+// Only regular files (procfs and sysfs files are): a FIFO or a device where a file was expected
+// would block the reader or act on open, so it is opened O_NONBLOCK|O_NOCTTY and refused after
+// fstat (docs/trust-model.md, "Files a pod controls").
 Result<std::string> HostFs::read(std::string_view host_path) const {
-  if (m_root == "/") return read_file(resolve(host_path));
-  auto f = open(host_path, O_RDONLY);
+  auto f = open(host_path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
   if (!f) return std::unexpected(f.error());
+  struct stat st {};
+  if (::fstat(f->fd, &st) != 0) return fail_errno("stat", resolve(host_path).native());
+  if (!S_ISREG(st.st_mode))
+    return fail(Errc::invalid_argument, resolve(host_path).native(), " is not a regular file");
   std::string out;
   char buf[16384];
   while (true) {

@@ -29,10 +29,15 @@ std::string find_bundle(const HostFs& host, const std::string& id, const GatherO
     if (!text) return "";
     try {
       auto state = nlohmann::json::parse(*text);
+      // runc turns every OCI annotation into a "key=value" label and appends its own
+      // "bundle=<dir>" last (measured with runc 1.1.5): an annotation "bundle" that a pod passes
+      // through would otherwise name a bundle of its choosing (docs/trust-model.md).
+      std::string bundle;
       for (const auto& label : state.at("config").value("labels", nlohmann::json::array())) {
         std::string l = label.get<std::string>();
-        if (l.starts_with("bundle=")) return l.substr(7);
+        if (l.starts_with("bundle=")) bundle = l.substr(7);
       }
+      return bundle;
     } catch (const nlohmann::json::exception&) {
     }
     return "";

@@ -4,6 +4,7 @@
 // read is noted in Snapshot::skipped and the rest is still gathered.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -47,10 +48,13 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
 
 // The helper behind --probe: a child process joins the container's devices cgroup and opens
 // each GPU node (the container's own, or a temporary node for one it does not have); EPERM means
-// denied, ENXIO or success allowed. The child exits and every temporary node is removed.
+// denied, ENXIO or success allowed. The child exits and every temporary node is removed; a child
+// not done within `timeout` is killed and the probe fails.
+inline constexpr std::chrono::milliseconds kProbeTimeout{10000};
 Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
                                             const std::string& cgroup_procs_file,
-                                            const std::set<unsigned>& minors);
+                                            const std::set<unsigned>& minors,
+                                            std::chrono::milliseconds timeout = kProbeTimeout);
 
 // PodResources v1 over the kubelet's socket: List and GetAllocatableResources.
 struct PodResourcesView {

@@ -23,14 +23,16 @@ std::optional<std::string> container_id_from_cgroup(std::string_view proc_cgroup
   for (std::string_view line : split(proc_cgroup, '\n')) {
     auto colon2 = line.find(':', line.find(':') + 1);
     if (colon2 == std::string_view::npos) continue;
-    std::string_view path = line.substr(colon2 + 1);
-    auto slash = path.rfind('/');
-    std::string_view last = slash == std::string_view::npos ? path : path.substr(slash + 1);
-    if (last.ends_with(".scope")) last.remove_suffix(6);
-    for (std::string_view prefix : {"cri-containerd-", "containerd-", "docker-", "crio-"}) {
-      if (last.starts_with(prefix)) last.remove_prefix(prefix.size());
+    // The outermost component that names a container: a process inside the container can sit
+    // in a cgroup of its own below it (systemd's init.scope, a nested runtime, or a container
+    // with a writable cgroupfs hiding in ".../<id>/x"), and it is still that container's.
+    for (std::string_view part : split(line.substr(colon2 + 1), '/')) {
+      if (part.ends_with(".scope")) part.remove_suffix(6);
+      for (std::string_view prefix : {"cri-containerd-", "containerd-", "docker-", "crio-"}) {
+        if (part.starts_with(prefix)) part.remove_prefix(prefix.size());
+      }
+      if (is_hex64(part)) return std::string(part);
     }
-    if (is_hex64(last)) return std::string(last);
   }
   return std::nullopt;
 }

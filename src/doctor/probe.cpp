@@ -1,9 +1,12 @@
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "common/in_root.hpp"
@@ -15,7 +18,8 @@ namespace gpufence {
 
 Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
                                             const std::string& cgroup_procs_file,
-                                            const std::set<unsigned>& minors) {
+                                            const std::set<unsigned>& minors,
+                                            std::chrono::milliseconds timeout) {
   // Temporary nodes for GPUs the container has no node for, made here (host cgroup) and opened
   // by the child (container cgroup): the open is what the container's cgroup would allow.
   char tmpl[] = "/tmp/gpufence-probe-XXXXXX";
@@ -59,9 +63,9 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
   if (child == 0) {
     // Child: join the container's devices cgroup, try each node, report, exit.
     ::close(fds[0]);
+    // "0" moves the writer itself (cgroups(7)): nothing to format after fork.
     int cg = ::open(cgroup_procs_file.c_str(), O_WRONLY | O_CLOEXEC);
-    std::string me = std::to_string(::getpid());
-    if (cg < 0 || ::write(cg, me.data(), me.size()) < 0) {
+    if (cg < 0 || ::write(cg, "0", 1) < 0) {
       char fail_byte = 'F';
       [[maybe_unused]] auto n = ::write(fds[1], &fail_byte, 1);
       ::_exit(1);
@@ -79,14 +83,40 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
     ::_exit(0);
   }
   ::close(fds[1]);
+  // Bounded: on cgroup v2 the child joins the container's whole cgroup, and a container that can
+  // write it (privileged) can freeze it (cgroup.freeze) or hold it at memory.max; the doctor must
+  // still finish. SIGKILL ends a frozen task too (docs/trust-model.md, "Files a pod controls").
   std::string bytes;
-  char buf[256];
-  ssize_t n;
-  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) bytes.append(buf, static_cast<size_t>(n));
+  bool timed_out = false;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    struct pollfd p {
+      fds[0], POLLIN, 0
+    };
+    int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      timed_out = true;
+      break;
+    }
+    char buf[256];
+    ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    bytes.append(buf, static_cast<size_t>(n));
+  }
   ::close(fds[0]);
+  if (timed_out) ::kill(child, SIGKILL);
   int status = 0;
-  ::waitpid(child, &status, 0);
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
   cleanup();
+  if (timed_out) {
+    return fail(Errc::io, "probe joining ", cgroup_procs_file, " did not finish within ",
+                std::to_string(timeout.count()), " ms (a frozen or full cgroup?): killed");
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return fail(Errc::io, "probe could not join ", cgroup_procs_file);
   }

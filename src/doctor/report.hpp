@@ -13,6 +13,8 @@ namespace gpufence {
 
 std::string render_doctor_text(const Snapshot& s, const std::vector<Finding>& findings);
 nlohmann::ordered_json render_doctor_json(const Snapshot& s, const std::vector<Finding>& findings);
+// The JSON report as printed: valid JSON, ASCII only, whatever bytes a container's env held.
+std::string doctor_json_text(const nlohmann::ordered_json& doc);
 // 0 clean (warnings allowed), 1 findings of error severity.
 int doctor_exit_code(const std::vector<Finding>& findings);
 

@@ -1,0 +1,206 @@
+// Attacks on `gpufence doctor` by what a hostile pod controls: its env bytes, annotations that
+// runc turns into labels, cgroups below its own, FIFOs where the doctor reads, and a probe that
+// never returns (docs/trust-model.md, "Files a pod controls, read from the host"). Each case
+// failed on the code before its fix.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "common/hostfs.hpp"
+#include "doctor/checks.hpp"
+#include "doctor/gather.hpp"
+#include "doctor/parse.hpp"
+#include "doctor/report.hpp"
+#include "pod_resources_server.hpp"
+#include "support/fake_node.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+
+namespace {
+
+// Runs `work` aside and waits at most 5 s: what used to block forever must not block the test.
+template <typename F>
+bool finishes(F work) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([work, done]() mutable {
+    work();
+    *done = true;
+  }).detach();
+  for (int i = 0; i < 100 && !*done; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return *done;
+}
+
+class DoctorHostile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_node = std::make_unique<test::FakeNode>(m_dir.path());
+    m_inv.list = test::fake_gpus(2);
+    m_node->install_gpufence_handler();
+  }
+  void kubelet(std::vector<test::PodAllocation> allocations) {
+    m_server = std::make_unique<test::PodResourcesServer>(
+        (m_dir / "var/lib/kubelet/pod-resources/kubelet.sock").string(), "nvidia.com/gpu",
+        allocations, std::vector<std::string>{m_inv.list[0].uuid, m_inv.list[1].uuid});
+    ASSERT_TRUE(m_server->start());
+  }
+  Snapshot snapshot(GatherOptions opt = {}) {
+    return gather_snapshot(HostFs(m_dir.path()), &m_inv, "", opt);
+  }
+  std::string task_dir(const std::string& id) {
+    return "run/containerd/io.containerd.runtime.v2.task/k8s.io/" + id;
+  }
+
+  test::TempDir m_dir;
+  std::unique_ptr<test::FakeNode> m_node;
+  test::FakeInventory m_inv;
+  std::unique_ptr<test::PodResourcesServer> m_server;
+};
+
+// A container that asked for no GPU and can open both, with a hostile env value.
+test::FakeContainer leaking(const std::string& env_value) {
+  test::FakeContainer c;
+  c.pod = "evil";
+  c.pids = {100};
+  c.env = "NVIDIA_VISIBLE_DEVICES=" + env_value + std::string(1, '\0');
+  c.devices_list = "c 195:* rw\n";
+  return c;
+}
+
+}  // namespace
+
+// The env value lands in the evidence of gpu.no-request-can-open. Raw, it cleared the reader's
+// screen and printed a line that looks like the doctor's own.
+TEST_F(DoctorHostile, AnEnvValueCannotDriveTheTerminalOrForgeReportLines) {
+  m_node->add(leaking("all\x1b[2J\x1b[H\r\n- [gpu.ok] every GPU is allocated right\x07\xc2\x9b"));
+  kubelet({{"default", "evil", "main", {}}});
+  auto snap = snapshot();
+  auto findings = judge(snap);
+  ASSERT_FALSE(findings.empty());
+  std::string text = render_doctor_text(snap, findings);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
+  EXPECT_EQ(text.find("\xc2\x9b"), std::string::npos) << "a C1 CSI passed: " << text;
+  EXPECT_EQ(text.find("\n- [gpu.ok]"), std::string::npos) << "a forged finding line: " << text;
+  // Still said, escaped: the reader sees what the env holds.
+  EXPECT_NE(text.find("all\\x1b[2J"), std::string::npos) << text;
+  EXPECT_NE(text.find("\\x0d\\x0a- [gpu.ok]"), std::string::npos) << text;
+}
+
+// Env bytes are any bytes; nlohmann's default dump throws on invalid UTF-8, which ended the
+// doctor with an uncaught exception instead of a report.
+TEST_F(DoctorHostile, EnvBytesThatAreNotUtf8KeepTheJsonReportValid) {
+  m_node->add(leaking(std::string("GPU-\xff\xfe\x1b[31m\"}") + "\n"));
+  kubelet({{"default", "evil", "main", {}}});
+  auto snap = snapshot();
+  auto findings = judge(snap);
+  auto doc = render_doctor_json(snap, findings);
+  EXPECT_ANY_THROW((void)doc.dump(2)) << "control: the default dump is what used to run";
+  std::string text;
+  ASSERT_NO_THROW(text = doctor_json_text(doc));
+  for (unsigned char ch : text) ASSERT_LT(ch, 0x80) << "non-ASCII byte in the JSON report";
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  auto back = nlohmann::json::parse(text);  // valid JSON
+  ASSERT_EQ(back["containers"].size(), 1u);
+  EXPECT_EQ(back["containers"][0]["nvidia_visible_devices"].get<std::string>(),
+            "GPU-\xef\xbf\xbd\xef\xbf\xbd\x1b[31m\"}\n");
+  ASSERT_FALSE(back["findings"].empty());
+  EXPECT_EQ(back["findings"][0]["id"], "gpu.no-request-can-open");
+}
+
+// runc makes every OCI annotation a "key=value" label and appends its own "bundle=" last. A
+// passed-through annotation "bundle" named a config.json of the pod's choosing, one that called
+// the container a sandbox (never judged) or another pod.
+TEST_F(DoctorHostile, AnAnnotationNamedBundleDoesNotPickTheBundle) {
+  auto c = leaking("all");
+  std::string id = m_node->add(c);
+  // Not a containerd task: only runc's state says where the bundle is.
+  std::filesystem::path real = m_dir / "bundles" / id;
+  std::filesystem::create_directories(real);
+  std::filesystem::rename(m_dir / task_dir(id) / "config.json", real / "config.json");
+  // The pod's own file, e.g. in its rootfs's upper dir, which /proc/self/mountinfo shows it.
+  m_node->write("var/lib/evil/config.json",
+                "{\"annotations\":{\"io.kubernetes.cri.sandbox-name\":\"evil\","
+                "\"io.kubernetes.cri.container-type\":\"sandbox\"}}");
+  m_node->write("run/runc/" + id + "/state.json",
+                "{\"config\":{\"labels\":[\"bundle=/var/lib/evil\",\"io.kubernetes.cri.sandbox-"
+                "name=evil\",\"bundle=/bundles/" +
+                    id + "\"]}}");
+  kubelet({{"default", "evil", "main", {}}});
+  auto snap = snapshot();
+  ASSERT_EQ(snap.containers.size(), 1u) << "the container was hidden as a sandbox";
+  EXPECT_EQ(snap.containers[0].bundle, "/bundles/" + id);
+  auto findings = judge(snap);
+  ASSERT_FALSE(findings.empty());
+  EXPECT_EQ(findings[0].id, "gpu.no-request-can-open");
+}
+
+// A process of the container in a cgroup below the container's own (systemd's init.scope, a
+// nested runtime, or a container with a writable cgroupfs hiding) is still that container.
+TEST_F(DoctorHostile, ACgroupBelowTheContainersOwnDoesNotHideIt) {
+  std::string id = m_node->add(leaking("all"));
+  std::string cg = "/kubepods/besteffort/podevil/" + id + "/hide";
+  m_node->write("proc/100/cgroup", "12:pids:" + cg + "\n5:devices:" + cg + "\n");
+  m_node->write("sys/fs/cgroup/devices" + cg + "/devices.list", "c 195:* rw\n");
+  EXPECT_EQ(
+      container_id_from_cgroup("0::/kubepods.slice/cri-containerd-" + id + ".scope/init.scope\n"),
+      id);
+  kubelet({{"default", "evil", "main", {}}});
+  auto snap = snapshot();
+  ASSERT_EQ(snap.containers.size(), 1u);
+  EXPECT_EQ(snap.containers[0].id, id);
+  auto findings = judge(snap);
+  ASSERT_FALSE(findings.empty());
+  EXPECT_EQ(findings[0].id, "gpu.no-request-can-open");
+}
+
+// Every host read (bundles, runc state, /proc, /sys) refuses what is not a regular file instead
+// of blocking on a FIFO, at "/" as under --host-root.
+TEST(DoctorHostileHostFs, AFifoOnTheHostIsRefusedNotWaitedOn) {
+  test::TempDir dir;
+  ASSERT_EQ(::mkfifo((dir / "config.json").c_str(), 0644), 0);
+  auto under_root = std::make_shared<Result<std::string>>(std::string());
+  auto at_slash = std::make_shared<Result<std::string>>(std::string());
+  std::string abs = (dir / "config.json").string();
+  ASSERT_TRUE(finishes([&, under_root] { *under_root = HostFs(dir.path()).read("/config.json"); }))
+      << "blocked on a FIFO under a --host-root";
+  ASSERT_TRUE(finishes([abs, at_slash] { *at_slash = HostFs("/").read(abs); }))
+      << "blocked on a FIFO at /";
+  ASSERT_FALSE(under_root->has_value());
+  EXPECT_NE(under_root->error().message.find("not a regular file"), std::string::npos);
+  ASSERT_FALSE(at_slash->has_value());
+  EXPECT_NE(at_slash->error().message.find("not a regular file"), std::string::npos);
+}
+
+// On cgroup v2 the probe child joins the container's whole cgroup, which a container that can
+// write it freezes. Here its join never returns (a FIFO stands in for the frozen cgroup.procs):
+// the doctor kills the child and says so, instead of waiting forever.
+TEST(DoctorHostileProbe, AProbeThatNeverReturnsIsKilled) {
+  test::TempDir dir;
+  std::string procs = (dir / "cgroup.procs").string();
+  ASSERT_EQ(::mkfifo(procs.c_str(), 0600), 0);
+  auto result = std::make_shared<Result<std::set<unsigned>>>(std::set<unsigned>{});
+  unsigned self = static_cast<unsigned>(::getpid());
+  bool done = finishes([procs, result, self] {
+    *result = probe_gpu_access(HostFs("/"), self, procs, {}, std::chrono::milliseconds(300));
+  });
+  if (!done) {
+    // Let the stuck child go (a reader opens the FIFO), so no process outlives the test.
+    int unblock = ::open(procs.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (unblock >= 0) ::close(unblock);
+  }
+  ASSERT_TRUE(done) << "the doctor waited on a probe that never returns";
+  ASSERT_FALSE(result->has_value());
+  EXPECT_NE(result->error().message.find("did not finish"), std::string::npos)
+      << result->error().message;
+}
