@@ -8,6 +8,7 @@
 #include "common/strings.hpp"
 #include "containerd/config.hpp"
 #include "doctor/parse.hpp"
+#include "doctor/process_dir.hpp"
 #include "kube/client.hpp"
 #include "runtime/isolation.hpp"
 
@@ -51,6 +52,21 @@ std::string find_bundle(const HostFs& host, const std::string& id, const GatherO
     }
   }
   return "";
+}
+
+// The first of the container's processes that is still running and, read through its held /proc
+// directory, still in the container; `cgroup` gets its /proc/<pid>/cgroup.
+std::optional<ProcessDir> held_member(const HostFs& host, const NodeContainer& c,
+                                      std::string& cgroup) {
+  for (unsigned pid : c.pids) {
+    auto proc = ProcessDir::open(host, pid);
+    if (!proc) continue;
+    auto text = proc->read("cgroup");
+    if (!text || container_id_from_cgroup(*text) != c.id) continue;
+    cgroup = std::move(*text);
+    return proc;
+  }
+  return std::nullopt;
 }
 
 std::vector<unsigned> numeric_pids(const HostFs& host) {
@@ -198,35 +214,43 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
 
   // Containers, from every process's cgroup.
   std::map<std::string, NodeContainer> by_id;
-  std::map<std::string, std::string>
-      cgroup_text;  // container id -> one member's /proc/<pid>/cgroup
   for (unsigned pid : numeric_pids(host)) {
-    auto cg = host.read(cat("/proc/", pid, "/cgroup"));
+    auto proc = ProcessDir::open(host, pid);
+    if (!proc) continue;  // vanished
+    auto cg = proc->read("cgroup");
     if (!cg) continue;  // vanished, or not ours to read
     auto id = container_id_from_cgroup(*cg);
     if (!id) continue;
     auto& c = by_id[*id];
-    if (c.id.empty()) {
-      c.id = *id;
-      cgroup_text[*id] = *cg;
-    }
+    if (c.id.empty()) c.id = *id;
     c.pids.push_back(pid);
   }
   for (auto& [id, c] : by_id) {
-    unsigned pid = c.pids.front();
-    if (auto env = host.read(cat("/proc/", pid, "/environ"))) {
+    // One member, held by its /proc directory and seen in the container through it: its environ,
+    // status and root below are that process's even if it exits meanwhile and its pid is reused
+    // (doctor/process_dir.hpp).
+    std::string cg;
+    auto proc = held_member(host, c, cg);
+    if (!proc) {
+      s.skipped.push_back(cat("container ", c.label(), ": every process exited while read"));
+      continue;
+    }
+    unsigned pid = proc->pid();
+    if (auto env = proc->read("environ", kMaxEnvironBytes)) {
       auto vars = parse_environ(*env);
       if (vars.contains("NVIDIA_VISIBLE_DEVICES"))
         c.nvidia_visible_devices = vars["NVIDIA_VISIBLE_DEVICES"];
       if (vars.contains("CUDA_VISIBLE_DEVICES"))
         c.cuda_visible_devices = vars["CUDA_VISIBLE_DEVICES"];
+    } else if (env.error().code == Errc::invalid_argument) {
+      s.skipped.push_back(cat("environment of ", c.label(), ": ", env.error().message));
     }
-    if (auto status = host.read(cat("/proc/", pid, "/status"))) {
+    if (auto status = proc->read("status")) {
       if (auto caps = bounding_caps(*status)) c.privileged = (*caps >> kCapSysAdmin) & 1;
     }
     // The container's own files, resolved inside its root: its symlinks are its own
     // (common/in_root.hpp).
-    auto root = open_root_dir(host.resolve(cat("/proc/", pid, "/root")));
+    auto root = proc->root();
     if (root) {
       if (auto devs = list_in_root(root->fd, "/dev")) {
         for (const auto& n : *devs) {
@@ -253,7 +277,6 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
       }
     }
     // Which GPUs its cgroup lets it open.
-    const std::string& cg = cgroup_text[id];
     auto v1 = cgroup_path(cg, "devices");
     if (opt.probe) {
       std::string procs =

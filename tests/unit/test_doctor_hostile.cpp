@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "doctor/checks.hpp"
 #include "doctor/gather.hpp"
 #include "doctor/parse.hpp"
+#include "doctor/process_dir.hpp"
 #include "doctor/report.hpp"
 #include "pod_resources_server.hpp"
 #include "support/fake_node.hpp"
@@ -203,4 +205,78 @@ TEST(DoctorHostileProbe, AProbeThatNeverReturnsIsKilled) {
   ASSERT_FALSE(result->has_value());
   EXPECT_NE(result->error().message.find("did not finish"), std::string::npos)
       << result->error().message;
+}
+
+// A process of the container with an environ larger than exec allows (PR_SET_MM with
+// CAP_SYS_RESOURCE can point it at any mapping): not read into memory, and said so.
+TEST_F(DoctorHostile, AnEnvironBeyondWhatExecAllowsIsNotRead) {
+  m_node->add(leaking(std::string(kMaxEnvironBytes, 'x')));
+  auto snap = snapshot();
+  ASSERT_EQ(snap.containers.size(), 1u);
+  EXPECT_FALSE(snap.containers[0].nvidia_visible_devices.has_value()) << "read it whole";
+  bool named = false;
+  for (const auto& sk : snap.skipped) named |= sk.find("larger than") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
+namespace {
+
+// A child that execs `sleep 60` with `env`, at `want_pid` if not 0 (clone3 set_tid, root only).
+pid_t spawn_sleeper(const char* env, pid_t want_pid) {
+  // struct clone_args of linux/sched.h up to set_tid_size (CLONE_ARGS_SIZE_VER1, Linux 5.5).
+  struct {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size;
+  } args{};
+  args.exit_signal = SIGCHLD;
+  if (want_pid != 0) {
+    args.set_tid = reinterpret_cast<uint64_t>(&want_pid);
+    args.set_tid_size = 1;
+  }
+  long child = ::syscall(SYS_clone3, &args, sizeof args);
+  if (child == 0) {
+    const char* argv[] = {"sleep", "60", nullptr};
+    const char* envp[] = {env, nullptr};
+    ::execve("/bin/sleep", const_cast<char* const*>(argv), const_cast<char* const*>(envp));
+    ::_exit(127);
+  }
+  return static_cast<pid_t>(child);
+}
+
+bool wait_exec(pid_t pid, const std::string& marker) {
+  for (int i = 0; i < 200; ++i) {
+    auto env = HostFs("/").read("/proc/" + std::to_string(pid) + "/environ");
+    if (env && env->find(marker) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+// The pid the doctor saw in a container's cgroup exits and is given to another process (here
+// deterministically, with clone3's set_tid). Read by path, /proc/<pid>/environ is then the other
+// process's; read through the held /proc directory, it is an error.
+TEST(DoctorHostileProcessDir, AReusedPidIsNotReadAsTheProcessThatWasSeen) {
+  pid_t first = spawn_sleeper("WHO=first", 0);
+  ASSERT_GT(first, 0) << std::strerror(errno);
+  ASSERT_TRUE(wait_exec(first, "WHO=first"));
+  auto held = ProcessDir::open(HostFs("/"), static_cast<unsigned>(first));
+  ASSERT_TRUE(held.has_value());
+  auto env = held->read("environ");
+  ASSERT_TRUE(env.has_value());
+  EXPECT_NE(env->find("WHO=first"), std::string::npos);
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  pid_t second = spawn_sleeper("WHO=second", first);
+  if (second <= 0) GTEST_SKIP() << "clone3 with set_tid: " << std::strerror(errno);
+  ASSERT_EQ(second, first);
+  ASSERT_TRUE(wait_exec(second, "WHO=second")) << "control: the pid was reused";
+  auto again = held->read("environ");
+  EXPECT_FALSE(again.has_value() && again->find("WHO=second") != std::string::npos)
+      << "read the process that got the pid later";
+  EXPECT_FALSE(held->read("cgroup").has_value());
+  EXPECT_FALSE(held->root().has_value());
+  ::kill(second, SIGKILL);
+  ::waitpid(second, nullptr, 0);
 }

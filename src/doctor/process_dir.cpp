@@ -1,0 +1,48 @@
+#include "doctor/process_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/strings.hpp"
+
+namespace gpufence {
+
+std::optional<ProcessDir> ProcessDir::open(const HostFs& host, unsigned pid) {
+  auto path = host.resolve(cat("/proc/", pid));
+  int fd = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  return ProcessDir(Fd(fd), pid);
+}
+
+Result<std::string> ProcessDir::read(const std::string& name, size_t max_bytes) const {
+  std::string where = cat("/proc/", m_pid, "/", name);
+  Fd f{::openat(m_dir.fd, name.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC)};
+  if (f.fd < 0) return fail_errno("open", where);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) return fail_errno("stat", where);
+  if (!S_ISREG(st.st_mode)) return fail(Errc::invalid_argument, where, " is not a regular file");
+  std::string out;
+  char buf[16384];
+  while (true) {
+    ssize_t n = ::read(f.fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno("read", where);
+    }
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes)
+      return fail(Errc::invalid_argument, where, " is larger than ", std::to_string(max_bytes),
+                  " bytes: not read");
+  }
+}
+
+Result<Fd> ProcessDir::root() const {
+  // Follows the magic link "root" on purpose: it is the process's root, wherever that is.
+  int fd = ::openat(m_dir.fd, "root", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return fail_errno("open", cat("/proc/", m_pid, "/root"));
+  return Fd(fd);
+}
+
+}  // namespace gpufence
