@@ -54,6 +54,12 @@ std::string find_bundle(const HostFs& host, const std::string& id, const GatherO
   return "";
 }
 
+bool has_dot_dot(std::string_view path) {
+  for (std::string_view part : split(path, '/'))
+    if (part == "..") return true;
+  return false;
+}
+
 // The first of the container's processes that is still running and, read through its held /proc
 // directory, still in the container; `cgroup` gets its /proc/<pid>/cgroup.
 std::optional<ProcessDir> held_member(const HostFs& host, const NodeContainer& c,
@@ -278,7 +284,15 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
     }
     // Which GPUs its cgroup lets it open.
     auto v1 = cgroup_path(cg, "devices");
-    if (opt.probe) {
+    if (auto own = v1 ? v1 : cgroup_path(cg, ""); own && has_dot_dot(*own)) {
+      // Seen from another cgroup namespace ("/../.."): the path names no cgroup under
+      // /sys/fs/cgroup, so it is neither probed nor read there (docs/trust-model.md).
+      s.skipped.push_back(cat("cgroup of ", c.label(), " is ", *own,
+                              ", outside the doctor's cgroup namespace: not probed or read "
+                              "(run the doctor privileged, as deploy/kubernetes/doctor-job.yaml "
+                              "does, for the host's)"));
+      v1.reset();
+    } else if (opt.probe) {
       std::string procs =
           v1 ? cat("/sys/fs/cgroup/devices", *v1, "/cgroup.procs")
              : cat("/sys/fs/cgroup", cgroup_path(cg, "").value_or("/"), "/cgroup.procs");

@@ -1,7 +1,9 @@
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,8 +66,13 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
     // Child: join the container's devices cgroup, try each node, report, exit.
     ::close(fds[0]);
     // "0" moves the writer itself (cgroups(7)): nothing to format after fork.
-    int cg = ::open(cgroup_procs_file.c_str(), O_WRONLY | O_CLOEXEC);
-    if (cg < 0 || ::write(cg, "0", 1) < 0) {
+    // Only into a cgroup: the file must be on a cgroup filesystem, never a host file that a
+    // path happened to name (docs/trust-model.md).
+    int cg = ::open(cgroup_procs_file.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    struct statfs fs {};
+    if (cg < 0 || ::fstatfs(cg, &fs) != 0 ||
+        (fs.f_type != CGROUP_SUPER_MAGIC && fs.f_type != CGROUP2_SUPER_MAGIC) ||
+        ::write(cg, "0", 1) < 0) {
       char fail_byte = 'F';
       [[maybe_unused]] auto n = ::write(fds[1], &fail_byte, 1);
       ::_exit(1);
@@ -118,7 +125,8 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
                 std::to_string(timeout.count()), " ms (a frozen or full cgroup?): killed");
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return fail(Errc::io, "probe could not join ", cgroup_procs_file);
+    return fail(Errc::io, "probe could not join ", cgroup_procs_file,
+                " (not a file of a cgroup filesystem, or the kernel refused the write)");
   }
   std::set<unsigned> allowed;
   for (unsigned char b : bytes) allowed.insert(b);

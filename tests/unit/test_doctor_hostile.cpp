@@ -280,3 +280,37 @@ TEST(DoctorHostileProcessDir, AReusedPidIsNotReadAsTheProcessThatWasSeen) {
   ::kill(second, SIGKILL);
   ::waitpid(second, nullptr, 0);
 }
+
+// The probe writes only into a cgroup: a path that names a plain file (a cgroup path seen from
+// another cgroup namespace, "/../..", lands outside /sys/fs/cgroup) is refused. Before, the child
+// wrote its pid into the file, stayed in the doctor's own cgroup and reported what that allows.
+TEST(DoctorHostileProbe, TheProbeWritesOnlyIntoACgroupFilesystem) {
+  test::TempDir dir;
+  auto procs = dir.write("kubepods/cgroup.procs", "");
+  auto probed = probe_gpu_access(HostFs("/"), static_cast<unsigned>(::getpid()), procs.string(), {},
+                                 std::chrono::milliseconds(5000));
+  EXPECT_FALSE(probed.has_value()) << "joined a plain file";
+  auto text = HostFs("/").read(procs.string());
+  ASSERT_TRUE(text.has_value());
+  EXPECT_EQ(*text, "") << "the probe wrote into a host file";
+}
+
+// From a pod in its own cgroup namespace, other containers' cgroups read "/../../kubepods/...":
+// not a path under /sys/fs/cgroup. Neither read nor probed there; the OCI rules decide.
+TEST_F(DoctorHostile, ACgroupPathFromAnotherNamespaceIsNotFollowed) {
+  auto c = leaking("all");
+  c.devices_list = "c 1:3 rwm\n";
+  std::string id = m_node->add(c);
+  std::string cg = "/../kubepods/besteffort/podevil/" + id;
+  m_node->write("proc/100/cgroup", "5:devices:" + cg + "\n");
+  // What "/sys/fs/cgroup/devices/.." + the rest names: a list that lets it open every GPU.
+  m_node->write("sys/fs/cgroup/kubepods/besteffort/podevil/" + id + "/devices.list",
+                "c 195:* rw\n");
+  auto snap = snapshot();
+  ASSERT_EQ(snap.containers.size(), 1u);
+  EXPECT_EQ(snap.containers[0].openable_source, "oci-spec rules");
+  bool named = false;
+  for (const auto& sk : snap.skipped)
+    named |= sk.find("outside the doctor's cgroup namespace") != std::string::npos;
+  EXPECT_TRUE(named);
+}
