@@ -44,17 +44,7 @@ Result<std::string> HostFs::read(std::string_view host_path) const {
   if (m_root == "/") return read_file(resolve(host_path));
   auto f = open(host_path, O_RDONLY);
   if (!f) return std::unexpected(f.error());
-  std::string out;
-  char buf[16384];
-  while (true) {
-    ssize_t n = ::read(f->fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail_errno("read", resolve(host_path).native());
-    }
-    if (n == 0) return out;
-    out.append(buf, static_cast<size_t>(n));
-  }
+  return read_fd(f->fd, resolve(host_path).native());
 }
 
 bool HostFs::exists(std::string_view host_path) const {
