@@ -18,6 +18,7 @@ if [ "$case_name" = version3 ]; then
     skip "containerd 2: $(cat "$build/containerd/2/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
   export PATH=$build/containerd/2/root/usr/bin:$PATH
   if [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
+    unshare -m --propagation private true 2>/dev/null || skip "no private mount namespace here (unshare -m)"
     GF_INSTALL_PRIVATE_NS=1 exec unshare -m --propagation private bash "$0" "$@"
   fi
 fi
