@@ -38,8 +38,6 @@
 #include <CLI/CLI.hpp>
 
 #include <csignal>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
