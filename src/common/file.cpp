@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "common/in_root.hpp"
+#include "common/fd.hpp"
 
 namespace gpufence {
 

@@ -14,10 +14,6 @@
 
 namespace gpufence {
 
-Fd::~Fd() {
-  if (fd >= 0) ::close(fd);
-}
-
 Result<Fd> open_root_dir(const std::filesystem::path& root) {
   int fd = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return fail_errno("open container root", root.native());
