@@ -203,11 +203,16 @@ run_pods() {
     grep -q '^pods held until' "$work/$name.out" 2>/dev/null && "$RUN_WHILE" "$name"
     touch "$work/$name.release"
   fi
+  end_pods "$name" "$seen"
+}
+# end_pods NAME SEEN: once the stand-in kubelet is done, its exit status in $work/NAME.rc, the
+# plugin stopped, gpufence-runtime's decisions after log line SEEN in $work/NAME.decisions.
+end_pods() {
   wait "$kubelet_pid"
-  echo $? > "$work/$name.rc"
+  echo $? > "$work/$1.rc"
   kubelet_pid=""
   kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
   plugin_pid=""
-  tail -n +$((seen + 1)) "$work/runtime.log" 2>/dev/null > "$work/$name.decisions"
-  [ -n "${GF_CRI_QUIET:-}" ] || sed "s/^/  [$name] /" "$work/$name.out"
+  tail -n +$(($2 + 1)) "$work/runtime.log" 2>/dev/null > "$work/$1.decisions"
+  [ -n "${GF_CRI_QUIET:-}" ] || sed "s/^/  [$1] /" "$work/$1.out"
 }

@@ -6,25 +6,31 @@
 
 #include <string>
 
-#include "common/in_root.hpp"
+#include "common/fd.hpp"
 
 namespace gpufence {
+
+Result<std::string> read_fd(int fd, std::string_view origin, size_t max_bytes) {
+  std::string out;
+  char buf[16384];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail_errno("read", origin);
+    }
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes)
+      return fail(Errc::invalid_argument, origin, " is larger than ", std::to_string(max_bytes),
+                  " bytes");
+  }
+}
 
 Result<std::string> read_file(const std::filesystem::path& path) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) return fail_errno("open", path.native());
-  std::string out;
-  char buf[16384];
-  while (true) {
-    ssize_t n = ::read(f.fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail_errno("read", path.native());
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
+  return read_fd(f.fd, path.native());
 }
 
 Status write_file_atomic(const std::filesystem::path& path, std::string_view content,

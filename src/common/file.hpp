@@ -12,6 +12,10 @@ namespace gpufence {
 // Reads a whole file with read(2) in a loop, so /proc and /sys files (st_size 0) work too.
 Result<std::string> read_file(const std::filesystem::path& path);
 
+// Reads `fd` to its end (`origin` names it in errors); more than `max_bytes` is an error.
+Result<std::string> read_fd(int fd, std::string_view origin,
+                            size_t max_bytes = static_cast<size_t>(-1));
+
 enum class Durability { fsync, none };
 
 // Replaces `path` atomically: writes a temp file beside it, fsyncs, renames over, fsyncs the

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "common/file.hpp"
 #include "common/in_root.hpp"
 
 namespace gpufence {
@@ -49,17 +50,7 @@ Result<std::string> HostFs::read(std::string_view host_path) const {
   if (::fstat(f->fd, &st) != 0) return fail_errno("stat", resolve(host_path).native());
   if (!S_ISREG(st.st_mode))
     return fail(Errc::invalid_argument, resolve(host_path).native(), " is not a regular file");
-  std::string out;
-  char buf[16384];
-  while (true) {
-    ssize_t n = ::read(f->fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail_errno("read", resolve(host_path).native());
-    }
-    if (n == 0) return out;
-    out.append(buf, static_cast<size_t>(n));
-  }
+  return read_fd(f->fd, resolve(host_path).native());
 }
 
 bool HostFs::exists(std::string_view host_path) const {

@@ -13,7 +13,7 @@
 
 namespace gpufence {
 
-struct Fd;  // common/in_root.hpp
+struct Fd;  // common/fd.hpp
 
 enum class FileType { regular, directory, char_device, block_device, symlink, other };
 

@@ -10,11 +10,9 @@
 
 #include <algorithm>
 
-namespace gpufence {
+#include "common/file.hpp"
 
-Fd::~Fd() {
-  if (fd >= 0) ::close(fd);
-}
+namespace gpufence {
 
 Result<Fd> open_root_dir(const std::filesystem::path& root) {
   int fd = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -44,21 +42,7 @@ Result<std::string> read_regular_in_root(int root_fd, const std::string& path, s
   if (::fstat(f.fd, &st) != 0) return fail_errno("stat (inside the container root)", path);
   if (!S_ISREG(st.st_mode))
     return fail(Errc::invalid_argument, path, " (inside the container root) is not a regular file");
-  std::string out;
-  char buf[16384];
-  while (true) {
-    ssize_t n = ::read(f.fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail_errno("read (inside the container root)", path);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > max_bytes)
-      return fail(Errc::invalid_argument, path, " (inside the container root) is larger than ",
-                  std::to_string(max_bytes), " bytes");
-  }
-  return out;
+  return read_fd(f.fd, path + " (inside the container root)", max_bytes);
 }
 
 Result<std::vector<std::string>> list_in_root(int root_fd, const std::string& dir) {

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <sys/types.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <optional>
@@ -14,26 +13,9 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/fd.hpp"
 
 namespace gpufence {
-
-// Closes a descriptor when it goes out of scope.
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f = -1) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      if (fd >= 0) ::close(fd);
-      fd = o.fd;
-      o.fd = -1;
-    }
-    return *this;
-  }
-  ~Fd();
-};
 
 // An O_PATH descriptor of the directory `root` (a rootfs, or /proc/<pid>/root of a container).
 Result<Fd> open_root_dir(const std::filesystem::path& root);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.hpp"
 #include "common/strings.hpp"
 
 namespace gpufence {
@@ -22,20 +23,10 @@ Result<std::string> ProcessDir::read(const std::string& name, size_t max_bytes) 
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) return fail_errno("stat", where);
   if (!S_ISREG(st.st_mode)) return fail(Errc::invalid_argument, where, " is not a regular file");
-  std::string out;
-  char buf[16384];
-  while (true) {
-    ssize_t n = ::read(f.fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail_errno("read", where);
-    }
-    if (n == 0) return out;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > max_bytes)
-      return fail(Errc::invalid_argument, where, " is larger than ", std::to_string(max_bytes),
-                  " bytes: not read");
-  }
+  auto text = read_fd(f.fd, where, max_bytes);
+  if (!text && text.error().code == Errc::invalid_argument)
+    return fail(Errc::invalid_argument, text.error().message, ": not read");
+  return text;
 }
 
 Result<Fd> ProcessDir::root() const {

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/fd.hpp"
 #include "common/hostfs.hpp"
-#include "common/in_root.hpp"
 
 namespace gpufence {
 

@@ -55,13 +55,7 @@ start_cluster() {
 stop_cluster() {
   local name=$1
   touch "$work/$name.stop"
-  wait "$kubelet_pid"
-  echo $? > "$work/$name.rc"
-  kubelet_pid=""
-  kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null
-  plugin_pid=""
-  tail -n +$((seen + 1)) "$work/runtime.log" 2>/dev/null > "$work/$name.decisions"
-  [ -n "${GF_CRI_QUIET:-}" ] || sed "s/^/  [$name] /" "$work/$name.out"
+  end_pods "$name" "$seen"
   grep -oE 'channel=[a-z-]+ privileged=[a-z]+ .*granted=[^ ]+' "$work/$name.decisions" |
     awk -v n="$name" '$NF != "granted=\"\"" {print "  [" n " gpufence-runtime] " $1, $2, $NF}'
 }

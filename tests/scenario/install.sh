@@ -9,6 +9,19 @@ src=${GPUFENCE_SOURCE_DIR:?}
 build=${GPUFENCE_BUILD_DIR:?}
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd"
+case_name=${1:?usage: install.sh CASE}
+if [ "$case_name" = version3 ]; then
+  # containerd 2.x (config version 3): install adds a drop-in and lists its host path in
+  # `imports`, which the real containerd resolves in its own root. So this case runs in a private
+  # mount namespace where the fake host's /etc/containerd is /etc/containerd.
+  bash "$src/scripts/fetch-containerd.sh" 2 >/dev/null ||
+    skip "containerd 2: $(cat "$build/containerd/2/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
+  export PATH=$build/containerd/2/root/usr/bin:$PATH
+  if [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
+    unshare -m --propagation private true 2>/dev/null || skip "no private mount namespace here (unshare -m)"
+    GF_INSTALL_PRIVATE_NS=1 exec unshare -m --propagation private bash "$0" "$@"
+  fi
+fi
 command -v containerd >/dev/null || skip "containerd is not installed (apt-get install containerd)"
 command -v ctr >/dev/null || skip "ctr is not installed"
 
@@ -59,8 +72,13 @@ restarts() { [ -f "$work/restarts" ] && wc -l < "$work/restarts" || echo 0; }
 # of their own that must survive byte for byte.
 {
   printf '# my own containerd config: keep this comment\nroot = "%s/root"\nstate = "%s/state"\n' "$work" "$work"
-  containerd config default | grep -vE '^(root|state) = ' | sed "s|/run/containerd/containerd.sock|$sock|; s|sandbox_image = .*|sandbox_image = \"registry.example/pause:3.9\"|"
+  containerd config default | grep -vE '^(root|state) = ' | sed "s|/run/containerd/containerd.sock|$sock|; s|sandbox_image = .*|sandbox_image = \"registry.example/pause:3.9\"|" |
+    sed -E "s|socket_path = [\"']/var/run/nri/nri.sock[\"']|socket_path = \"$work/nri.sock\"|"
 } > "$cfg"
+if [ "$case_name" = version3 ]; then
+  grep -q '^version = 3' "$cfg" || skip "containerd 2's default config is not version 3: $(grep '^version' "$cfg")"
+  mount --bind "$host/etc/containerd" /etc/containerd || skip "cannot bind-mount over /etc/containerd here"
+fi
 cp "$cfg" "$work/original.toml"
 start || skip "this machine cannot run containerd: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
 
@@ -71,7 +89,25 @@ install=("$gf" --host-root "$host" install --distribution containerd --host-exec
          --restart-command "$work/restart.sh")
 uninstall=("$gf" --host-root "$host" uninstall --host-exec direct --restart-command "$work/restart.sh" --ready-timeout 20)
 
-case ${1:?usage: install.sh CASE} in
+case $case_name in
+  version3)
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    dropin=$host/etc/containerd/conf.d/99-gpufence.toml
+    check "install succeeds on $(containerd --version | awk '{print $3}')" test "$rc" = 0
+    check "it wrote the drop-in" test -f "$dropin"
+    check "and listed it in the config's imports" grep -q '^imports = \["/etc/containerd/conf.d/99-gpufence.toml"\]' "$cfg"
+    check "the rest of the user's file is byte for byte" bash -c "diff '$work/original.toml' '$cfg' | grep -c '^[<>]' | grep -qx 2"
+    check "the running containerd has the handler (CRI status)" grep -q "containerd runs handler nvidia -> /usr/local/bin/gpufence-runtime" <<<"$out"
+    check "the state record lists both files" bash -c "grep -q '99-gpufence.toml' '$host/etc/gpufence/install-state.json' && grep -q '\"/etc/containerd/config.toml\"' '$host/etc/gpufence/install-state.json'"
+    out=$("${uninstall[@]}" 2>&1); rc=$?
+    echo "$out"
+    check "uninstall succeeds" test "$rc" = 0
+    check "the config is the user's again, byte for byte" cmp -s "$cfg" "$work/original.toml"
+    check "the drop-in is gone" test ! -e "$dropin"
+    check "and the running containerd no longer has the handler" grep -q "containerd no longer has handler nvidia" <<<"$out"
+    check "no backup is left behind" bash -c "! ls '$host'/etc/containerd/config.toml.bak-* 2>/dev/null"
+    ;;
   install-uninstall)
     t0=$(date +%s.%N)
     out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?

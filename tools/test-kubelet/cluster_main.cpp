@@ -38,14 +38,13 @@
 #include <CLI/CLI.hpp>
 
 #include <csignal>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include <unistd.h>
 
+#include "common/file.hpp"
 #include "common/strings.hpp"
 #include "cri_client.hpp"
 #include "pod_runner.hpp"
@@ -421,14 +420,6 @@ class Cluster {
   std::vector<std::string> m_errors;  // of pods already deleted
 };
 
-bool write_file_atomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << text;
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  return !ec;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -478,8 +469,10 @@ int main(int argc, char** argv) {
   api.require_token(opt.token);
   Cluster cluster(opt, kubelet, cri, api);
   cluster.publish();
-  if (!write_file_atomically(opt.kubeconfig, api.kubeconfig(opt.token))) {
-    std::cerr << "gpufence-test-cluster: cannot write " << opt.kubeconfig << "\n";
+  if (auto st = gpufence::write_file_atomic(opt.kubeconfig, api.kubeconfig(opt.token),
+                                            gpufence::Durability::none);
+      !st) {
+    std::cerr << "gpufence-test-cluster: " << st.error().message << "\n";
     return 1;
   }
   std::cout << "api " << api.url() << std::endl;
