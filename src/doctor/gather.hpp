@@ -48,9 +48,12 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
 
 // The helper behind --probe: a child process joins the container's devices cgroup and opens
 // each GPU node (the container's own, or a temporary node for one it does not have); EPERM means
-// denied, ENXIO or success allowed. The child exits and every temporary node is removed; a child
-// not done within `timeout` is killed and the probe fails.
+// denied, ENXIO or success allowed, any other error fails the probe. The child exits and every
+// temporary node is removed; a child not done within `timeout` is killed and the probe fails.
 inline constexpr std::chrono::milliseconds kProbeTimeout{10000};
+// What one open in the container's cgroup says: `err` is 0 for success, else its errno.
+enum class ProbeOpen { allowed, denied, inconclusive };
+ProbeOpen probe_open_verdict(int err);
 Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
                                             const std::string& cgroup_procs_file,
                                             const std::set<unsigned>& minors,

@@ -18,6 +18,17 @@
 
 namespace gpufence {
 
+namespace {
+constexpr int kProbeInconclusive = 3;  // the child's exit status for an open that tells nothing
+}  // namespace
+
+ProbeOpen probe_open_verdict(int err) {
+  // Success, or ENXIO/ENODEV: the cgroup let the open through to a driver with no such device.
+  if (err == 0 || err == ENXIO || err == ENODEV) return ProbeOpen::allowed;
+  if (err == EPERM) return ProbeOpen::denied;  // the devices cgroup (v1 list, v2 BPF program)
+  return ProbeOpen::inconclusive;
+}
+
 Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
                                             const std::string& cgroup_procs_file,
                                             const std::set<unsigned>& minors,
@@ -80,9 +91,13 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
     ::close(cg);
     for (const auto& [m, path] : targets) {
       int fd = ::open(path.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC);
-      bool allowed = fd >= 0 || errno == ENXIO || errno == ENODEV;
+      auto verdict = probe_open_verdict(fd >= 0 ? 0 : errno);
       if (fd >= 0) ::close(fd);
-      if (allowed) {
+      // Only EPERM is the cgroup's "no": any other error (ENOMEM in a cgroup held at
+      // memory.max, EACCES on a nodev mount) says nothing about access, and counting it as
+      // denied would hide a GPU the container can open.
+      if (verdict == ProbeOpen::inconclusive) ::_exit(kProbeInconclusive);
+      if (verdict == ProbeOpen::allowed) {
         unsigned char b = static_cast<unsigned char>(m);
         [[maybe_unused]] auto n = ::write(fds[1], &b, 1);
       }
@@ -123,6 +138,11 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
   if (timed_out) {
     return fail(Errc::io, "probe joining ", cgroup_procs_file, " did not finish within ",
                 std::to_string(timeout.count()), " ms (a frozen or full cgroup?): killed");
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kProbeInconclusive) {
+    return fail(Errc::io, "probe in ", cgroup_procs_file,
+                ": opening a GPU node failed with an error other than EPERM, which says nothing "
+                "about access: inconclusive");
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return fail(Errc::io, "probe could not join ", cgroup_procs_file,

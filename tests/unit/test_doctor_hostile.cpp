@@ -4,7 +4,13 @@
 // failed on the code before its fix.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -313,4 +319,55 @@ TEST_F(DoctorHostile, ACgroupPathFromAnotherNamespaceIsNotFollowed) {
   for (const auto& sk : snap.skipped)
     named |= sk.find("outside the doctor's cgroup namespace") != std::string::npos;
   EXPECT_TRUE(named);
+}
+
+// Only EPERM is the devices cgroup saying no. Before, every failed open counted as denied: an
+// ENOMEM in a v2 cgroup held at memory.max or an EACCES hid a GPU the container can open.
+TEST(DoctorHostileProbe, OnlyEpermIsADenial) {
+  EXPECT_EQ(probe_open_verdict(EPERM), ProbeOpen::denied);
+  EXPECT_EQ(probe_open_verdict(0), ProbeOpen::allowed);
+  EXPECT_EQ(probe_open_verdict(ENXIO), ProbeOpen::allowed);
+  for (int e : {ENOMEM, EACCES, EINTR, EBUSY, EMFILE, ENOENT})
+    EXPECT_EQ(probe_open_verdict(e), ProbeOpen::inconclusive) << std::strerror(e);
+}
+
+// The same with a real open: the container's /dev/nvidia0 (195:0) on a nodev mount, which the
+// kernel refuses with EACCES whatever the cgroup says. The probe must call that inconclusive,
+// not "cannot open GPU 0". Runs in a forked child, alone in a private mount namespace.
+TEST(DoctorHostileProbe, AnOpenRefusedForAnotherReasonIsNotADenial) {
+  test::TempDir dir;
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto rootfs = dir / "rootfs";
+    std::error_code ec;
+    std::filesystem::create_directories(rootfs, ec);
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", rootfs.c_str(), "tmpfs", MS_NODEV, "size=1m") != 0 ||
+        ::mkdir((rootfs / "dev").c_str(), 0755) != 0 ||
+        ::mknod((rootfs / "dev/nvidia0").c_str(), S_IFCHR | 0666, makedev(195, 0)) != 0)
+      ::_exit(77);
+    unsigned me = static_cast<unsigned>(::getpid());
+    auto proc = dir / "host/proc" / std::to_string(me);
+    std::filesystem::create_directories(proc, ec);
+    std::filesystem::create_directory_symlink(rootfs, proc / "root", ec);
+    auto own = HostFs("/").read("/proc/self/cgroup");
+    if (!own) ::_exit(77);
+    auto v1 = cgroup_path(*own, "devices");
+    std::string procs =
+        v1 ? "/sys/fs/cgroup/devices" + *v1 + "/cgroup.procs"
+           : "/sys/fs/cgroup" + cgroup_path(*own, "").value_or("/") + "/cgroup.procs";
+    auto r =
+        probe_gpu_access(HostFs(dir / "host"), me, procs, {0}, std::chrono::milliseconds(5000));
+    if (!r) ::_exit(r.error().message.find("inconclusive") != std::string::npos ? 0 : 2);
+    ::_exit(r->contains(0) ? 3 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "needs root to mount a nodev tmpfs and mknod";
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: the EACCES was taken as the cgroup denying GPU 0; 2: the probe failed otherwise; "
+         "3: reported as openable";
 }
