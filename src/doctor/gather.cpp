@@ -322,8 +322,12 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
       if (!root) break;
       auto text = read_regular_in_root(root->fd, path);
       if (!text) continue;
+      // Each value once: the file is the container's, and 1 MiB of one "gpu-id=7" line repeated
+      // must make one finding, not a hundred thousand that bury the rest.
       std::vector<int> ids;
-      for (const auto& k : deepstream_gpu_ids(*text)) ids.push_back(k.gpu_id);
+      std::set<int> seen;
+      for (const auto& k : deepstream_gpu_ids(*text))
+        if (seen.insert(k.gpu_id).second) ids.push_back(k.gpu_id);
       if (!ids.empty()) c.app_gpu_ids[path] = ids;
     }
     s.containers.push_back(std::move(c));

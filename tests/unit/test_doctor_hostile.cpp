@@ -371,3 +371,21 @@ TEST(DoctorHostileProbe, AnOpenRefusedForAnotherReasonIsNotADenial) {
       << "1: the EACCES was taken as the cgroup denying GPU 0; 2: the probe failed otherwise; "
          "3: reported as openable";
 }
+
+// The container's DeepStream config, 1 MiB of the same bad key: one finding, not one per line.
+TEST_F(DoctorHostile, ARepeatedGpuIdMakesOneFinding) {
+  auto c = leaking("0");
+  c.devices_list = "c 195:0 rw\n";
+  c.dev_minors = {0};
+  std::string flood;
+  while (flood.size() < 900000) flood += "[primary-gie]\ngpu-id=7\n";
+  c.files["/opt/app/ds.txt"] = flood;
+  m_node->add(c);
+  kubelet({{"default", "evil", "main", {m_inv.list[0].uuid}}});
+  GatherOptions opt;
+  opt.app_configs = {"/opt/app/ds.txt"};
+  auto findings = judge(snapshot(opt));
+  size_t n = 0;
+  for (const auto& f : findings) n += f.id == "deepstream.gpu-id-invisible";
+  EXPECT_EQ(n, 1u);
+}
