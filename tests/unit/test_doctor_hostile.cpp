@@ -171,6 +171,37 @@ TEST_F(DoctorHostile, ACgroupBelowTheContainersOwnDoesNotHideIt) {
   EXPECT_EQ(findings[0].id, "gpu.no-request-can-open");
 }
 
+// Worse, the cgroup below can carry another container's id: judged by its last component, the
+// pod's process and its GPU use were the victim's (the victim's pod name, its allocation).
+TEST_F(DoctorHostile, ACgroupNamedAfterAnotherContainerDoesNotBorrowItsIdentity) {
+  test::FakeContainer victim;
+  victim.pod = "victim";
+  victim.pids = {200};
+  victim.devices_list = "c 195:0 rw\n";
+  std::string victim_id = m_node->add(victim);
+  std::string id = m_node->add(leaking("all"));
+  std::string cg = "/kubepods/besteffort/podevil/" + id + "/cri-containerd-" + victim_id + ".scope";
+  m_node->write("proc/100/cgroup", "5:devices:" + cg + "\n");
+  m_node->write("sys/fs/cgroup/devices" + cg + "/devices.list", "c 195:* rw\n");
+  m_inv.procs[m_inv.list[1].uuid] = {{100, 1}};  // the pod's process on GPU 1
+  kubelet({{"default", "evil", "main", {}}, {"default", "victim", "main", {m_inv.list[0].uuid}}});
+  auto snap = snapshot();
+  ASSERT_EQ(snap.containers.size(), 2u);
+  for (const auto& c : snap.containers) {
+    if (c.pod == "victim") {
+      EXPECT_EQ(c.pids, std::vector<unsigned>{200});
+    } else {
+      EXPECT_EQ(c.pod, "evil");
+      EXPECT_EQ(c.pids, std::vector<unsigned>{100});
+    }
+  }
+  bool evil_named = false;
+  for (const auto& f : judge(snap))
+    evil_named |= f.id == "gpu.no-request-can-open" &&
+                  f.summary.find("default/evil/main") != std::string::npos;
+  EXPECT_TRUE(evil_named);
+}
+
 // Every host read (bundles, runc state, /proc, /sys) refuses what is not a regular file instead
 // of blocking on a FIFO, at "/" as under --host-root.
 TEST(DoctorHostileHostFs, AFifoOnTheHostIsRefusedNotWaitedOn) {
