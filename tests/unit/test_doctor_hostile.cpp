@@ -420,3 +420,16 @@ TEST_F(DoctorHostile, ARepeatedGpuIdMakesOneFinding) {
   for (const auto& f : findings) n += f.id == "deepstream.gpu-id-invisible";
   EXPECT_EQ(n, 1u);
 }
+
+// What passes and what is escaped: UTF-8 text stays readable; overlong forms, surrogates, a
+// truncated sequence and a lone backslash are written so that the report is unambiguous.
+TEST_F(DoctorHostile, TextEscapingKeepsUtf8AndEscapesTheRest) {
+  m_node->add(leaking("\xc3\xa9\xe6\x97\xa5\xf0\x9f\x99\x82 \\x41 \xc0\xaf\xed\xa0\x80\xe6\x97"));
+  kubelet({{"default", "evil", "main", {}}});
+  auto snap = snapshot();
+  std::string text = render_doctor_text(snap, judge(snap));
+  EXPECT_NE(text.find("NVIDIA_VISIBLE_DEVICES=\xc3\xa9\xe6\x97\xa5\xf0\x9f\x99\x82 \\\\x41 "
+                      "\\xc0\\xaf\\xed\\xa0\\x80\\xe6\\x97\n"),
+            std::string::npos)
+      << text;
+}
