@@ -67,24 +67,37 @@ const char* kFixRuntime =
 
 }  // namespace
 
-std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const NodeContainer& c) {
-  if (!s.allocations || c.pod.empty()) return std::nullopt;
+namespace {
+
+const KubeletAllocation* kubelet_entry(const Snapshot& s, const NodeContainer& c) {
+  if (!s.allocations || c.pod.empty()) return nullptr;
   for (const auto& a : *s.allocations) {
-    if (a.pod_namespace != c.pod_namespace || a.pod != c.pod || a.container != c.name) continue;
-    std::set<unsigned> out;
-    for (const auto& id : a.device_ids) {
-      auto token = parse_device_token(id);
-      if (!token) continue;
-      auto gpus = resolve_token(*token, inventory(s));
-      if (gpus)
-        for (const auto& g : *gpus) out.insert(g.minor);
-    }
-    return out;
+    if (a.pod_namespace == c.pod_namespace && a.pod == c.pod && a.container == c.name) return &a;
   }
+  return nullptr;
+}
+
+}  // namespace
+
+bool in_kubelet_view(const Snapshot& s, const NodeContainer& c) {
+  return kubelet_entry(s, c) != nullptr;
+}
+
+std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const NodeContainer& c) {
+  const KubeletAllocation* entry = kubelet_entry(s, c);
   // Not a container of this kubelet's pods (its List names every container of every pod it runs,
   // those without devices too; docs/deviceplugin.md, "PodResources"): another kubelet's, another
   // runtime's or made by hand. No allocation to compare with, so none is judged.
-  return std::nullopt;
+  if (!entry) return std::nullopt;
+  std::set<unsigned> out;
+  for (const auto& id : entry->device_ids) {
+    auto token = parse_device_token(id);
+    if (!token) continue;
+    auto gpus = resolve_token(*token, inventory(s));
+    if (gpus)
+      for (const auto& g : *gpus) out.insert(g.minor);
+  }
+  return out;
 }
 
 namespace {

@@ -11,6 +11,9 @@ namespace gpufence {
 // The GPUs (by minor) the kubelet allocated to a container; nullopt when allocations are
 // unknown or the container is not found in them.
 std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const NodeContainer& c);
+// Whether the kubelet's PodResources names this container (its List names every container of
+// every pod it runs; docs/deviceplugin.md, "PodResources"). False when allocations are unknown.
+bool in_kubelet_view(const Snapshot& s, const NodeContainer& c);
 
 // One check: the id every finding it emits carries ("containerd.*": a family) and the function.
 struct DoctorCheck {

@@ -7,6 +7,7 @@
 #include "common/in_root.hpp"
 #include "common/strings.hpp"
 #include "containerd/config.hpp"
+#include "doctor/checks.hpp"
 #include "doctor/parse.hpp"
 #include "doctor/process_dir.hpp"
 #include "kube/client.hpp"
@@ -350,6 +351,15 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
         "kubelet: " +
         (why.empty() ? "no PodResources socket at " + join(opt.pod_resources_sockets, ", ") : why) +
         "; allocation checks skipped");
+  } else {
+    std::vector<std::string> unknown;
+    for (const auto& c : s.containers)
+      if (!in_kubelet_view(s, c)) unknown.push_back(c.label());
+    if (!unknown.empty())
+      s.skipped.push_back(cat(unknown.size(),
+                              " container(s) the kubelet's PodResources does not name (another "
+                              "runtime's, another kubelet's, or made by hand): not judged: ",
+                              join(unknown, ", ")));
   }
 
   for (const auto& dir : opt.plugin_dirs) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/strings.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/gather.hpp"
 #include "doctor/report.hpp"
@@ -86,6 +87,25 @@ TEST_F(DoctorChecks, CleanNodeIsClean) {
   EXPECT_TRUE(findings.empty()) << render_doctor_text(snap, findings);
   EXPECT_EQ(snap.containers.size(), 2u);
   EXPECT_EQ(doctor_exit_code(findings), 0);
+}
+
+TEST_F(DoctorChecks, AContainerTheKubeletDoesNotNameIsNotJudgedAndSaysSo) {
+  m_node->add(good("a", 100, 0, uuid(0)));
+  auto other = good("by-hand", 200, 1, uuid(1));
+  other.devices_list = "c 195:* rw\n";  // could open both GPUs
+  m_node->add(other);
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  auto snap = snapshot();
+  EXPECT_TRUE(judge(snap).empty()) << render_doctor_text(snap, judge(snap));
+  auto skipped = join(snap.skipped, "\n");
+  EXPECT_NE(skipped.find("1 container(s) the kubelet's PodResources does not name"),
+            std::string::npos)
+      << skipped;
+  EXPECT_NE(skipped.find("default/by-hand/main"), std::string::npos) << skipped;
+  // Once the kubelet names it (with no devices), it is judged: it can open GPUs it was not given.
+  m_server.reset();
+  kubelet({{"default", "a", "main", {uuid(0)}}, {"default", "by-hand", "main", {}}});
+  EXPECT_EQ(run(), (std::vector<std::string>{"gpu.no-request-can-open"}));
 }
 
 TEST_F(DoctorChecks, PodSandboxesAreNotContainersToJudge) {
