@@ -82,11 +82,13 @@ Check expect_type(const Json& node, Json::value_t type, std::string_view where,
   return {};
 }
 
-// Optional member `key` of `obj` of the given type.
+// Optional member `key` of `obj` of the given type. Absent is fine; null is not (the readers take
+// a missing member's default, and OCI producers omit, never null, these scalars): found by the
+// fuzzer, `"type": null` passed and then threw where the member was read.
 Check optional_member(const Json& obj, const char* key, Json::value_t type, std::string_view where,
                       std::string_view what) {
   auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return {};
+  if (it == obj.end()) return {};
   return expect_type(*it, type, cat(where, ".", key), what);
 }
 
@@ -128,9 +130,11 @@ Check check_device(const Json& d, const std::string& where) {
     return fail(Errc::parse, where, ".path must be a string");
   if (auto st = optional_member(d, "type", Json::value_t::string, where, "a string"); !st)
     return st;
+  // A device's numbers are plain integers in the OCI schema (containerd never writes null; only
+  // a device cgroup rule's may be null, meaning "all"): null here is refused, not read as 0.
   for (const char* key : {"major", "minor"}) {
     auto it = d.find(key);
-    if (it == d.end() || it->is_null()) continue;
+    if (it == d.end()) continue;
     if (!it->is_number_integer() || it->get<long long>() < 0 || it->get<long long>() > 0xFFFFFFFFLL)
       return fail(Errc::parse, where, ".", key, " must be a non-negative integer");
   }

@@ -146,6 +146,32 @@ TEST_F(ShimFlow, RefusalsLeaveConfigJsonAsItWas) {
   EXPECT_NE(d.error().message.find("process.env[1] must be a string"), std::string::npos)
       << d.error().message;
   EXPECT_TRUE(untouched());
+
+  // Found by the fuzzer (tests/fuzz/corpus/oci_spec/crash-device-major-null): a null device
+  // number passed the check and then threw where the node is read.
+  Json null_major = unprivileged();
+  null_major["linux"]["devices"] =
+      Json::parse(R"([{"path": "/dev/nvidia0", "type": "c", "major": null, "minor": 0}])");
+  d = prepare(null_major);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("linux.devices[0].major must be a non-negative integer"),
+            std::string::npos)
+      << d.error().message;
+  EXPECT_TRUE(untouched());
+  Json null_type = unprivileged();
+  null_type["linux"]["devices"] =
+      Json::parse(R"([{"path": "/dev/nvidia1", "type": null, "major": 195, "minor": 1}])");
+  d = prepare(null_type);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("linux.devices[0].type must be a string"), std::string::npos)
+      << d.error().message;
+  Json null_source = unprivileged();
+  null_source["mounts"] = Json::parse(R"([{"destination": "/x", "source": null, "type": "bind"}])");
+  d = prepare(null_source);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("mounts[0].source must be a string"), std::string::npos)
+      << d.error().message;
+  EXPECT_TRUE(untouched());
 }
 
 TEST_F(ShimFlow, PrivilegedSpecNeedsTheHostsMajorsToBeNarrowed) {
