@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 
 #include "common/in_root.hpp"
@@ -35,8 +36,11 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
                                             std::chrono::milliseconds timeout) {
   // Temporary nodes for GPUs the container has no node for, made here (host cgroup) and opened
   // by the child (container cgroup): the open is what the container's cgroup would allow.
-  char tmpl[] = "/tmp/gpufence-probe-XXXXXX";
-  if (!::mkdtemp(tmpl)) return fail_errno("mkdtemp", tmpl);
+  // Under $TMPDIR (the caller's, root's own environment) or /tmp; it must allow device nodes.
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string tmpl =
+      std::string(tmpdir && *tmpdir == '/' ? tmpdir : "/tmp") + "/gpufence-probe-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) return fail_errno("mkdtemp", tmpl);
   std::filesystem::path tmp = tmpl;
   auto cleanup = [&] {
     std::error_code ec;

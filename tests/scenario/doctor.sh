@@ -87,8 +87,11 @@ export MOCK_NVML_CONFIG=$work/nvml.json
 pr_pid=$!
 for _ in $(seq 50); do [ -S "$work/pod-resources.sock" ] && break; sleep 0.1; done
 
+# The probe's temporary nodes go under $TMPDIR: this run's own, so other tests' probes are not
+# counted by the check that it left none.
+mkdir -p "$work/tmp"
 doctor() {
-  "$build/bin/gpufence" doctor --pod-resources-socket "$work/pod-resources.sock" --runc-root "$state" \
+  TMPDIR=$work/tmp "$build/bin/gpufence" doctor --pod-resources-socket "$work/pod-resources.sock" --runc-root "$state" \
     --containerd-config "$work/containerd.toml" "$@"
 }
 procs_before=$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a-$$/$ID_0/cgroup.procs)
@@ -113,7 +116,7 @@ for mode in plain probe; do
   fi
 done
 check "the probe left no process in the container's cgroup" test "$procs_before" = "$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a-$$/$ID_0/cgroup.procs)"
-check "the probe left no temporary nodes" bash -c "! ls -d /tmp/gpufence-probe-* 2>/dev/null | grep -q ."
+check "the probe left no temporary nodes" bash -c "! ls -d '$work'/tmp/gpufence-probe-* 2>/dev/null | grep -q ."
 if [ "$1" = fixed ]; then
   # containerd settings that undo the allocation channel, seen by the doctor on the live node.
   cp "$work/containerd.toml" "$work/containerd.good"
