@@ -258,10 +258,10 @@ Status restart_containerd(Run& r) {
 
 bool save_state(Run& r, const InstallState& state);
 
-// After a failed restart or verification: every file install wrote back as it was (the last
-// written first), containerd restarted on them, and the record saying install changed the config
-// withdrawn (uninstall must not "restore" it).
-void roll_back(Run& r, const ConfigEdit& edit, InstallState& state) {
+// After a failed restart or verification: every file this install wrote back as it was (the
+// last written first), containerd restarted on them, and the record of the config as it was
+// before this run (a first install's withdrawn: uninstall must not "restore" it).
+void roll_back(Run& r, const ConfigEdit& edit, InstallState& state, const InstallState& prior) {
   for (auto f = edit.files.rbegin(); f != edit.files.rend(); ++f) {
     Status st = f->existed ? write_host(r.env.host, f->path, f->old_text)
                            : (::unlink(r.env.host.resolve(f->path).c_str()) == 0 || errno == ENOENT
@@ -277,8 +277,9 @@ void roll_back(Run& r, const ConfigEdit& edit, InstallState& state) {
                                         : cat("removed ", f->path, " (install created it)"));
     if (!f->backup.empty()) ::unlink(r.env.host.resolve(f->backup).c_str());  // == the file
   }
-  state.config_changed = false;
-  state.config_files.clear();
+  if (!prior.config_path.empty()) state.config_path = prior.config_path;
+  state.config_changed = prior.config_changed;
+  state.config_files = prior.config_files;
   save_state(r, state);
   if (auto rs = restart_containerd(r); !rs) {
     r.report.notes.push_back("restart after rollback failed: " + rs.error().message);
@@ -369,12 +370,28 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   state.restart = r.layout.restart;
   state.binary_link = opt.binary.link;
   state.versions_dir = opt.binary.versions_dir;
+  const InstallState prior = state;
+  // Backups this run made of text an earlier install wrote: not the user's, dropped once verified.
+  std::vector<std::string> superseded;
   if (edit.changed()) {
+    // A second install that changes the config again keeps the first one's record of each file
+    // (was it there, its backup: the user's text) and only the text it now holds, so uninstall
+    // still restores the file as it was before any install.
+    if (!state.config_changed || state.config_path != r.layout.config_path)
+      state.config_files.clear();
     state.config_path = r.layout.config_path;
     state.config_changed = true;
-    state.config_files.clear();
-    for (const auto& f : edit.files)
-      state.config_files.push_back({f.path, f.existed, f.backup, f.new_text});
+    for (const auto& f : edit.files) {
+      auto known =
+          std::find_if(state.config_files.begin(), state.config_files.end(),
+                       [&](const InstallState::ConfigFile& c) { return c.path == f.path; });
+      if (known == state.config_files.end()) {
+        state.config_files.push_back({f.path, f.existed, f.backup, f.new_text});
+      } else {
+        known->written = f.new_text;
+        if (!f.backup.empty()) superseded.push_back(f.backup);
+      }
+    }
   } else if (state.config_path != r.layout.config_path) {
     // Already configured before any install of ours: uninstall leaves it alone.
     state.config_path = r.layout.config_path;
@@ -395,7 +412,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     auto rs = restart_containerd(r);
     if (!rs) {
       r.failed("restart", rs.error().message);
-      if (edit.changed()) roll_back(r, edit, state);
+      if (edit.changed()) roll_back(r, edit, state, prior);
       return finish();
     }
     r.step("restart", Outcome::changed,
@@ -406,7 +423,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   auto running = wait_ready(r);
   if (!running) {
     r.failed("verify", running.error().message);
-    if (edit.changed()) roll_back(r, edit, state);
+    if (edit.changed()) roll_back(r, edit, state, prior);
     return finish();
   }
   if (!has_handler(*running, opt.runtime_name, opt.binary.link)) {
@@ -415,11 +432,12 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     r.failed("verify", cat("containerd at ", r.layout.socket, " has no runtime ", opt.runtime_name,
                            " with BinaryName ", opt.binary.link, " (it has: ", join(names, ", "),
                            "); is ", r.layout.config_path, " the file it reads?"));
-    if (edit.changed()) roll_back(r, edit, state);
+    if (edit.changed()) roll_back(r, edit, state, prior);
     return finish();
   }
   r.step("verify", Outcome::unchanged,
          cat("containerd runs handler ", opt.runtime_name, " -> ", opt.binary.link));
+  for (const auto& b : superseded) ::unlink(env.host.resolve(b).c_str());
   return finish();
 }
 

@@ -500,6 +500,25 @@ TEST(InstallFlow, Version3UninstallTouchesNothingWhenTheDropInWasEdited) {
   EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), main_after);
 }
 
+// A second install that changes the config again (another handler name) keeps the first one's
+// record of each file: uninstall still gives back the user's bytes, and no backup is left over.
+TEST(InstallFlow, AReinstallThatChangesTheConfigStillUninstallsToTheUsersBytes) {
+  for (const std::string& config : {kPlainConfig, kVersion3Config}) {
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", config);
+    n.start_containerd("/etc/containerd/config.toml");
+    auto before = snapshot(n.host);
+    ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+    auto again = n.options();
+    again.runtime_name = "gpufence";
+    auto second = run_install(again, n.env());
+    ASSERT_TRUE(second.ok()) << render_install_report(second);
+    auto un = run_uninstall(again, n.env());
+    ASSERT_TRUE(un.ok()) << render_install_report(un);
+    EXPECT_EQ(snapshot(n.host), before) << config << render_install_report(un);
+  }
+}
+
 // A record written before drop-ins were recorded (one file under "config") still uninstalls.
 TEST(InstallFlow, AnOlderStateRecordStillUninstalls) {
   Node n;
