@@ -610,7 +610,9 @@ Result<CdiDocument> parse_cdi_document(std::string_view text, std::string_view o
       Json doc = Json::parse(text, strict);
       if (!duplicate.empty()) return fail(Errc::parse, origin, ": duplicate key '", duplicate, "'");
       return doc;
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
+      // parse_error, or out_of_range for a number that overflows (found by the fuzzer:
+      // tests/fuzz/corpus/cdi_spec/crash-number-overflow).
       // A .json file is JSON: report where it broke, without the library's exception tag. Any
       // other file may be YAML in flow style; let the YAML reader judge it.
       if (origin.ends_with(".json")) {

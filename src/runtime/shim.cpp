@@ -141,7 +141,7 @@ Result<Json> read_spec(const std::filesystem::path& spec_path) {
   Json spec;
   try {
     spec = Json::parse(*text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number overflow
     return fail(Errc::parse, "malformed ", spec_path.native(), ": ", e.what());
   }
   if (auto st = check_spec_fields(spec); !st)

@@ -1,9 +1,9 @@
 // CDI: the ld.so.cache reader, spec generation on fake driver trees, and validation.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -493,6 +493,13 @@ TEST(CdiSpecRules, WrongTypesNameTheField) {
   std::string json_syntax = json.error().message;
   EXPECT_HAS(json_syntax, "t.json: not JSON: parse error at line 1, column 24");
   EXPECT_EQ(json_syntax.find("json.exception"), std::string::npos) << json_syntax;
+  // A number that overflows a double is nlohmann's out_of_range, not a parse_error: it escaped
+  // as an exception (fuzzer: tests/fuzz/corpus/cdi_spec/crash-number-overflow).
+  auto overflow =
+      parse_cdi_spec("{\"cdiVersion\": 5E99999, \"kind\": \"nvidia.com/gpu\"}", "t.json");
+  ASSERT_FALSE(overflow);
+  EXPECT_HAS(overflow.error().message, "t.json: not JSON: number overflow");
+  EXPECT_FALSE(parse_cdi_spec("{\"cdiVersion\": 5E99999}", "t.yaml")) << "nor as YAML";
 }
 
 TEST(CdiSpecRules, JsonAndYamlReadTheSame) {

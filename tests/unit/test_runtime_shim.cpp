@@ -212,3 +212,12 @@ TEST(ReadSpec, DeepNestingIsAnErrorNotAStackOverflow) {
             R"({"process": {"env": ["A=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["]}})");
   EXPECT_TRUE(read_spec(dir / "ok.json")) << "brackets inside strings do not count";
 }
+
+TEST(ReadSpec, ANumberThatOverflowsIsAnErrorNotAnException) {
+  test::TempDir dir;
+  // nlohmann's out_of_range (406), not a parse_error: it escaped read_spec's handler.
+  dir.write("config.json", R"({"process": {"user": {"uid": 1E99999}}})");
+  auto r = read_spec(dir / "config.json");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("number overflow"), std::string::npos) << r.error().message;
+}
