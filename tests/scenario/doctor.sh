@@ -117,6 +117,11 @@ for mode in plain probe; do
 done
 check "the probe left no process in the container's cgroup" test "$procs_before" = "$(cat /sys/fs/cgroup/devices/kubepods/besteffort/pod-ds-a-$$/$ID_0/cgroup.procs)"
 check "the probe left no temporary nodes" bash -c "! ls -d '$work'/tmp/gpufence-probe-* 2>/dev/null | grep -q ."
+# That check looks where the probe works: with $TMPDIR somewhere it cannot make its directory,
+# the probe says so (and the OCI rules decide), so it did work under $work/tmp above.
+out=$(TMPDIR=$work/absent "$build/bin/gpufence" doctor --pod-resources-socket "$work/pod-resources.sock" \
+  --runc-root "$state" --containerd-config "$work/containerd.toml" --probe 2>&1)
+check "the probe works under \$TMPDIR" has "probe of video/ds-a/deepstream: mkdtemp $work/absent/gpufence-probe-" "$out"
 if [ "$1" = fixed ]; then
   # containerd settings that undo the allocation channel, seen by the doctor on the live node.
   cp "$work/containerd.toml" "$work/containerd.good"

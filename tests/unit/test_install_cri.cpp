@@ -68,6 +68,21 @@ TEST(InstallState, RoundTripsAndRejectsMissingFields) {
   auto bad = parse_install_state(R"({"distribution": "k3s"})", "/etc/gpufence/install-state.json");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("/etc/gpufence/install-state.json"), std::string::npos);
+
+  // A record that says the config changed must say which files, and a file that existed needs
+  // the backup uninstall restores it from: without them uninstall would have nothing to act on.
+  InstallState no_files = s;
+  no_files.config_files.clear();
+  auto r1 = parse_install_state(install_state_to_json(no_files), "state.json");
+  ASSERT_FALSE(r1);
+  EXPECT_NE(r1.error().message.find("config.changed without config.files"), std::string::npos)
+      << r1.error().message;
+  InstallState no_backup = s;
+  no_backup.config_files[0].backup.clear();
+  auto r2 = parse_install_state(install_state_to_json(no_backup), "state.json");
+  ASSERT_FALSE(r2);
+  EXPECT_NE(r2.error().message.find("a backup if it existed"), std::string::npos)
+      << r2.error().message;
 }
 
 }  // namespace
