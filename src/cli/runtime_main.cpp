@@ -153,7 +153,9 @@ int run(int argc, char** argv) {
                                 {"whitelist", decision->whitelisted ? "true" : "false"},
                                 {"spec_changed", decision->spec_changed ? "true" : "false"},
                                 {"gpus_from", decision->inventory_source},
-                                {"cdi", join(decision->cdi_devices, ",")}});
+                                {"cdi", join(decision->cdi_devices, ",")},
+                                {"nodes", join(decision->granted_nodes, ",")},
+                                {"cdi_mounts", join(decision->cdi_mounts, ",")}});
   exec_runtime(*runtime_path, argc, argv);
 }
 

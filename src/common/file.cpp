@@ -1,7 +1,9 @@
 #include "common/file.hpp"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <string>
@@ -33,18 +35,45 @@ Result<std::string> read_file(const std::filesystem::path& path) {
   return read_fd(f.fd, path.native());
 }
 
+Result<std::string> read_regular_file(const std::filesystem::path& path, size_t max_bytes) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
+  if (f.fd < 0) return fail_errno("open", path.native());
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) return fail_errno("stat", path.native());
+  if (!S_ISREG(st.st_mode))
+    return fail(Errc::invalid_argument, path.native(), " is not a regular file");
+  return read_fd(f.fd, path.native(), max_bytes);
+}
+
 Status write_file_atomic(const std::filesystem::path& path, std::string_view content,
                          Durability durability) {
-  mode_t mode = 0644;
+  // Everything happens in the directory as it was opened once: the temp file is created there
+  // O_EXCL|O_NOFOLLOW and renamed over the name there, so a link planted at the name, or at the
+  // directory's name in between, decides nothing; rename replaces a link, never follows it.
+  const std::filesystem::path parent = path.parent_path().empty() ? "." : path.parent_path();
+  const std::string name = path.filename().native();
+  if (name.empty() || name == "." || name == "..")
+    return fail(Errc::invalid_argument, "not a file name: ", path.native());
+  Fd dir{::open(parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)};
+  if (dir.fd < 0) return fail_errno("open directory", parent.native());
+  mode_t mode = 0644;  // an existing regular file keeps its mode; a link's target's is not read
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) mode = st.st_mode & 07777;
+  if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+    mode = st.st_mode & 07777;
 
-  std::string tmp = path.native() + ".gpufence-XXXXXX";
-  Fd f{::mkstemp(tmp.data())};
+  std::string tmp;
+  Fd f;
+  for (int attempt = 0; attempt < 100 && f.fd < 0; ++attempt) {
+    tmp = "." + name + ".gpufence-" + std::to_string(::getpid()) + "-" + std::to_string(attempt);
+    f = Fd{
+        ::openat(dir.fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
+    if (f.fd < 0 && errno != EEXIST) break;
+  }
   if (f.fd < 0) return fail_errno("create temp file for", path.native());
+  const std::string tmp_path = (parent / tmp).native();
   auto cleanup_fail = [&](std::string_view op) {
-    auto err = fail_errno(op, tmp);
-    ::unlink(tmp.c_str());
+    auto err = fail_errno(op, tmp_path);
+    ::unlinkat(dir.fd, tmp.c_str(), 0);
     return err;
   };
   size_t done = 0;
@@ -58,11 +87,11 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
   }
   if (::fchmod(f.fd, mode) != 0) return cleanup_fail("chmod");
   if (durability == Durability::fsync && ::fsync(f.fd) != 0) return cleanup_fail("fsync");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return cleanup_fail("rename");
+  if (::renameat(dir.fd, tmp.c_str(), dir.fd, name.c_str()) != 0) return cleanup_fail("rename");
   if (durability == Durability::fsync) {
-    Fd dir{::open(path.parent_path().empty() ? "." : path.parent_path().c_str(),
-                  O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-    if (dir.fd >= 0) ::fsync(dir.fd);
+    // fsync needs a real descriptor, not O_PATH: reopened through the one held.
+    Fd sync_dir{::openat(dir.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+    if (sync_dir.fd >= 0) ::fsync(sync_dir.fd);
   }
   return {};
 }
@@ -118,6 +147,107 @@ Result<std::filesystem::path> write_backup_exclusive(const std::filesystem::path
     return std::filesystem::path(name);
   }
   return fail(Errc::io, base, ": 1000 backups with this time stamp already exist");
+}
+
+namespace {
+
+// openat2 without following any symlink (and no /proc magic link) in any component.
+int open_no_symlinks(int dirfd, const char* path, int flags, mode_t mode) {
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.mode = (flags & O_CREAT) ? mode : 0;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  int fd;
+  do {
+    fd = static_cast<int>(::syscall(SYS_openat2, dirfd, path, &how, sizeof how));
+  } while (fd < 0 && errno == EAGAIN);
+  return fd;
+}
+
+std::string what_is_there(const struct stat& st) {
+  switch (st.st_mode & S_IFMT) {
+    case S_IFLNK:
+      return "a symbolic link";
+    case S_IFIFO:
+      return "a FIFO";
+    case S_IFDIR:
+      return "a directory";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    case S_IFSOCK:
+      return "a socket";
+    default:
+      return "not a regular file";
+  }
+}
+
+Result<Fd> open_parent_dir(const std::filesystem::path& dir, Symlinks symlinks, MakeDir make_dir) {
+  const char* name = dir.empty() ? "." : dir.c_str();
+  auto open_dir = [&] {
+    return symlinks == Symlinks::none ? open_no_symlinks(AT_FDCWD, name, O_PATH | O_DIRECTORY, 0)
+                                      : ::open(name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  };
+  Fd d{open_dir()};
+  if (d.fd >= 0 || errno != ENOENT || make_dir == MakeDir::no) {
+    if (d.fd < 0)
+      return fail_errno(errno == ELOOP ? "open (a component is a symbolic link)" : "open directory",
+                        dir.native());
+    return d;
+  }
+  // Only the last directory is made, inside a parent opened the same way.
+  auto grand = open_parent_dir(dir.parent_path(), symlinks, MakeDir::no);
+  if (!grand) return std::unexpected(grand.error());
+  std::string last = dir.filename().native();
+  if (last.empty() || last == "." || last == "..")
+    return fail(Errc::invalid_argument, "cannot make directory ", dir.native());
+  if (::mkdirat(grand->fd, last.c_str(), 0700) != 0 && errno != EEXIST)
+    return fail_errno("mkdir", dir.native());
+  Fd again{open_dir()};
+  if (again.fd < 0) return fail_errno("open directory", dir.native());
+  return again;
+}
+
+}  // namespace
+
+Result<Fd> open_append_checked(const std::filesystem::path& path, Symlinks symlinks, mode_t mode,
+                               MakeDir make_dir) {
+  const std::string name = path.filename().native();
+  if (name.empty() || name == "." || name == "..")
+    return fail(Errc::invalid_argument, "not a file name: ", path.native());
+  auto dir = open_parent_dir(path.parent_path(), symlinks, make_dir);
+  if (!dir) return std::unexpected(dir.error());
+
+  // 1. A new file: made by us, so it is ours and regular.
+  Fd made{::openat(dir->fd, name.c_str(),
+                   O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC,
+                   mode)};
+  if (made.fd >= 0) return made;
+  if (errno != EEXIST) return fail_errno("create", path.native());
+
+  // 2. An existing one: look at it without opening it for I/O (a FIFO would block, a device act).
+  Fd held{::openat(dir->fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)};
+  if (held.fd < 0) return fail_errno("open", path.native());
+  struct stat st {};
+  if (::fstat(held.fd, &st) != 0) return fail_errno("stat", path.native());
+  if (!S_ISREG(st.st_mode))
+    return fail(Errc::denied, path.native(), " is ", what_is_there(st), ": not written");
+  if (st.st_nlink != 1)
+    return fail(Errc::denied, path.native(), " has ", st.st_nlink,
+                " hard links (another name reaches the same file): not written");
+  if (st.st_uid != ::geteuid())
+    return fail(Errc::denied, path.native(), " is owned by uid ", st.st_uid,
+                ", not by this process's user: not written");
+
+  // 3. The same inode, reopened for append through the descriptor that was checked.
+  std::string self = "/proc/self/fd/" + std::to_string(held.fd);
+  Fd out{::open(self.c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_CLOEXEC)};
+  if (out.fd < 0) return fail_errno("reopen", path.native());
+  struct stat again {};
+  if (::fstat(out.fd, &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino)
+    return fail(Errc::denied, path.native(), " changed while it was opened: not written");
+  return out;
 }
 
 }  // namespace gpufence

@@ -6,11 +6,18 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/fd.hpp"
 
 namespace gpufence {
 
 // Reads a whole file with read(2) in a loop, so /proc and /sys files (st_size 0) work too.
 Result<std::string> read_file(const std::filesystem::path& path);
+
+// Reads `path` only if its last component is a regular file (O_NOFOLLOW|O_NONBLOCK, checked with
+// fstat before the first read): a link, FIFO or device planted at a name root reads is an error,
+// never followed or waited on.
+Result<std::string> read_regular_file(const std::filesystem::path& path,
+                                      size_t max_bytes = size_t{16} << 20);
 
 // Reads `fd` to its end (`origin` names it in errors); more than `max_bytes` is an error.
 Result<std::string> read_fd(int fd, std::string_view origin,
@@ -35,5 +42,23 @@ Result<std::filesystem::path> write_target_through_links(const std::filesystem::
 Result<std::filesystem::path> write_backup_exclusive(const std::filesystem::path& path,
                                                      std::string_view content,
                                                      std::string_view stamp);
+
+// How much of a path may be a symbolic link when root opens it to write.
+enum class Symlinks {
+  none,            // no component at all (openat2 RESOLVE_NO_SYMLINKS): paths of gpufence's own
+  in_parent_only,  // the last component never (O_NOFOLLOW); the parent as the caller named it
+};
+
+// Whether a missing last directory of the path is made (0700, owned by the caller).
+enum class MakeDir { yes, no };
+
+// Opens `path` for appending as root without letting whoever can write its directory decide
+// where the bytes land: resolved as `symlinks` says; a missing file is created `mode` with
+// O_EXCL|O_NOFOLLOW; an existing one is first opened O_PATH (no open of a FIFO or device ever
+// happens) and taken only when it is a regular file with one link, owned by this process's
+// user, then reopened for append through that descriptor. Anything else is an error naming
+// what was there, and nothing is written (docs/trust-model.md, "Where root writes").
+Result<Fd> open_append_checked(const std::filesystem::path& path, Symlinks symlinks, mode_t mode,
+                               MakeDir make_dir = MakeDir::no);
 
 }  // namespace gpufence

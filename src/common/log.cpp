@@ -6,6 +6,9 @@
 
 #include <ctime>
 
+#include "common/escape.hpp"
+#include "common/file.hpp"
+
 namespace gpufence {
 
 Result<LogLevel> parse_log_level(std::string_view name) {
@@ -25,34 +28,18 @@ Logger::~Logger() {
 }
 
 Status Logger::open_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-  if (fd < 0) return fail_errno("open log file", path);
-  std::FILE* f = ::fdopen(fd, "a");
-  if (!f) {
-    ::close(fd);
-    return fail_errno("fdopen log file", path);
-  }
+  // Root appends here on every container create: no symlink anywhere in the path, and only a
+  // regular file with one link of our own (common/file.hpp, docs/trust-model.md).
+  auto fd = open_append_checked(path, Symlinks::none, 0600, MakeDir::yes);
+  if (!fd) return std::unexpected(fd.error().wrap("log file"));
+  std::FILE* f = ::fdopen(fd->fd, "a");
+  if (!f) return fail_errno("fdopen log file", path);
+  fd->fd = -1;  // the FILE owns it now
   std::lock_guard lock(m_mutex);
   if (m_owns_sink) std::fclose(m_sink);
   m_sink = f;
   m_owns_sink = true;
   return {};
-}
-
-std::string log_quote(std::string_view value) {
-  bool needs = value.empty() || value.find_first_of(" \t\n\"=") != std::string_view::npos;
-  if (!needs) return std::string(value);
-  std::string out = "\"";
-  for (char c : value) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  out += '"';
-  return out;
 }
 
 void Logger::log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
@@ -67,7 +54,7 @@ void Logger::log(LogLevel level, std::string_view event, std::initializer_list<L
                 utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
                 static_cast<long>(tv.tv_usec / 1000));
   std::string line = cat(stamp, " level=", names[static_cast<int>(level)], " event=", event);
-  for (const auto& [key, value] : fields) line += cat(" ", key, "=", log_quote(value));
+  for (const auto& [key, value] : fields) line += cat(" ", key, "=", log_value(value));
   line += '\n';
   std::lock_guard lock(m_mutex);
   std::fwrite(line.data(), 1, line.size(), m_sink);

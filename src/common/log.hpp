@@ -27,7 +27,9 @@ class Logger {
   Logger(const Logger&) = delete;
   Logger& operator=(const Logger&) = delete;
 
-  // Appends to `path` (created 0640 if missing). On failure the logger keeps its old sink.
+  // Appends to `path`: no symlink in any component, its directory made 0700 if missing, the
+  // file created 0600 or taken only as a regular file with one link of our own
+  // (open_append_checked). On failure the logger keeps its old sink.
   Status open_file(const std::string& path);
   void set_level(LogLevel level) { m_level = level; }
   bool enabled(LogLevel level) const { return level >= m_level && m_level != LogLevel::off; }
@@ -52,8 +54,5 @@ class Logger {
   bool m_owns_sink = false;
   std::mutex m_mutex;
 };
-
-// Quotes a value when it holds spaces, quotes or '=' so lines stay machine-splittable.
-std::string log_quote(std::string_view value);
 
 }  // namespace gpufence

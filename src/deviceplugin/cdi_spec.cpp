@@ -50,7 +50,9 @@ Result<SpecWrite> write_plugin_cdi_spec(const CdiSpec& spec, const PluginCdiSpec
   const std::string content = options.file_name.ends_with(".json")
                                   ? cdi_spec_to_json(spec).dump(2) + "\n"
                                   : cdi_spec_to_yaml(spec);
-  if (auto old = read_file(path); old && *old == content) return SpecWrite::unchanged;
+  // Whatever a pod with a hostPath over the directory left at the name (a link, a FIFO) is not
+  // read through; the rename below replaces it.
+  if (auto old = read_regular_file(path); old && *old == content) return SpecWrite::unchanged;
   std::error_code ec;
   std::filesystem::create_directories(options.dir, ec);
   if (ec) return fail(Errc::io, "create CDI spec directory ", options.dir, ": ", ec.message());

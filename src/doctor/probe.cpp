@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "common/in_root.hpp"
 #include "common/strings.hpp"
@@ -41,10 +42,15 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
   std::string tmpl =
       std::string(tmpdir && *tmpdir == '/' ? tmpdir : "/tmp") + "/gpufence-probe-XXXXXX";
   if (!::mkdtemp(tmpl.data())) return fail_errno("mkdtemp", tmpl);
-  std::filesystem::path tmp = tmpl;
+  // /tmp is often a pod's hostPath: everything below goes through the descriptor of the directory
+  // mkdtemp made, never its name again, so a pod that renames it and leaves a link in its place
+  // decides nothing (docs/trust-model.md, "Where root writes").
+  Fd dir{::open(tmpl.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+  if (dir.fd < 0) return fail_errno("open", tmpl);
+  std::vector<std::string> made_names;
   auto cleanup = [&] {
-    std::error_code ec;
-    std::filesystem::remove_all(tmp, ec);
+    for (const auto& name : made_names) ::unlinkat(dir.fd, name.c_str(), 0);
+    ::unlinkat(AT_FDCWD, tmpl.c_str(), AT_REMOVEDIR);  // never follows a link left in its place
   };
   std::vector<std::pair<unsigned, std::string>> targets;
   // The container's own node for GPU m only if /dev/nvidiaM inside its root is that node (195:m):
@@ -60,12 +66,22 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
         continue;
       }
     }
-    std::string made = (tmp / cat("nvidia", m)).string();
-    if (::mknod(made.c_str(), S_IFCHR | 0600, makedev(195, m)) != 0) {
+    std::string name = cat("nvidia", m);
+    if (::mknodat(dir.fd, name.c_str(), S_IFCHR | 0600, makedev(kNvidiaMajor, m)) != 0) {
+      auto err = fail_errno("mknod", tmpl + "/" + name);
       cleanup();
-      return fail_errno("mknod", made);
+      return err;
     }
-    targets.emplace_back(m, made);
+    made_names.push_back(name);
+    Fd node{::openat(dir.fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)};
+    struct stat st {};
+    if (node.fd < 0 || ::fstat(node.fd, &st) != 0 || !S_ISCHR(st.st_mode) ||
+        st.st_rdev != makedev(kNvidiaMajor, m)) {
+      cleanup();
+      return fail(Errc::io, "probe node ", tmpl, "/", name, " is not the node just made");
+    }
+    targets.emplace_back(m, cat("/proc/self/fd/", node.fd));
+    held.push_back(std::move(node));
   }
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {

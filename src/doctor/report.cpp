@@ -1,5 +1,6 @@
 #include "doctor/report.hpp"
 
+#include "common/escape.hpp"
 #include "common/strings.hpp"
 #include "doctor/checks.hpp"
 
@@ -28,57 +29,10 @@ std::set<unsigned> used(const Snapshot& s, const NodeContainer& c) {
   return out;
 }
 
-// One report field as one printable line: what a pod controls (its env, a pod spec's values)
-// reaches the text report, and a "\x1b[..." there would drive the reader's terminal, a "\r" or
-// "\n- [gpu.ok] ..." would forge report lines. C0 and C1 controls, DEL and bytes that are not
-// UTF-8 are written as \xNN; other UTF-8 passes (docs/trust-model.md, "Files a pod controls").
+// One report field as one printable line (the product's one escaping, common/escape.hpp): what a
+// pod controls (its env, a pod spec's values) reaches the text report as data.
 std::string printable(std::string_view in) {
-  std::string out;
-  auto escape = [&out](unsigned char b) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    out += "\\x";
-    out += kHex[b >> 4];
-    out += kHex[b & 0xf];
-  };
-  for (size_t i = 0; i < in.size();) {
-    auto b = static_cast<unsigned char>(in[i]);
-    if (b == '\\') {
-      out += "\\\\";
-      ++i;
-      continue;
-    }
-    if (b < 0x80) {
-      if (b < 0x20 || b == 0x7f)
-        escape(b);
-      else
-        out += static_cast<char>(b);
-      ++i;
-      continue;
-    }
-    // A UTF-8 sequence: its length from the lead byte, continuation bytes 10xxxxxx, no overlong
-    // form, no surrogate, at most U+10FFFF; C1 controls (U+0080..U+009F) are escaped too.
-    size_t len = b >= 0xf0 && b <= 0xf4 ? 4 : b >= 0xe0 ? 3 : b >= 0xc2 && b <= 0xdf ? 2 : 0;
-    if (b > 0xf4) len = 0;
-    uint32_t cp = len == 2 ? b & 0x1f : len == 3 ? b & 0x0f : b & 0x07;
-    bool ok = len != 0 && i + len <= in.size();
-    for (size_t k = 1; ok && k < len; ++k) {
-      auto c = static_cast<unsigned char>(in[i + k]);
-      ok = (c & 0xc0) == 0x80;
-      cp = (cp << 6) | (c & 0x3f);
-    }
-    if (ok) {
-      ok = (len == 2 && cp >= 0xa0) || (len == 3 && cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff)) ||
-           (len == 4 && cp >= 0x10000 && cp <= 0x10ffff);
-    }
-    if (!ok) {
-      escape(b);
-      ++i;
-      continue;
-    }
-    out.append(in.substr(i, len));
-    i += len;
-  }
-  return out;
+  return escape_text(in);
 }
 
 nlohmann::ordered_json minors_json(const std::set<unsigned>& m) {

@@ -69,10 +69,11 @@ Result<DeviceNode> resolve_node(const CdiDeviceNode& n, const HostFs& host) {
   return DeviceNode{n.path, info->major, info->minor};
 }
 
-void add_mount(Json& oci, const CdiMount& m) {
+// Whether the mount was added (a destination the spec already has is left as it is).
+bool add_mount(Json& oci, const CdiMount& m) {
   Json& mounts = ensure_array(oci, "mounts");
   for (const auto& existing : mounts) {
-    if (existing.is_object() && existing.value("destination", "") == m.container_path) return;
+    if (existing.is_object() && existing.value("destination", "") == m.container_path) return false;
   }
   Json entry = Json::object();
   entry["destination"] = m.container_path;
@@ -81,6 +82,7 @@ void add_mount(Json& oci, const CdiMount& m) {
   entry["options"] =
       m.options.empty() ? std::vector<std::string>{"ro", "nosuid", "nodev", "bind"} : m.options;
   mounts.push_back(entry);
+  return true;
 }
 
 // A hook without env would run with the container's environment, one without timeout could
@@ -138,7 +140,8 @@ Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostFs& host, Cd
       applied.nodes.push_back(*node);
     }
   }
-  for (const auto& m : e.mounts) add_mount(oci, m);
+  for (const auto& m : e.mounts)
+    if (add_mount(oci, m)) applied.mounts.push_back(m.container_path + "<-" + m.host_path);
   for (const auto& h : e.hooks) add_hook(oci, h);
   add_gids(oci, e.additional_gids);
   return {};

@@ -35,7 +35,8 @@ struct CdiApplied {
   // Device cgroup access the spec gives each node by path: "rwm" when it says nothing, else its
   // `permissions` ("r", "rw", ...); "" for "none" (such a node is not in `nodes`).
   std::map<std::string, std::string> access;
-  std::vector<std::string> from;  // "nvidia.com/gpu=1 (/etc/cdi/nvidia.yaml)"
+  std::vector<std::string> from;    // "nvidia.com/gpu=1 (/etc/cdi/nvidia.yaml)"
+  std::vector<std::string> mounts;  // each mount added, "destination<-source"
 };
 
 // Applies spec-wide and per-device edits for `names` (the part after "nvidia.com/gpu=").

@@ -25,8 +25,9 @@ inline std::vector<std::string> default_control_nodes() {
 }
 
 struct RuntimeConfig {
-  std::string low_level_runtime = "runc";                  // a path, or a name looked up on PATH
-  std::string log_file = "/var/log/gpufence-runtime.log";  // "" logs to stderr
+  std::string low_level_runtime = "runc";  // a path, or a name looked up on PATH
+  // "" logs to stderr. gpufence's own directory, which no common hostPath covers (runtime.toml).
+  std::string log_file = "/var/lib/gpufence/runtime.log";
   std::string log_level = "info";
   std::vector<TrustedChannel> trusted_channels = {TrustedChannel::cdi_annotations,
                                                   TrustedChannel::mount_markers};

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <csignal>
 #include <iostream>
 #include <iterator>
@@ -126,7 +127,7 @@ Result<ProcessResult> run_ldconfig_confined(const std::string& ldconfig,
 
 }  // namespace
 
-Result<std::filesystem::path> rootfs_from_state(std::string_view state_json) {
+Result<HookContainer> container_from_state(std::string_view state_json) {
   nlohmann::json state;
   try {
     state = nlohmann::json::parse(state_json);
@@ -140,14 +141,38 @@ Result<std::filesystem::path> rootfs_from_state(std::string_view state_json) {
     return fail(Errc::parse, "hook: container state's bundle '", bundle, "' is not absolute");
   auto config = read_file(std::filesystem::path(bundle) / "config.json");
   if (!config) return std::unexpected(config.error());
-  std::string root;
+  HookContainer out;
   try {
-    root = nlohmann::json::parse(*config).at("root").at("path").get<std::string>();
+    auto spec = nlohmann::json::parse(*config);
+    std::filesystem::path root = spec.at("root").at("path").get<std::string>();
+    out.rootfs = root.is_absolute() ? root : std::filesystem::path(bundle) / root;
+    if (auto lin = spec.find("linux"); lin != spec.end() && lin->is_object()) {
+      if (auto ns = lin->find("namespaces"); ns != lin->end() && ns->is_array()) {
+        for (const auto& n : *ns)
+          if (n.is_object() && n.value("type", "") == "cgroup") out.cgroupns = CgroupNamespace::own;
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     return fail(Errc::parse, "hook: ", bundle, "/config.json has no root.path: ", e.what());
   }
-  std::filesystem::path rootfs = root;
-  return rootfs.is_absolute() ? rootfs : std::filesystem::path(bundle) / rootfs;
+  return out;
+}
+
+Result<std::filesystem::path> rootfs_from_state(std::string_view state_json) {
+  auto c = container_from_state(state_json);
+  if (!c) return std::unexpected(c.error());
+  return c->rootfs;
+}
+
+Status check_cgroup_mounts(const HookContainer& container, const std::string& mountinfo_path) {
+  // mountinfo names mount points by their real paths; runc binds the root onto itself there.
+  char real[PATH_MAX];
+  if (!::realpath(container.rootfs.c_str(), real))
+    return fail_errno("realpath", container.rootfs.native());
+  // This hook runs in the container's mount namespace, so its own table is the container's.
+  auto mountinfo = read_file(mountinfo_path);
+  if (!mountinfo) return std::unexpected(mountinfo.error());
+  return check_container_cgroup_mounts(*mountinfo, real, container.cgroupns);
 }
 
 Status narrow_directory(const std::filesystem::path& rootfs, const std::string& dir,
@@ -247,14 +272,29 @@ Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std
 
 int run_hook(const std::vector<std::string>& args) {
   if (args.empty()) {
-    std::cerr << "gpufence-runtime hook: which hook? (driver-procfs, update-ldcache)\n";
+    std::cerr
+        << "gpufence-runtime hook: which hook? (cgroup-mounts, driver-procfs, update-ldcache)\n";
     return 2;
   }
   std::string state((std::istreambuf_iterator<char>(std::cin)), {});
-  auto rootfs = rootfs_from_state(state);
-  if (!rootfs) {
-    std::cerr << "gpufence-runtime hook " << args[0] << ": " << rootfs.error().message << "\n";
+  auto container = container_from_state(state);
+  if (!container) {
+    std::cerr << "gpufence-runtime hook " << args[0] << ": " << container.error().message << "\n";
     return 1;
+  }
+  const auto& rootfs = container->rootfs;
+  if (args[0] == "cgroup-mounts") {
+    // Isolation: the mount table after runc made every mount, before the process starts.
+    if (args.size() != 1) {
+      std::cerr << "gpufence-runtime hook cgroup-mounts: takes no arguments\n";
+      return 2;
+    }
+    if (auto st = check_cgroup_mounts(*container); !st) {
+      std::cerr << "gpufence-runtime: refusing to start the container: " << st.error().message
+                << "\n";
+      return 1;
+    }
+    return 0;
   }
   std::vector<std::string> values;
   std::string dir;
@@ -275,7 +315,7 @@ int run_hook(const std::vector<std::string>& args) {
   }
   if (args[0] == "driver-procfs") {
     // Isolation: failing here stops the container rather than showing it every GPU.
-    auto st = narrow_directory(*rootfs, dir, values);
+    auto st = narrow_directory(rootfs, dir, values);
     if (!st) {
       std::cerr << "gpufence-runtime hook driver-procfs: " << st.error().message << "\n";
       return 1;
@@ -285,7 +325,7 @@ int run_hook(const std::vector<std::string>& args) {
   if (args[0] == "update-ldcache") {
     // Convenience, not isolation: a read-only root or a missing ldconfig must not stop the
     // container (the libraries sit in standard directories anyway).
-    auto st = update_ldcache(*rootfs, values);
+    auto st = update_ldcache(rootfs, values);
     if (!st)
       std::cerr << "gpufence-runtime hook update-ldcache: warning: " << st.error().message << "\n";
     return 0;

@@ -12,11 +12,24 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "runtime/mount_guard.hpp"
 
 namespace gpufence {
 
+// What a hook needs of its container, from its OCI state (stdin) and the bundle's config.json.
+struct HookContainer {
+  std::filesystem::path rootfs;  // absolute: bundle + root.path
+  CgroupNamespace cgroupns = CgroupNamespace::host;
+};
+Result<HookContainer> container_from_state(std::string_view state_json);
+
 // The container's root filesystem (absolute) from its OCI state: bundle + config.json root.path.
 Result<std::filesystem::path> rootfs_from_state(std::string_view state_json);
+
+// The createContainer hook `cgroup-mounts`: check_container_cgroup_mounts over the hook's own
+// mount table (the container's), so what runc actually mounted is judged, not a path read before.
+Status check_cgroup_mounts(const HookContainer& container,
+                           const std::string& mountinfo_path = "/proc/self/mountinfo");
 
 // Covers <rootfs>/<dir> with a read-only tmpfs and binds back only the entries named in `keep`
 // (e.g. /proc/driver/nvidia/gpus keeping "0000:01:00.0"). A missing dir is not an error.

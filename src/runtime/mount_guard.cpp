@@ -34,18 +34,79 @@ bool within(const std::string& path, const std::string& dir) {
 
 }  // namespace
 
-std::vector<std::string> cgroup_mount_points(std::string_view mountinfo) {
-  std::vector<std::string> out;
+std::vector<MountInfoEntry> parse_mountinfo(std::string_view mountinfo) {
+  std::vector<MountInfoEntry> out;
   for (std::string_view line : split(mountinfo, '\n')) {
     // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue"
+    // (proc(5)): id, parent, major:minor, root, mount point, per-mount options, optional
+    // fields, "-", filesystem type, source, super-block options.
     auto dash = line.find(" - ");
     if (dash == std::string_view::npos) continue;
     auto fields = split(line.substr(0, dash), ' ');
     auto after = split(line.substr(dash + 3), ' ');
-    if (fields.size() < 5 || after.empty()) continue;
-    if (after[0] == "cgroup" || after[0] == "cgroup2") out.push_back(unescape(fields[4]));
+    if (fields.size() < 6 || after.empty()) continue;
+    out.push_back(
+        {unescape(fields[3]), unescape(fields[4]), std::string(fields[5]), std::string(after[0])});
   }
   return out;
+}
+
+std::vector<std::string> cgroup_mount_points(std::string_view mountinfo) {
+  std::vector<std::string> out;
+  for (const auto& m : parse_mountinfo(mountinfo))
+    if (m.is_cgroupfs()) out.push_back(m.mount_point);
+  return out;
+}
+
+bool MountInfoEntry::read_only() const {
+  for (std::string_view o : split(options, ','))
+    if (o == "ro") return true;
+  return false;
+}
+
+bool may_mount_a_cgroupfs(const Json& spec) {
+  auto mounts = spec.find("mounts");
+  if (mounts == spec.end() || !mounts->is_array()) return false;
+  for (const auto& m : *mounts) {
+    if (!m.is_object()) continue;
+    std::string type = m.value("type", "");
+    if (type == "bind") return true;
+    if ((type == "cgroup" || type == "cgroup2") && m.value("destination", "") != "/sys/fs/cgroup")
+      return true;
+    if (auto opts = m.find("options"); opts != m.end() && opts->is_array()) {
+      for (const auto& o : *opts)
+        if (o == "bind" || o == "rbind") return true;
+    }
+  }
+  return false;
+}
+
+Status check_container_cgroup_mounts(std::string_view mountinfo, const std::string& rootfs,
+                                     CgroupNamespace cgroupns) {
+  const std::string own = (rootfs == "/" ? std::string() : rootfs) + "/sys/fs/cgroup";
+  for (const auto& m : parse_mountinfo(mountinfo)) {
+    if (!m.is_cgroupfs() || !within(m.mount_point, rootfs)) continue;
+    std::string where = rootfs == "/" ? m.mount_point : m.mount_point.substr(rootfs.size());
+    // The runtime's own: /sys/fs/cgroup itself (cgroup2, or v1's tmpfs) or one v1 hierarchy
+    // right below it.
+    bool at_own_place =
+        m.mount_point == own || (within(m.mount_point, own) &&
+                                 m.mount_point.find('/', own.size() + 1) == std::string::npos);
+    // Its root is the container's own cgroup: never a hierarchy's root without a cgroup
+    // namespace (runc binds the container's cgroup directory on v1), never above the
+    // namespace's root with one (shown as "/.." by the kernel).
+    bool foreign_root = m.root.starts_with("/..") || (cgroupns == CgroupNamespace::host &&
+                                                      m.fstype == "cgroup" && m.root == "/");
+    std::string why = !at_own_place    ? "a cgroup filesystem mounted at " + where
+                      : !m.read_only() ? "a writable cgroup filesystem at " + where
+                      : foreign_root   ? "the cgroup hierarchy's " + m.root + " at " + where
+                                       : "";
+    if (why.empty()) continue;
+    return fail(Errc::denied, "the container's mounts hold ", why, " (", m.fstype, " ", m.root,
+                "): it could move itself out of its devices cgroup and open every GPU, so it does "
+                "not start (docs/trust-model.md)");
+  }
+  return {};
 }
 
 Status refuse_cgroupfs_binds(const Json& spec, const std::vector<std::string>& cgroup_mounts,

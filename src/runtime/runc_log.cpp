@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/file.hpp"
+
 namespace gpufence {
 namespace {
 
@@ -41,12 +43,17 @@ std::string runc_log_line(std::string_view format, std::string_view level, std::
 }
 
 Status append_runc_log(const std::string& path, const std::string& line) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return fail_errno("open runtime log", path);
-  ssize_t n = ::write(fd, line.data(), line.size());
-  int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(line.size())) return fail_errno("write runtime log", path, err);
+  // containerd's own directory, named on our command line: the last component is never followed
+  // and only a regular file with one link of our own is appended to.
+  auto fd = open_append_checked(path, Symlinks::in_parent_only, 0644);
+  if (!fd) return std::unexpected(fd.error().wrap("runtime log"));
+  size_t done = 0;
+  while (done < line.size()) {
+    ssize_t n = ::write(fd->fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail_errno("write runtime log", path);
+    done += static_cast<size_t>(n);
+  }
   return {};
 }
 

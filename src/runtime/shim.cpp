@@ -78,6 +78,38 @@ bool spec_mentions_drm(const Json& spec) {
          });
 }
 
+// A CDI spec is judged by what its nodes are, not what they are called: a node of NVIDIA's GPU
+// major (195:0..253) under any path ("/dev/gpu-alias", "/dev/./nvidia1") must be a granted GPU's,
+// and an NVIDIA GPU's DRM node (226:N) must belong to a granted GPU (by PCI bus id).
+Status refuse_foreign_gpu_nodes(const std::vector<DeviceNode>& nodes,
+                                const std::vector<Gpu>& granted, const HostFs& host,
+                                const std::vector<std::string>& from) {
+  std::vector<DrmNode> drm;
+  bool drm_read = false;
+  for (const auto& node : nodes) {
+    std::string what;
+    if (node.major == kNvidiaMajor && node.minor <= kNvidiaMaxGpuMinor) {
+      bool ok = std::any_of(granted.begin(), granted.end(),
+                            [&](const Gpu& g) { return g.minor == node.minor; });
+      if (!ok) what = cat("the device of GPU minor ", node.minor);
+    } else if (node.major == kDrmMajor) {
+      if (!drm_read) drm = read_drm_nodes(host), drm_read = true;
+      for (const auto& d : drm) {
+        if (d.minor != node.minor || !d.nvidia) continue;
+        bool ok = std::any_of(granted.begin(), granted.end(), [&](const Gpu& g) {
+          return driver_gpu_entry_name(g.pci_bus_id) == d.pci_bus_id;
+        });
+        if (!ok) what = cat("the DRM node ", d.name, " of the NVIDIA GPU at ", d.pci_bus_id);
+      }
+    }
+    if (!what.empty())
+      return fail(Errc::denied, "CDI spec gives ", node.path, " (char ", node.major, ":",
+                  node.minor, ", ", what, ") for ", join(from, ", "),
+                  ", which is not a GPU allocated to this container");
+  }
+  return {};
+}
+
 // CDI: when the allocation came as CDI names and specs for nvidia.com/gpu exist, apply their
 // edits (driver libraries, utilities, env, hooks). Isolation still decides the GPU nodes: a GPU
 // node the spec adds must be one of the granted GPUs.
@@ -100,19 +132,18 @@ Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const AllocationChannels& 
   }
   auto applied = apply_cdi_devices(spec, *specs, names, host);
   if (!applied) return std::unexpected(applied.error());
+  if (auto st = refuse_foreign_gpu_nodes(applied->nodes, allocation.granted, host, applied->from);
+      !st)
+    return std::unexpected(st.error());
   for (const auto& node : applied->nodes) {
-    if (auto minor = gpu_node_minor(node.path)) {
-      bool granted = std::any_of(allocation.granted.begin(), allocation.granted.end(),
-                                 [&](const Gpu& g) { return g.minor == *minor; });
-      if (!granted) {
-        return fail(Errc::denied, "CDI spec gives ", node.path, " for ", join(applied->from, ", "),
-                    ", which is not the GPU this host knows by that name");
-      }
-      continue;
-    }
-    extra.push_back(node);
+    // A granted GPU's own /dev/nvidiaN is planned from the host; any other node (an alias of a
+    // granted GPU included) is added as the spec names it.
+    bool own_gpu_path = gpu_node_minor(node.path) == std::optional<unsigned>(node.minor) &&
+                        node.major == kNvidiaMajor;
+    if (!own_gpu_path) extra.push_back(node);
   }
   decision.cdi_devices = applied->from;
+  decision.cdi_mounts = applied->mounts;
   return extra;
 }
 
@@ -174,6 +205,8 @@ Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& g
                                      const std::vector<DeviceNode>& extra_nodes, const HostFs& host,
                                      const RuntimeConfig& cfg) {
   IsolationPlan plan;
+  // NVIDIA's fixed majors are reserved even when /proc/devices cannot be read (wire_contract).
+  plan.reserved_majors = {kNvidiaMajor, kDrmMajor};
   // The granted GPUs' nodes as the host has them, then their control nodes.
   for (const auto& gpu : granted) {
     auto node = host_char_device(host, gpu.device_path());
@@ -238,6 +271,15 @@ Json driver_procfs_hook(const std::string& self_exe, const std::string& procfs_d
   return hook;
 }
 
+Json cgroup_mounts_hook(const std::string& self_exe) {
+  Json hook = Json::object();
+  hook["path"] = self_exe;
+  hook["args"] = {"gpufence-runtime", "hook", "cgroup-mounts"};
+  hook["env"] = Json(kMinimalHookEnv);
+  hook["timeout"] = kDefaultHookTimeoutSeconds;
+  return hook;
+}
+
 bool pin_hook_environments(Json& spec) {
   auto hooks = spec.find("hooks");
   if (hooks == spec.end() || !hooks->is_object()) return false;
@@ -289,12 +331,6 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
     return decision;
   }
 
-  // 2b. No bind mount may hand an unprivileged container a cgroup filesystem (a privileged one
-  //     has the whole host anyway: docs/trust-model.md).
-  if (!decision.privileged) {
-    if (auto st = refuse_cgroupfs_binds_on_host(*spec); !st) return std::unexpected(st.error());
-  }
-
   // 3. Resolve against the node's GPUs and decide.
   auto inventory = load_inventory(*channels, host, ctx, decision.inventory_source);
   if (!inventory) return std::unexpected(inventory.error());
@@ -308,9 +344,18 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   auto extra = apply_cdi(*spec, *channels, *allocation, host, ctx, decision);
   if (!extra) return std::unexpected(extra.error());
 
+  // 4b. No bind mount, the pod's or a CDI spec's, may hand an unprivileged container a cgroup
+  //     filesystem (a privileged one has the whole host anyway: docs/trust-model.md). This is
+  //     the early, clear refusal; the cgroup-mounts hook (7b) judges what was really mounted.
+  if (!decision.privileged) {
+    if (auto st = refuse_cgroupfs_binds_on_host(*spec); !st) return std::unexpected(st.error());
+  }
+
   // 5. Plan and apply the isolation: nodes, device cgroup rules, cgroupfs, env.
   auto plan = plan_isolation(*spec, allocation->granted, *extra, host, ctx.config);
   if (!plan) return std::unexpected(plan.error());
+  for (const auto& n : plan->grant)
+    decision.granted_nodes.push_back(cat(n.path, "=c", n.major, ":", n.minor));
   auto result = isolate_spec(*spec, *plan);
   if (!result) return std::unexpected(result.error().wrap(spec_path.native()));
   decision.removed_nodes = result->removed_nodes;
@@ -326,7 +371,15 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
     changed = true;
   }
 
-  // 7. No hook runs with the container's environment or without a time limit.
+  // 7. The last createContainer hook checks the container's own mount table after runc made
+  //    every mount: a volume's source swapped after 4b cannot slip a cgroup filesystem in.
+  if (!decision.privileged && may_mount_a_cgroupfs(*spec)) {
+    ensure_array(ensure_object(*spec, "hooks"), "createContainer")
+        .push_back(cgroup_mounts_hook(ctx.self_exe));
+    changed = true;
+  }
+
+  // 7b. No hook runs with the container's environment or without a time limit.
   changed |= pin_hook_environments(*spec);
 
   // 8. Write only when something changed: an untouched spec stays byte-for-byte identical.

@@ -39,7 +39,9 @@ struct ShimDecision {
   std::vector<std::string> ignored;  // what untrusted channels asked for
   bool whitelisted = false;
   bool spec_changed = false;
-  std::vector<std::string> cdi_devices;  // CDI devices applied, with their spec files
+  std::vector<std::string> cdi_devices;    // CDI devices applied, with their spec files
+  std::vector<std::string> cdi_mounts;     // mounts the CDI edits added, "destination<-source"
+  std::vector<std::string> granted_nodes;  // every device node granted, "path=c195:1"
   std::string inventory_source;  // "driver-procfs", "nvml", or "" when no GPU list was needed
 };
 
@@ -58,6 +60,9 @@ Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& g
 // The createContainer hook that narrows the driver's GPU list inside the container.
 Json driver_procfs_hook(const std::string& self_exe, const std::string& procfs_dir,
                         const std::vector<Gpu>& granted);
+// The createContainer hook that refuses a cgroup filesystem the runtime did not mount itself
+// (check_container_cgroup_mounts), added last to every unprivileged container's spec.
+Json cgroup_mounts_hook(const std::string& self_exe);
 // Gives every hook without `env` the fixed hook environment and every hook without `timeout`
 // kDefaultHookTimeoutSeconds (cdi/hook_defaults.hpp): runc and crun would otherwise run a
 // hook with the container's environment, as host root. Returns whether anything changed.

@@ -1,6 +1,7 @@
 // libFuzzer target: the doctor's /proc and cgroup parsers (doctor/parse.hpp), each fed the same
 // bytes: /proc/<pid>/cgroup, environ, status, v1 devices.list, an OCI spec's device rules, and a
-// DeepStream config.
+// DeepStream config; and the runtime's mountinfo reader with the cgroup-mounts hook's judgement
+// (runtime/mount_guard.hpp): whatever it accepts holds no writable cgroup filesystem in the root.
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <string_view>
 
 #include "doctor/parse.hpp"
+#include "runtime/mount_guard.hpp"
 
 using namespace gpufence;
 
@@ -35,5 +37,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!gpu_minors.contains(m)) std::abort();
   }
   (void)deepstream_gpu_ids(text);
+  for (auto ns : {CgroupNamespace::own, CgroupNamespace::host}) {
+    if (!check_container_cgroup_mounts(text, "/r", ns)) continue;
+    for (const auto& m : parse_mountinfo(text)) {
+      bool inside = m.mount_point == "/r" || m.mount_point.starts_with("/r/");
+      if (m.is_cgroupfs() && inside && !m.read_only()) std::abort();
+    }
+  }
   return 0;
 }

@@ -508,6 +508,93 @@ case $case_name in
       echo "note: this machine's cgroup layout did not let the control container move (no v1 devices hierarchy at /sys/fs/cgroup/devices); the refusal above is still checked"
     fi
     ;;
+  log-planted)
+    # A pod with a writable hostPath over the runtime's log directory plants a link (or a FIFO, a
+    # hard link, a directory) where root appends on every create, and a second pod's env puts a
+    # shell line into that log. Nothing may be written outside, and every create still succeeds.
+    outside=$work/outside; mkdir -p "$outside"; : > "$outside/ld.so.preload"
+    logdir=$work/logs/gpufence; mkdir -p "$logdir"
+    hostile='"NVIDIA_VISIBLE_DEVICES= /var/log/pwn.so $(touch /tmp/pwned) `id`"'
+    attempt() {  # attempt NAME: a create through the shim with the log at $logdir/runtime.log
+      printf '[log]\nfile = "%s"\n[devices]\nroot = "%s"\nnvml_library = "%s"\n' \
+        "$logdir/runtime.log" "$node" "$build/lib/mock-nvml/default/libnvidia-ml.so.1" > "$work/runtime.toml"
+      b=$(new_bundle "lp-$1" unprivileged "$hostile" "" "" "" 1)
+      out=$(run_with "$shim" "$b" "lp-$1")
+      check "$1: the create still succeeds" has_line "$out" "/dev/nvidia1 ENXIO"
+      check "$1: nothing written outside" test ! -s "$outside/ld.so.preload"
+      check "$1: one clear line on stderr" grep -q "runtime.log_file_unavailable" "$work/lp-$1.err"
+    }
+    # A clean first create: the log is made 0600, and the pod's bytes are escaped in it.
+    printf '[log]\nfile = "%s"\n[devices]\nroot = "%s"\nnvml_library = "%s"\n' \
+      "$logdir/runtime.log" "$node" "$build/lib/mock-nvml/default/libnvidia-ml.so.1" > "$work/runtime.toml"
+    b=$(new_bundle lp-clean unprivileged "$hostile" "" "" "" 1)
+    out=$(run_with "$shim" "$b" lp-clean)
+    check "clean: create succeeds" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "clean: log made 0600" test "$(stat -c %a "$logdir/runtime.log")" = 600
+    check "clean: the pod's \$( and backticks are escaped in the log" \
+      bash -c "grep -q 'runtime.ignored' '$logdir/runtime.log' && ! grep -qE '[$\`]' '$logdir/runtime.log'"
+    sed "s/^/    log: /" "$logdir/runtime.log"; rm -f "$logdir/runtime.log"
+    ln -s "$outside/ld.so.preload" "$logdir/runtime.log"; attempt symlink; rm -f "$logdir/runtime.log"
+    ln "$outside/ld.so.preload" "$logdir/runtime.log"; attempt hardlink; rm -f "$logdir/runtime.log"
+    mkfifo "$logdir/runtime.log"; attempt fifo; rm -f "$logdir/runtime.log"
+    mkdir "$logdir/runtime.log"; attempt directory; rmdir "$logdir/runtime.log"
+    # Each directory component swapped for a link to a directory outside.
+    mv "$logdir" "$work/logs/gpufence.real"; ln -s "$outside" "$logdir"
+    attempt dir-link; rm "$logdir"; mv "$work/logs/gpufence.real" "$logdir"
+    mv "$work/logs" "$work/logs.real"; ln -s "$outside" "$work/logs"; mkdir -p "$outside/gpufence"
+    attempt parent-link; rm "$work/logs"; mv "$work/logs.real" "$work/logs"
+    check "no log file appeared outside" test -z "$(find "$outside" -name runtime.log)"
+    ;;
+  cgroupfs-race)
+    # The race of the path check: a pod that can write the parent of its hostPath source swaps it
+    # between a directory and a link to /sys/fs/cgroup while the shim checks and runc mounts. The
+    # cgroup-mounts hook judges what runc mounted: no container may ever start holding the host's
+    # cgroup filesystem, and an honest container with the same kind of volume is never refused.
+    tries=${GPUFENCE_RACE_TRIES:-500}
+    [ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices hierarchy at /sys/fs/cgroup/devices: the escape this race aims at needs one"
+    race=$work/race; mkdir -p "$race/vol"
+    esc='["/bin/sh","-c","if echo $$ > /data/devices/cgroup.procs 2>/dev/null; then echo MOVED; fi; ls /data/devices/devices.list >/dev/null 2>&1 && echo SEES-HOST-CGROUPFS; echo DONE"]'
+    vol='{"destination":"/data","type":"bind","source":"'"$race/vol"'","options":["rbind","rw"]}'
+    python3 - "$race" <<'PY' &
+import os, random, sys, time
+os.chdir(sys.argv[1])
+while True:
+    os.rename("vol", "vol.d"); os.symlink("/sys/fs/cgroup", "vol")
+    time.sleep(random.uniform(0, 0.004))
+    os.unlink("vol"); os.rename("vol.d", "vol")
+    time.sleep(random.uniform(0, 0.004))
+PY
+    swapper=$!
+    started=0 hook=0 path=0 other=0 wins=0
+    b=$work/race-b; mkdir -p "$b"; gf_make_rootfs "$b/rootfs" "$build/bin/gpufence-probe"
+    for i in $(seq 1 "$tries"); do
+      gf_write_spec "$b" unprivileged "$esc" "" "$vol" "" "$node" ""
+      out=$("$shim" --root "$state" run --bundle "$b" "race-$i" 2>"$work/race.err" </dev/null)
+      runc --root "$state" delete --force "race-$i" >/dev/null 2>&1
+      if grep -q "DONE" <<<"$out"; then
+        started=$((started + 1))
+        grep -qE "MOVED|SEES-HOST-CGROUPFS" <<<"$out" && wins=$((wins + 1))
+      elif grep -q "the container's mounts hold" "$work/race.err"; then hook=$((hook + 1))
+      elif grep -q "cgroup filesystem: a container could move" "$work/race.err"; then path=$((path + 1))
+      else other=$((other + 1)); fi
+    done
+    kill "$swapper" 2>/dev/null; wait "$swapper" 2>/dev/null
+    echo "race: $tries tries: $started started, $wins with the host's cgroupfs, $path refused by the path check, $hook refused by the cgroup-mounts hook, $other failed otherwise (source missing mid-swap)"
+    check "no container started holding the host's cgroup filesystem" test "$wins" -eq 0
+    check "the race was hit: the hook refused what the path check had passed" test "$hook" -gt 0
+    # Honest containers with a volume that nobody swaps: never refused.
+    mkdir -p "$race/honest"
+    hvol='{"destination":"/data","type":"bind","source":"'"$race/honest"'","options":["rbind","rw"]}'
+    refused=0
+    b=$work/honest-b; mkdir -p "$b"; gf_make_rootfs "$b/rootfs" "$build/bin/gpufence-probe"
+    for i in $(seq 1 50); do
+      gf_write_spec "$b" unprivileged '["/bin/sh","-c","echo DONE"]' "" "$hvol" "" "$node" ""
+      out=$("$shim" --root "$state" run --bundle "$b" "honest-$i" 2>"$work/honest.err" </dev/null)
+      runc --root "$state" delete --force "honest-$i" >/dev/null 2>&1
+      grep -q DONE <<<"$out" || { refused=$((refused + 1)); sed 's/^/    | /' "$work/honest.err"; }
+    done
+    check "50 honest containers with a bind volume all start" test "$refused" -eq 0
+    ;;
   passthrough-commands)
     check "--version is runc's" test "$("$shim" --version)" = "$(runc --version)"
     check "--help is runc's" bash -c "'$shim' --help | grep -q 'Open Container Initiative runtime'"

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "common/file.hpp"
+#include "common/strings.hpp"
+#include "runtime/mount_guard.hpp"
 #include "runtime/shim.hpp"
 #include "support/fake_node.hpp"
 #include "support/test_support.hpp"
@@ -220,4 +222,90 @@ TEST(ReadSpec, ANumberThatOverflowsIsAnErrorNotAnException) {
   auto r = read_spec(dir / "config.json");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("number overflow"), std::string::npos) << r.error().message;
+}
+
+// CDI is judged by device numbers: another GPU's node under any name is refused, whatever path
+// the spec gives it, and the decision names every node granted.
+class ShimCdi : public ShimFlow {
+ protected:
+  Result<ShimDecision> with_spec(const std::string& device_nodes, const std::string& mounts = "") {
+    m_cdi.write("cdi/nvidia.yaml",
+                cat("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: ", kUuid1,
+                    "\n  containerEdits:\n    deviceNodes:\n", device_nodes, mounts));
+    m_config.cdi_spec_dirs = {(m_cdi / "cdi").string()};
+    Json spec = unprivileged();
+    spec["annotations"]["cdi.k8s.io/gpufence_x"] = std::string("nvidia.com/gpu=") + kUuid1;
+    return prepare(spec);
+  }
+  test::TempDir m_cdi;
+};
+
+TEST_F(ShimCdi, AnotherGpusNodeUnderAnyPathIsRefused) {
+  for (const char* alias : {"/dev/gpu-alias", "/dev/./nvidia0"}) {
+    auto d = with_spec(cat("    - {path: /dev/nvidia1, major: 195, minor: 1}\n    - {path: ", alias,
+                           ", major: 195, minor: 0}\n"));
+    ASSERT_FALSE(d) << alias << " gave GPU 0 to a container allocated GPU 1";
+    EXPECT_NE(d.error().message.find("char 195:0"), std::string::npos) << d.error().message;
+    EXPECT_TRUE(untouched());
+  }
+  // Without numbers in the spec: the host node a hostPath names decides.
+  auto d = with_spec("    - {path: /dev/gpu-alias, hostPath: /dev/nvidia0}\n");
+  ASSERT_FALSE(d) << "hostPath /dev/nvidia0 is GPU 0";
+  EXPECT_TRUE(untouched());
+}
+
+TEST_F(ShimCdi, TheGrantedGpuUnderAnotherNameIsItsOwnAndLogged) {
+  auto d = with_spec(
+      "    - {path: /dev/nvidia1, major: 195, minor: 1}\n"
+      "    - {path: /dev/gpu-mine, major: 195, minor: 1}\n",
+      "    mounts:\n    - {hostPath: /usr/lib/libcuda.so.1, containerPath: "
+      "/usr/lib/libcuda.so.1}\n");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_NE(std::find(d->granted_nodes.begin(), d->granted_nodes.end(), "/dev/gpu-mine=c195:1"),
+            d->granted_nodes.end())
+      << join(d->granted_nodes, ",");
+  EXPECT_NE(std::find(d->granted_nodes.begin(), d->granted_nodes.end(), "/dev/nvidia1=c195:1"),
+            d->granted_nodes.end());
+  EXPECT_EQ(d->cdi_mounts,
+            (std::vector<std::string>{"/usr/lib/libcuda.so.1<-/usr/lib/libcuda.so.1"}));
+}
+
+// A CDI mount passes the same cgroup-filesystem rule as a pod's volume.
+TEST_F(ShimCdi, ACgroupfsMountFromASpecIsRefused) {
+  auto mountinfo = read_file("/proc/self/mountinfo");
+  ASSERT_TRUE(mountinfo);
+  auto cg = cgroup_mount_points(*mountinfo);
+  if (cg.empty()) GTEST_SKIP() << "no cgroup filesystem is mounted on this machine";
+  auto d = with_spec("    - {path: /dev/nvidia1, major: 195, minor: 1}\n",
+                     cat("    mounts:\n    - {hostPath: ", cg.front(),
+                         ", containerPath: /host-cg, options: [rbind, rw]}\n"));
+  ASSERT_FALSE(d) << "a CDI mount of " << cg.front() << " was applied";
+  EXPECT_NE(d.error().message.find("cgroup filesystem"), std::string::npos) << d.error().message;
+  EXPECT_TRUE(untouched());
+}
+
+// The mount-table check is the last createContainer hook of every unprivileged spec with a bind
+// mount, after a CDI spec's own hooks; a privileged spec (the host anyway) gets none.
+TEST_F(ShimFlow, TheCgroupMountsHookRunsLastForBindMounts) {
+  Json spec = unprivileged();
+  spec["mounts"] = Json::parse(
+      R"([{"destination": "/data", "type": "bind", "source": "/tmp", "options": ["rbind"]}])");
+  spec["hooks"]["createContainer"] = Json::parse(R"([{"path": "/usr/bin/vendor-hook"}])");
+  auto d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  Json out = written();
+  const Json& hooks = out["hooks"]["createContainer"];
+  ASSERT_EQ(hooks.size(), 2u);
+  EXPECT_EQ(hooks[1]["args"], Json::parse(R"(["gpufence-runtime", "hook", "cgroup-mounts"])"));
+  EXPECT_EQ(hooks[1]["path"], "/usr/local/bin/gpufence-runtime");
+  EXPECT_GT(hooks[1]["timeout"].get<int>(), 0);
+
+  Json priv = spec;
+  priv["linux"]["resources"]["devices"] = Json::parse(R"([{"allow": true, "access": "rwm"}])");
+  d = prepare(priv);
+  ASSERT_TRUE(d) << d.error().message;
+  out = written();
+  for (const auto& h : out["hooks"]["createContainer"])
+    EXPECT_EQ(h.value("args", Json::array()).dump().find("cgroup-mounts"), std::string::npos)
+        << h.dump();
 }

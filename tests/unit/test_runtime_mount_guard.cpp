@@ -1,0 +1,142 @@
+// What the cgroup-mounts hook judges: the container's own mount table after runc made every
+// mount (literal mountinfo text as runc 1.1.5 leaves it on cgroup v1 and v2), not a path read
+// before. The cases are the ways a cgroup filesystem reaches a container besides the runtime's.
+#include <gtest/gtest.h>
+
+#include "common/strings.hpp"
+#include "runtime/hooks.hpp"
+#include "runtime/mount_guard.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+
+namespace {
+
+constexpr const char* kRoot = "/run/containerd/io.containerd.runtime.v2.task/k8s.io/abc/rootfs";
+
+// runc 1.1.5 on cgroup v1, containerd's default /sys/fs/cgroup mount (read-only), no cgroupns:
+// a tmpfs with each hierarchy bound from the container's own cgroup (seen on this project's CI).
+std::string runc_v1_table(const std::string& extra = "") {
+  std::string r = kRoot;
+  return cat(
+      "60 59 0:50 / ", r, " rw,relatime - overlay overlay rw\n", "61 60 0:51 / ", r,
+      "/proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n", "73 72 0:44 / ", r,
+      "/sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw\n",
+      "74 73 0:29 /kubepods/podX/ctr1 ", r,
+      "/sys/fs/cgroup/cpu ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu\n",
+      "78 73 0:33 /kubepods/podX/ctr1 ", r,
+      "/sys/fs/cgroup/devices ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,devices\n",
+      "82 73 0:37 /kubepods/podX/ctr1 ", r,
+      "/sys/fs/cgroup/systemd ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,name=systemd\n",
+      "90 60 8:1 /data/vol ", r, "/data rw,relatime - ext4 /dev/vda1 rw\n", extra);
+}
+
+Status judge(const std::string& table, CgroupNamespace ns = CgroupNamespace::host) {
+  return check_container_cgroup_mounts(table, kRoot, ns);
+}
+
+}  // namespace
+
+TEST(ContainerCgroupMounts, TheRuntimesOwnReadOnlyMountsPass) {
+  auto st = judge(runc_v1_table());
+  EXPECT_TRUE(st) << st.error().message;
+  // cgroup v2 with a cgroup namespace: one cgroup2 mount, rooted at the namespace's root.
+  std::string v2 = cat("73 72 0:44 / ", kRoot,
+                       "/sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n");
+  st = judge(v2, CgroupNamespace::own);
+  EXPECT_TRUE(st) << st.error().message;
+}
+
+// The race of the issue: a hostPath source swapped for a link to /sys/fs/cgroup after the path
+// check; runc then bound the host's hierarchies (rbind) at the volume's destination.
+TEST(ContainerCgroupMounts, AHostCgroupfsAtAVolumesDestinationIsRefused) {
+  std::string r = kRoot;
+  auto st = judge(runc_v1_table(
+      cat("93 60 0:28 / ", r, "/data ro,relatime - tmpfs tmpfs rw,mode=755\n", "94 93 0:33 / ", r,
+          "/data/devices rw,relatime - cgroup cgroup rw,devices\n")));
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("a cgroup filesystem mounted at /data/devices"),
+            std::string::npos)
+      << st.error().message;
+}
+
+TEST(ContainerCgroupMounts, ReadOnlyDoesNotMakeAForeignPlaceAcceptable) {
+  std::string r = kRoot;
+  auto st = judge(runc_v1_table(
+      cat("94 60 0:33 / ", r, "/host-devices ro,relatime - cgroup cgroup rw,devices\n")));
+  EXPECT_FALSE(st);
+}
+
+// A volume whose destination resolves (through an image symlink) onto the runtime's own place.
+TEST(ContainerCgroupMounts, AHierarchyRootOverTheOwnPlaceIsRefused) {
+  std::string r = kRoot;
+  auto st = judge(runc_v1_table(
+      cat("95 78 0:33 / ", r, "/sys/fs/cgroup/devices ro,relatime - cgroup cgroup rw,devices\n")));
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("hierarchy's / at /sys/fs/cgroup/devices"), std::string::npos)
+      << st.error().message;
+  // Writable, even when rooted at the container's own cgroup: it could write cgroup.procs.
+  st = judge(runc_v1_table(cat("95 78 0:33 /kubepods/podX/ctr1 ", r,
+                               "/sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n")));
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("writable"), std::string::npos) << st.error().message;
+  // Above a cgroup namespace's root (the kernel shows "/.."), even at the own place.
+  st = judge(
+      cat("73 72 0:44 /../../.. ", kRoot, "/sys/fs/cgroup ro,relatime - cgroup2 cgroup2 rw\n"),
+      CgroupNamespace::own);
+  EXPECT_FALSE(st);
+}
+
+TEST(ContainerCgroupMounts, DeeperThanOneHierarchyBelowTheOwnPlaceIsRefused) {
+  std::string r = kRoot;
+  auto st = judge(runc_v1_table(cat("96 78 0:33 /kubepods/podX/ctr1 ", r,
+                                    "/sys/fs/cgroup/devices/x ro,relatime - cgroup cgroup rw\n")));
+  EXPECT_FALSE(st);
+}
+
+TEST(ContainerCgroupMounts, OtherContainersAndTheHostAreNotJudged) {
+  // Mount points outside this container's root (the hook reads its namespace's whole table).
+  auto st =
+      judge(runc_v1_table("30 1 0:33 / /sys/fs/cgroup/devices rw - cgroup cgroup rw\n"
+                          "31 1 0:33 / /run/containerd/other/rootfs/x rw - cgroup cgroup rw\n"));
+  EXPECT_TRUE(st) << st.error().message;
+  // A sibling directory whose name starts like the root is outside it.
+  st = judge(runc_v1_table(cat("32 1 0:33 / ", kRoot, "2/x rw - cgroup cgroup rw\n")));
+  EXPECT_TRUE(st) << st.error().message;
+}
+
+TEST(ContainerCgroupMounts, EscapedMountPointsAreRead) {
+  std::string r = kRoot;
+  auto st = judge(
+      runc_v1_table(cat("97 60 0:33 / ", r, "/a\\040b ro,relatime - cgroup cgroup rw,devices\n")));
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("/a b"), std::string::npos) << st.error().message;
+}
+
+TEST(ContainerCgroupMounts, TheHookReadsItsMountTableAndTheBundle) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "bundle/rootfs");
+  dir.write("bundle/config.json",
+            R"({"root": {"path": "rootfs"}, "linux": {"namespaces": [{"type": "cgroup"}]}})");
+  auto c = container_from_state(cat(R"({"bundle": ")", (dir / "bundle").string(), R"("})"));
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->cgroupns, CgroupNamespace::own);
+  std::string root = std::filesystem::canonical(dir / "bundle/rootfs").string();
+  dir.write("mountinfo", cat("94 60 0:33 / ", root, "/x ro - cgroup cgroup rw,devices\n"));
+  EXPECT_FALSE(check_cgroup_mounts(*c, (dir / "mountinfo").string()));
+  dir.write("mountinfo", cat("94 60 0:33 / ", root, "/sys/fs/cgroup ro - cgroup2 cgroup2 rw\n"));
+  EXPECT_TRUE(check_cgroup_mounts(*c, (dir / "mountinfo").string()));
+  EXPECT_FALSE(check_cgroup_mounts(*c, (dir / "no-such-file").string())) << "fails closed";
+}
+
+TEST(ContainerCgroupMounts, OnlySpecsWithABindOrAForeignCgroupMountNeedTheHook) {
+  auto spec = [](const char* mounts) { return Json::parse(cat(R"({"mounts": )", mounts, "}")); };
+  EXPECT_FALSE(may_mount_a_cgroupfs(spec(R"([{"destination": "/proc", "type": "proc"},
+      {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup"}])")));
+  EXPECT_TRUE(may_mount_a_cgroupfs(
+      spec(R"([{"destination": "/d", "type": "bind", "source": "/data", "options": ["rbind"]}])")));
+  EXPECT_TRUE(may_mount_a_cgroupfs(
+      spec(R"([{"destination": "/d", "source": "/data", "options": ["rbind", "ro"]}])")));
+  EXPECT_TRUE(may_mount_a_cgroupfs(
+      spec(R"([{"destination": "/x", "type": "cgroup", "source": "cgroup"}])")));
+}
