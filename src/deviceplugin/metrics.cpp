@@ -98,7 +98,8 @@ Status MetricsServer::start(const std::string& address, Render metrics,
   ::setsockopt(m_listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(m_listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return fail_errno("bind", address);
-  if (::listen(m_listen_fd, 16) != 0) return fail_errno("listen", address);
+  // Room for a burst of connections while the thread is busy; each is accepted within a round.
+  if (::listen(m_listen_fd, kBacklog) != 0) return fail_errno("listen", address);
   socklen_t len = sizeof addr;
   ::getsockname(m_listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
   m_port = ntohs(addr.sin_port);
@@ -123,12 +124,12 @@ void MetricsServer::stop() {
 
 namespace {
 
-// Each client gets this long from accept to the last byte of its answer; an idle or slow one is
-// dropped then, without holding up anyone else.
-constexpr auto kClientDeadline = std::chrono::seconds(10);
-// More clients than this and the oldest is dropped: a flood of idle connections cannot make the
-// kubelet's liveness probe wait.
-constexpr size_t kMaxClients = 32;
+// Each client gets kRequestDeadline to send its request (an idle or byte-at-a-time one is dropped
+// then) and kClientDeadline from accept to the last byte of its answer; past kMaxClients the
+// oldest is dropped. The kubelet's probe sends its request at once, so it is never the oldest.
+constexpr auto kRequestDeadline = MetricsServer::kRequestDeadline;
+constexpr auto kClientDeadline = MetricsServer::kClientDeadline;
+constexpr size_t kMaxClients = MetricsServer::kMaxClients;
 constexpr size_t kMaxRequest = 8192;
 
 struct Client {
@@ -136,7 +137,8 @@ struct Client {
   std::string in, out;
   size_t sent = 0;
   bool answering = false;
-  std::chrono::steady_clock::time_point deadline;
+  std::chrono::steady_clock::time_point deadline;  // the request's, then the answer's
+  std::chrono::steady_clock::time_point accepted;
 };
 
 bool request_complete(const std::string& in) {
@@ -148,11 +150,11 @@ bool request_complete(const std::string& in) {
 
 std::string MetricsServer::answer(const std::string& request) const {
   std::string status = "404 Not Found", body = "not found\n", type = "text/plain";
-  if (request.starts_with("GET /metrics")) {
+  if (request.starts_with("GET /metrics") && m_render) {
     status = "200 OK";
     body = m_render();
     type = "text/plain; version=0.0.4";
-  } else if (request.starts_with("GET /healthz")) {
+  } else if (request.starts_with("GET /healthz") && m_healthy) {
     bool ok = m_healthy();
     status = ok ? "200 OK" : "503 Service Unavailable";
     body = ok ? "ok\n" : "not registered with the kubelet\n";
@@ -203,6 +205,7 @@ void MetricsServer::serve() {
         if (!request_complete(c.in)) continue;
         c.out = answer(c.in);
         c.answering = true;
+        c.deadline = c.accepted + kClientDeadline;
       }
       ssize_t w = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
       if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
@@ -213,8 +216,8 @@ void MetricsServer::serve() {
       int conn;
       while ((conn = ::accept4(m_listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
         if (clients.size() >= kMaxClients) drop(0);  // the oldest
-        clients.push_back(
-            Client{conn, {}, {}, 0, false, std::chrono::steady_clock::now() + kClientDeadline});
+        auto at = std::chrono::steady_clock::now();
+        clients.push_back(Client{conn, {}, {}, 0, false, at + kRequestDeadline, at});
       }
     }
   }
