@@ -138,7 +138,9 @@ TEST_F(DoctorChecks, PrivilegedAllowAllReadFromTheOciRules) {
   c.oci_rules = R"([{"allow":true,"access":"rwm"}])";
   m_node->add(c);
   kubelet({{"default", "a", "main", {uuid(0)}}});
-  EXPECT_EQ(run(), (std::vector<std::string>{"gpu.privileged-open-unallocated"}));
+  // Privileged: every capability in its bounding set, CAP_SYS_PTRACE too (a warning of its own).
+  EXPECT_EQ(run(),
+            (std::vector<std::string>{"gpu.privileged-open-unallocated", "pod.cap-sys-ptrace"}));
   // With gpufence-runtime's deny rule after the allow-all, it is clean.
   auto c2 = c;
   c2.pod = "b";
@@ -452,8 +454,10 @@ TEST_F(DoctorChecks, TheFixTextMatchesTheRuntimeThePodRanThrough) {
     auto snap = snapshot();
     snap.kube = std::move(kube);
     auto findings = judge(snap);
-    EXPECT_EQ(ids(findings), (std::vector<std::string>{"gpu.open-unallocated"}));
-    return findings.empty() ? std::string() : findings[0].fix;
+    auto f = std::find_if(findings.begin(), findings.end(),
+                          [](const Finding& x) { return x.id == "gpu.open-unallocated"; });
+    EXPECT_NE(f, findings.end()) << render_doctor_text(snap, findings);
+    return f == findings.end() ? std::string() : f->fix;
   };
   KubeView through_gpufence;
   through_gpufence.runtime_classes = {{"nvidia", "nvidia"}};
@@ -520,7 +524,9 @@ TEST_F(DoctorChecks, HostPidPtraceAndWritableSysfsOfGpuPodsAreReported) {
       << "its own read-only /sys is not writable";
   auto json = render_doctor_json(snap, findings);
   for (const auto& c : json["containers"]) {
-    if (c["pod"] == "hostpid") EXPECT_EQ(c["host_pid"], true);
+    if (c["pod"] == "hostpid") {
+      EXPECT_EQ(c["host_pid"], true);
+    }
     if (c["pod"] == "ptrace") {
       EXPECT_EQ(c["host_pid"], false);
       EXPECT_EQ(c["cap_sys_ptrace"], true);
