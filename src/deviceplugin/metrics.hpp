@@ -46,7 +46,8 @@ class PluginMetrics {
 // (idle or byte-at-a-time clients) fills only that listener's client slots, and the kubelet's
 // probe still finds a free socket, thread and slots on the health port (docs/deviceplugin.md,
 // "/metrics and /healthz"). Every connection is bounded: kRequestDeadline to send its request,
-// kClientDeadline to the last byte of the answer, kMaxClients at once (the oldest dropped first).
+// kClientDeadline to the last byte of the answer, kMaxClients at once (past that, the waiting
+// client that has sent the least is dropped, after every request already sent has been read).
 class MetricsServer {
  public:
   using Render = std::function<std::string()>;
