@@ -389,7 +389,7 @@ TEST_F(DoctorChecks, AProcessThatLeftItsDevicesCgroupIsReported) {
   auto snap = snapshot();
   ASSERT_EQ(snap.containers.size(), 1u);
   auto findings = judge(snap);
-  EXPECT_EQ(ids(findings), (std::vector<std::string>{"gpu.left-devices-cgroup"}))
+  ASSERT_EQ(ids(findings), (std::vector<std::string>{"gpu.left-devices-cgroup"}))
       << render_doctor_text(snap, findings);
   EXPECT_NE(findings[0].evidence.find("pid 101 in devices cgroup /"), std::string::npos)
       << findings[0].evidence;
