@@ -276,6 +276,15 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
   if (auto init = ProcessDir::open(host, 1)) {
     if (auto ns = init->link("ns/pid")) host_pid_ns = *ns;
   }
+  // The PID namespace of each process in no container's cgroup, read once: a container's process
+  // that left its cgroup shows up here in the container's namespace.
+  std::multimap<std::string, std::pair<unsigned, std::string>> outside_by_ns;
+  for (const auto& [pid, where] : no_container) {
+    auto dir = ProcessDir::open(host, pid);
+    if (!dir) continue;  // exited meanwhile
+    if (auto ns = dir->link("ns/pid"); ns && (!host_pid_ns || *ns != *host_pid_ns))
+      outside_by_ns.emplace(*ns, std::make_pair(pid, where));
+  }
   if (auto scope = host.read("/proc/sys/kernel/yama/ptrace_scope"))
     s.ptrace_scope = std::string(trim(*scope));
   for (auto& [id, c] : by_id) {
@@ -308,14 +317,10 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
       c.host_pid = *ns == *host_pid_ns;
       // A process of its own PID namespace in no container's cgroup left the container's cgroup
       // (on v2, and on v1 when every controller was moved): it is still the container's.
-      if (!*c.host_pid) {
-        for (const auto& [other, where] : no_container) {
-          auto other_dir = ProcessDir::open(host, other);
-          if (!other_dir) continue;  // exited meanwhile
-          if (auto other_ns = other_dir->link("ns/pid"); other_ns && *other_ns == *ns)
-            c.left_cgroup.push_back(cat("pid ", other, " of its PID namespace in cgroup ", where));
-        }
-      }
+      auto [first, last] = outside_by_ns.equal_range(*ns);
+      for (auto it = first; !*c.host_pid && it != last; ++it)
+        c.left_cgroup.push_back(
+            cat("pid ", it->second.first, " of its PID namespace in cgroup ", it->second.second));
     }
     if (auto mounts = proc->read("mountinfo")) c.writable_sysfs = writable_sysfs_mounts(*mounts);
     // The container's own files, resolved inside its root: its symlinks are its own
