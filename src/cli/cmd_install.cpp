@@ -38,8 +38,7 @@ struct InstallArgs {
               versions_dir = "/usr/local/lib/gpufence",
               runtime_config = "/etc/gpufence/runtime.toml",
               state_file = "/etc/gpufence/install-state.json", cdi = "generate",
-              cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/",
-              healthz = "127.0.0.1:9402";
+              cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = "127.0.0.1:9402";
   double ready_timeout = 60, interval = 30;
   int host_pid = 1;
   int config_version = 0;
