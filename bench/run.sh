@@ -12,6 +12,9 @@ echo
 echo "== gpufence-device-plugin: Allocate latency, memory, XID -> Unhealthy =="
 "$build/bin/bench_plugin" 10000
 echo
+echo "== /healthz under a flood of the metrics port: before (one listener) vs now =="
+bash "$here/bench/healthz_flood.sh" 100
+echo
 if [ "$(id -u)" = 0 ] && command -v runc >/dev/null; then
   echo "== container lifecycle as containerd drives it: plain runc vs gpufence-runtime =="
   bash "$here/bench/lifecycle.sh" 30 unprivileged

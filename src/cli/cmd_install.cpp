@@ -38,7 +38,7 @@ struct InstallArgs {
               versions_dir = "/usr/local/lib/gpufence",
               runtime_config = "/etc/gpufence/runtime.toml",
               state_file = "/etc/gpufence/install-state.json", cdi = "generate",
-              cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = ":9402";
+              cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = "127.0.0.1:9402";
   double ready_timeout = 60, interval = 30;
   int host_pid = 1;
   int config_version = 0;
@@ -218,7 +218,12 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
                       "Version for a new containerd config (2 or 3)");
   install->add_flag("--watch", in->watch,
                     "Stay up: serve /healthz and re-install when containerd loses the handler");
-  install->add_option("--healthz-address", in->healthz, "--watch: /healthz and /metrics address")
+  // Loopback by default: run on a host, the port is no one else's business. In a pod (the chart's
+  // node installer) pass 0.0.0.0:PORT: the kubelet's httpGet probe connects to the pod's IP.
+  install
+      ->add_option("--healthz-address", in->healthz,
+                   "--watch: /healthz and /metrics address (in a pod: 0.0.0.0:9402, where the "
+                   "kubelet's probe reaches it)")
       ->capture_default_str();
   install->add_option("--interval", in->interval, "--watch: seconds between checks")
       ->capture_default_str();

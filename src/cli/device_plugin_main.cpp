@@ -58,8 +58,8 @@ int main(int argc, char** argv) try {
 
   PluginOptions opt;
   std::string id_strategy = "uuid", list_strategy = "device-specs,volume-mounts,cdi-annotations";
-  std::string nvml_library, log_file, log_level = "info", metrics_address, ignore_xids,
-                                      recovery = "off", reregister_after = "30s",
+  std::string nvml_library, log_file, log_level = "info", metrics_address, health_address,
+                                      ignore_xids, recovery = "off", reregister_after = "30s",
                                       nvml_timeout = "10s";
   bool no_cuda_env = false, disable_health = false;
 
@@ -127,7 +127,11 @@ int main(int argc, char** argv) try {
                  "(off: never)")
       ->capture_default_str();
   app.add_option("--metrics-address", metrics_address,
-                 "Serve Prometheus /metrics and /healthz on HOST:PORT (e.g. :9400)");
+                 "Serve Prometheus /metrics on HOST:PORT (e.g. 127.0.0.1:9400, :9400 for every "
+                 "address); also /healthz there unless --health-address is given");
+  app.add_option("--health-address", health_address,
+                 "Serve the liveness /healthz on its own listener and thread at HOST:PORT (e.g. "
+                 ":9401), so a flood of /metrics clients cannot fail the kubelet's probe");
   app.add_option("--log-file", log_file, "Append logs to this file instead of stderr");
   app.add_option("--log-level", log_level, "debug, info, warn, error or off")
       ->capture_default_str();
@@ -201,18 +205,29 @@ int main(int argc, char** argv) try {
   if (!plugin && stop_requested(sfd)) return leave(0, watchdog, log);
   if (!plugin) return leave(fail_startup(plugin.error().message), watchdog, log);
 
-  MetricsServer http;
+  // /healthz on its own listener when asked (the chart does): the kubelet's liveness probe then
+  // never queues behind /metrics clients. Without --health-address it stays on the metrics
+  // listener, as in earlier releases, so manifests probing the metrics port keep working.
+  MetricsServer http, health;
+  auto healthy = [&] { return (*plugin)->registered(); };
+  if (!health_address.empty()) {
+    auto hst = health.start(health_address, nullptr, healthy);
+    if (!hst) return fail_startup("--health-address: " + hst.error().message);
+    log.info("plugin.health",
+             {{"address", health_address}, {"port", std::to_string(health.port())}});
+  }
   if (!metrics_address.empty()) {
-    auto st = http.start(
+    auto mst = http.start(
         metrics_address, [&] { return metrics.render(opt.resource_name); },
-        [&] { return (*plugin)->registered(); });
-    if (!st) return fail_startup(st.error().message);
+        health_address.empty() ? std::function<bool()>(healthy) : nullptr);
+    if (!mst) return fail_startup("--metrics-address: " + mst.error().message);
     log.info("plugin.metrics",
              {{"address", metrics_address}, {"port", std::to_string(http.port())}});
   }
 
   auto st = (*plugin)->run(sfd);
   http.stop();
+  health.stop();
   if (!st) log.error("plugin.failed", {{"error", st.error().message}});
   int code = st ? 0 : 1;
   plugin->reset();

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "common/strings.hpp"
+#include "doctor/parse.hpp"
 #include "gpu/selector.hpp"
 
 namespace gpufence {
@@ -65,6 +66,71 @@ const char* kFixRuntime =
     "run the pod through gpufence-runtime: `gpufence setup containerd --runtime-name nvidia`, then "
     "runtimeClassName: nvidia in the pod spec";
 
+// What a container that ran through gpufence-runtime and can still open GPUs it was not given
+// tells: gpufence-runtime denied them in its devices cgroup, so it left that cgroup or can
+// rewrite it (docs/trust-model.md, "Privileged containers, honestly").
+const char* kFixEscaped =
+    "it ran through gpufence-runtime, which denies every GPU not allocated in its devices cgroup: "
+    "a container that can open one anyway has left that cgroup or rewritten it, which takes "
+    "privileged: true, CAP_SYS_ADMIN or a cgroup filesystem volume; drop those from the pod spec, "
+    "enforce Pod Security `baseline` in its namespace, and see docs/trust-model.md (\"What is a "
+    "boundary\")";
+
+// Which runtime made a container, as far as the node's own configuration says.
+enum class RuntimePath { gpufence, other, unknown };
+struct RuntimeSeen {
+  RuntimePath path = RuntimePath::unknown;
+  std::string evidence;  // how it was told: "RuntimeClass nvidia -> handler nvidia -> ..."
+};
+
+// The pod's RuntimeClass handler (the API server's pod spec), else containerd's default
+// handler, and that handler's BinaryName in containerd's config. Unknown without the API view or
+// when the handler is not in the config read.
+RuntimeSeen runtime_of(const Snapshot& s, const NodeContainer& c) {
+  if (!s.kube || c.pod.empty()) return {};
+  auto pod = std::find_if(s.kube->pods.begin(), s.kube->pods.end(), [&](const KubePod& p) {
+    return p.pod_namespace == c.pod_namespace && p.name == c.pod;
+  });
+  if (pod == s.kube->pods.end()) return {};
+  std::string handler = s.containerd_default_runtime, how = "no runtimeClassName";
+  if (!pod->runtime_class.empty()) {
+    auto rc = s.kube->runtime_classes.find(pod->runtime_class);
+    if (rc == s.kube->runtime_classes.end()) return {};
+    handler = rc->second;
+    how = cat("RuntimeClass ", pod->runtime_class);
+  } else {
+    how += " (containerd's default)";
+  }
+  auto bin = s.containerd_binaries.find(handler);
+  if (handler.empty() || bin == s.containerd_binaries.end()) return {};
+  std::string binary = bin->second.empty() ? std::string("runc") : bin->second;
+  bool ours = std::filesystem::path(binary).filename() == "gpufence-runtime";
+  return {ours ? RuntimePath::gpufence : RuntimePath::other,
+          cat(how, " -> handler ", handler, " -> ", binary)};
+}
+
+// The fix for a container that can open GPUs it was not allocated, as this node is set up.
+std::string overreach_fix(const Snapshot& s, const NodeContainer& c, std::string_view extra) {
+  auto seen = runtime_of(s, c);
+  switch (seen.path) {
+    case RuntimePath::gpufence:
+      return cat(kFixEscaped, " [", seen.evidence, "]");
+    case RuntimePath::other:
+      return cat(kFixRuntime, extra, " [today: ", seen.evidence, "]");
+    case RuntimePath::unknown:
+      break;
+  }
+  return cat("if the pod does not run through gpufence-runtime: ", kFixRuntime, extra,
+             "; if it does: ", kFixEscaped);
+}
+
+// "devices.list" and "oci-spec rules" say what the cgroup should allow; only the probe opened.
+std::string openable_basis(const NodeContainer& c) {
+  return c.openable_observed() ? std::string("probe: observed")
+                               : cat(c.openable_source,
+                                     ": rules, not observed; `gpufence doctor --probe` opens them");
+}
+
 }  // namespace
 
 namespace {
@@ -117,7 +183,7 @@ std::optional<Overreach> overreach(const Snapshot& s, const NodeContainer& c) {
                       std::inserter(o.extra, o.extra.end()));
   if (o.extra.empty()) return std::nullopt;
   o.evidence = cat(c.label(), ": kubelet allocated ", gpu_names(s, *allocated),
-                   "; its devices cgroup (", c.openable_source, ") lets it open ",
+                   "; its devices cgroup (", openable_basis(c), ") lets it open ",
                    gpu_names(s, reach), "; nodes in its /dev: ", gpu_names(s, c.gpu_nodes_present),
                    c.privileged ? "; privileged (CAP_SYS_ADMIN)" : "");
   return o;
@@ -133,9 +199,9 @@ void check_no_request_can_open(const Snapshot& s, std::vector<Finding>& out) {
          o->evidence + (c.nvidia_visible_devices
                             ? "; NVIDIA_VISIBLE_DEVICES=" + *c.nvidia_visible_devices
                             : ""),
-         cat(kFixRuntime,
-             " (gpufence-runtime gives a container with no allocation no GPU, and ignores an "
-             "image's NVIDIA_VISIBLE_DEVICES=all)")});
+         overreach_fix(s, c,
+                       " (gpufence-runtime gives a container with no allocation no GPU, and "
+                       "ignores an image's NVIDIA_VISIBLE_DEVICES=all)")});
   }
 }
 
@@ -147,9 +213,9 @@ void check_privileged_open_unallocated(const Snapshot& s, std::vector<Finding>& 
                    cat("privileged container ", c.label(), " holds ", gpu_names(s, o->extra),
                        " it was not allocated"),
                    o->evidence,
-                   cat(kFixRuntime,
-                       " (it denies unallocated GPUs even to privileged containers), or drop "
-                       "privileged: true")});
+                   overreach_fix(s, c,
+                                 " (it denies unallocated GPUs even to privileged containers), or "
+                                 "drop privileged: true")});
   }
 }
 
@@ -160,7 +226,7 @@ void check_open_unallocated(const Snapshot& s, std::vector<Finding>& out) {
     out.push_back({"gpu.open-unallocated", Severity::error,
                    cat("container ", c.label(), " can open ", gpu_names(s, o->extra),
                        " it was not allocated"),
-                   o->evidence, kFixRuntime});
+                   o->evidence, overreach_fix(s, c, "")});
   }
 }
 
@@ -392,6 +458,104 @@ void check_cdi_duplicate_device(const Snapshot& s, std::vector<Finding>& out) {
   }
 }
 
+// A process of the container outside its devices cgroup: no rule of that cgroup binds it.
+void check_left_devices_cgroup(const Snapshot& s, std::vector<Finding>& out) {
+  for (const auto& c : s.containers) {
+    if (c.left_cgroup.empty()) continue;
+    auto seen = runtime_of(s, c);
+    out.push_back(
+        {"gpu.left-devices-cgroup", Severity::error,
+         cat("container ", c.label(),
+             " has processes outside its devices cgroup: what they can open is not what its "
+             "rules say"),
+         cat(join(c.left_cgroup, "; "), c.privileged ? "; privileged (CAP_SYS_ADMIN)" : "",
+             seen.path == RuntimePath::unknown ? "" : "; " + seen.evidence),
+         cat("a process leaves its devices cgroup by writing another cgroup's cgroup.procs, which "
+             "takes a writable cgroup filesystem (privileged, CAP_SYS_ADMIN, or a cgroupfs "
+             "volume); no runtime's rules bind it then. Drop privileged: true, CAP_SYS_ADMIN and "
+             "any hostPath of /sys/fs/cgroup from the pod spec and recreate the pod "
+             "(docs/trust-model.md, \"Volumes of the cgroup filesystem\")")});
+  }
+}
+
+// The containers these checks are about: those the kubelet gave GPUs; without its view, those
+// with a GPU node in their /dev.
+bool gpu_container(const Snapshot& s, const NodeContainer& c) {
+  if (auto allocated = allocated_minors(s, c)) return !allocated->empty();
+  return !s.allocations && !c.gpu_nodes_present.empty();
+}
+
+std::string caps_text(const NodeContainer& c) {
+  auto has = [](const std::optional<unsigned long long>& set, int cap) {
+    return set ? (((*set >> cap) & 1) ? "yes" : "no") : "?";
+  };
+  return cat("CAP_SYS_PTRACE effective ", has(c.cap_eff, kCapSysPtrace), ", bounding ",
+             has(c.cap_bnd, kCapSysPtrace));
+}
+
+// hostPID: its processes see every process on the node, and ptrace(2) or pidfd_getfd(2) on
+// another GPU container's process copies that process's open /dev/nvidiaN descriptor: the
+// devices cgroup checks only open(2) (docs/trust-model.md, "Routes around the devices cgroup").
+void check_host_pid(const Snapshot& s, std::vector<Finding>& out) {
+  for (const auto& c : s.containers) {
+    if (!c.host_pid.value_or(false) || !gpu_container(s, c)) continue;
+    out.push_back(
+        {"pod.host-pid", Severity::error,
+         cat("GPU container ", c.label(),
+             " shares the host's PID namespace (hostPID): it can reach other containers' GPU "
+             "descriptors"),
+         cat("/proc/", c.pids.empty() ? 0 : c.pids.front(), "/ns/pid is PID 1's; ", caps_text(c),
+             "; kernel.yama.ptrace_scope ", s.ptrace_scope.value_or("unset (no Yama)")),
+         "remove hostPID: true from the pod spec (Pod Security `baseline` forbids it): with it, "
+         "pidfd_getfd(2) or ptrace(2) on another GPU container's process takes its open "
+         "/dev/nvidiaN, which no devices cgroup checks (docs/trust-model.md)"});
+  }
+}
+
+void check_sys_ptrace(const Snapshot& s, std::vector<Finding>& out) {
+  for (const auto& c : s.containers) {
+    bool eff = c.cap_eff && ((*c.cap_eff >> kCapSysPtrace) & 1);
+    bool bnd = c.cap_bnd && ((*c.cap_bnd >> kCapSysPtrace) & 1);
+    if (!(eff || bnd) || !gpu_container(s, c)) continue;
+    bool host_pid = c.host_pid.value_or(false);
+    out.push_back(
+        {"pod.cap-sys-ptrace", host_pid ? Severity::error : Severity::warning,
+         cat("GPU container ", c.label(), " has CAP_SYS_PTRACE",
+             host_pid ? " and the host's PID namespace" : "", c.privileged ? " (privileged)" : ""),
+         cat("/proc/", c.pids.empty() ? 0 : c.pids.front(), "/status: ", caps_text(c),
+             "; host PID namespace: ", c.host_pid ? (*c.host_pid ? "yes" : "no") : "unknown"),
+         cat("drop SYS_PTRACE from securityContext.capabilities",
+             c.privileged ? " and privileged: true" : "",
+             ": it lets ptrace(2) and pidfd_getfd(2) reach any process the container can see "
+             "whatever Yama's ptrace_scope 1 allows, and copy an open /dev/nvidiaN descriptor "
+             "(docs/trust-model.md)")});
+  }
+}
+
+// sysfs the container can write: /sys/bus/pci/devices/<bdf>/remove or driver/unbind takes a GPU
+// from every pod on it, and no devices cgroup rule covers sysfs files.
+void check_writable_sysfs(const Snapshot& s, std::vector<Finding>& out) {
+  for (const auto& c : s.containers) {
+    if (c.writable_sysfs.empty() || !gpu_container(s, c)) continue;
+    out.push_back(
+        // A privileged container can write sysfs whatever is mounted (docs/trust-model.md,
+        // "Privileged containers, honestly"): a warning that says so; an unprivileged one with
+        // a writable sysfs volume is an error.
+        {"pod.writable-sysfs", c.privileged ? Severity::warning : Severity::error,
+         cat("GPU container ", c.label(),
+             " can write sysfs: it can unbind or remove any GPU on the node"),
+         cat("/proc/", c.pids.empty() ? 0 : c.pids.front(), "/mountinfo: sysfs mounted rw at ",
+             join(c.writable_sysfs, ", "), c.privileged ? "; privileged" : ""),
+         cat("mount /sys and anything below it read-only (volumeMounts readOnly: true) or not at "
+             "all",
+             c.privileged ? ", and drop privileged: true (runc mounts a privileged container's "
+                            "/sys read-write)"
+                          : "",
+             ": /sys/bus/pci/devices/<bdf>/remove and driver/unbind take the GPU away from "
+             "every pod (docs/trust-model.md)")});
+  }
+}
+
 void copy_containerd_findings(const Snapshot& s, std::vector<Finding>& out) {
   out.insert(out.end(), s.containerd_findings.begin(), s.containerd_findings.end());
 }
@@ -410,6 +574,10 @@ const std::vector<DoctorCheck> kChecks = {
     {"node.gpu-capacity", check_gpu_capacity},
     {"node.gpu-not-allocatable", check_gpu_not_allocatable},
     {"cdi.duplicate-device", check_cdi_duplicate_device},
+    {"gpu.left-devices-cgroup", check_left_devices_cgroup},
+    {"pod.host-pid", check_host_pid},
+    {"pod.cap-sys-ptrace", check_sys_ptrace},
+    {"pod.writable-sysfs", check_writable_sysfs},
     {"containerd.*", copy_containerd_findings},
 };
 

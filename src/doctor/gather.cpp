@@ -61,19 +61,48 @@ bool has_dot_dot(std::string_view path) {
   return false;
 }
 
+// The cgroup that holds a process's devices access: the v1 devices controller's, else the v2
+// unified one ("" when the text names neither).
+std::string devices_cgroup(std::string_view proc_cgroup) {
+  if (auto v1 = cgroup_path(proc_cgroup, "devices")) return *v1;
+  return cgroup_path(proc_cgroup, "").value_or("");
+}
+
+// Whether a process of container `id` still sits in that container's devices cgroup (or one below
+// it). A process with CAP_SYS_ADMIN and a writable cgroupfs can write its pid into another
+// cgroup's cgroup.procs, e.g. the root devices cgroup that allows every device; its other v1
+// controllers' lines still name the container.
+bool in_own_devices_cgroup(std::string_view proc_cgroup, const std::string& id) {
+  return devices_cgroup(proc_cgroup).find(id) != std::string::npos;
+}
+
 // The first of the container's processes that is still running and, read through its held /proc
-// directory, still in the container; `cgroup` gets its /proc/<pid>/cgroup.
+// directory, still in the container and in its own devices cgroup; `cgroup` gets its
+// /proc/<pid>/cgroup. Only when every member has left its devices cgroup is one of those taken
+// (`in_own` false then): its cgroup's rules are not the container's.
 std::optional<ProcessDir> held_member(const HostFs& host, const NodeContainer& c,
-                                      std::string& cgroup) {
+                                      std::string& cgroup, bool& in_own) {
+  std::optional<ProcessDir> outside;
+  std::string outside_cgroup;
   for (unsigned pid : c.pids) {
     auto proc = ProcessDir::open(host, pid);
     if (!proc) continue;
     auto text = proc->read("cgroup");
     if (!text || container_id_from_cgroup(*text) != c.id) continue;
+    if (!in_own_devices_cgroup(*text, c.id)) {
+      if (!outside) {
+        outside = std::move(proc);
+        outside_cgroup = std::move(*text);
+      }
+      continue;
+    }
     cgroup = std::move(*text);
+    in_own = true;
     return proc;
   }
-  return std::nullopt;
+  cgroup = std::move(outside_cgroup);
+  in_own = false;
+  return outside;
 }
 
 std::vector<unsigned> numeric_pids(const HostFs& host) {
@@ -106,7 +135,9 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
     s.containerd_findings = check_containerd_config(effective, copt);
     s.containerd_config = path;
     std::string def = default_runtime_name(effective);
+    s.containerd_default_runtime = def;
     for (const auto& r : cri_runtimes(effective)) {
+      s.containerd_binaries[r.name] = r.binary_name.value_or("");
       if (r.name == def && r.binary_name) s.containerd_default_binary = *r.binary_name;
     }
     return;
@@ -220,24 +251,49 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
   }
 
   // Containers, from every process's cgroup.
+  s.probed = opt.probe;
   std::map<std::string, NodeContainer> by_id;
+  std::vector<std::pair<unsigned, std::string>> no_container;  // pid, its devices cgroup
   for (unsigned pid : numeric_pids(host)) {
     auto proc = ProcessDir::open(host, pid);
     if (!proc) continue;  // vanished
     auto cg = proc->read("cgroup");
     if (!cg) continue;  // vanished, or not ours to read
     auto id = container_id_from_cgroup(*cg);
-    if (!id) continue;
+    if (!id) {
+      no_container.emplace_back(pid, devices_cgroup(*cg));
+      continue;
+    }
     auto& c = by_id[*id];
     if (c.id.empty()) c.id = *id;
     c.pids.push_back(pid);
+    if (!in_own_devices_cgroup(*cg, *id))
+      c.left_cgroup.push_back(cat("pid ", pid, " in devices cgroup ", devices_cgroup(*cg)));
   }
+  // The host's PID namespace, as PID 1 sees it: a container whose process shows the same one
+  // shares it (hostPID), and can reach every process on the node (docs/trust-model.md).
+  std::optional<std::string> host_pid_ns;
+  if (auto init = ProcessDir::open(host, 1)) {
+    if (auto ns = init->link("ns/pid")) host_pid_ns = *ns;
+  }
+  // The PID namespace of each process in no container's cgroup, read once: a container's process
+  // that left its cgroup shows up here in the container's namespace.
+  std::multimap<std::string, std::pair<unsigned, std::string>> outside_by_ns;
+  for (const auto& [pid, where] : no_container) {
+    auto dir = ProcessDir::open(host, pid);
+    if (!dir) continue;  // exited meanwhile
+    if (auto ns = dir->link("ns/pid"); ns && (!host_pid_ns || *ns != *host_pid_ns))
+      outside_by_ns.emplace(*ns, std::make_pair(pid, where));
+  }
+  if (auto scope = host.read("/proc/sys/kernel/yama/ptrace_scope"))
+    s.ptrace_scope = std::string(trim(*scope));
   for (auto& [id, c] : by_id) {
     // One member, held by its /proc directory and seen in the container through it: its environ,
     // status and root below are that process's even if it exits meanwhile and its pid is reused
     // (doctor/process_dir.hpp).
     std::string cg;
-    auto proc = held_member(host, c, cg);
+    bool in_own = false;
+    auto proc = held_member(host, c, cg, in_own);
     if (!proc) {
       s.skipped.push_back(cat("container ", c.label(), ": every process exited while read"));
       continue;
@@ -253,8 +309,20 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
       s.skipped.push_back(cat("environment of ", c.label(), ": ", env.error().message));
     }
     if (auto status = proc->read("status")) {
-      if (auto caps = bounding_caps(*status)) c.privileged = (*caps >> kCapSysAdmin) & 1;
+      c.cap_bnd = status_caps(*status, "CapBnd");
+      c.cap_eff = status_caps(*status, "CapEff");
+      if (c.cap_bnd) c.privileged = (*c.cap_bnd >> kCapSysAdmin) & 1;
     }
+    if (auto ns = proc->link("ns/pid"); ns && host_pid_ns) {
+      c.host_pid = *ns == *host_pid_ns;
+      // A process of its own PID namespace in no container's cgroup left the container's cgroup
+      // (on v2, and on v1 when every controller was moved): it is still the container's.
+      auto [first, last] = outside_by_ns.equal_range(*ns);
+      for (auto it = first; !*c.host_pid && it != last; ++it)
+        c.left_cgroup.push_back(
+            cat("pid ", it->second.first, " of its PID namespace in cgroup ", it->second.second));
+    }
+    if (auto mounts = proc->read("mountinfo")) c.writable_sysfs = writable_sysfs_mounts(*mounts);
     // The container's own files, resolved inside its root: its symlinks are its own
     // (common/in_root.hpp).
     auto root = proc->root();
@@ -285,6 +353,15 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
     }
     // Which GPUs its cgroup lets it open.
     auto v1 = cgroup_path(cg, "devices");
+    if (!in_own) {
+      // Every process left the container's devices cgroup: the one they are in is not the
+      // container's, and neither its rules nor the OCI spec's say what they can open.
+      s.skipped.push_back(cat("devices cgroup of ", c.label(),
+                              ": every process left it (gpu.left-devices-cgroup); what it can "
+                              "open is not read from any rules"));
+      oci_text.clear();
+      v1.reset();
+    }
     if (auto own = v1 ? v1 : cgroup_path(cg, ""); own && has_dot_dot(*own)) {
       // Seen from another cgroup namespace ("/../.."): the path names no cgroup under
       // /sys/fs/cgroup, so it is neither probed nor read there (docs/trust-model.md).
@@ -293,7 +370,7 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
                               "(run the doctor privileged, as deploy/kubernetes/doctor-job.yaml "
                               "does, for the host's)"));
       v1.reset();
-    } else if (opt.probe) {
+    } else if (opt.probe && in_own) {
       std::string procs =
           v1 ? cat("/sys/fs/cgroup/devices", *v1, "/cgroup.procs")
              : cat("/sys/fs/cgroup", cgroup_path(cg, "").value_or("/"), "/cgroup.procs");

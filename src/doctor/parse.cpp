@@ -63,9 +63,13 @@ std::map<std::string, std::string> parse_environ(std::string_view environ) {
 }
 
 std::optional<unsigned long long> bounding_caps(std::string_view status) {
+  return status_caps(status, "CapBnd");
+}
+
+std::optional<unsigned long long> status_caps(std::string_view status, std::string_view field) {
   for (std::string_view line : split(status, '\n')) {
-    if (!line.starts_with("CapBnd:")) continue;
-    std::string_view hex = trim(line.substr(7));
+    if (!line.starts_with(field) || line.substr(field.size()).substr(0, 1) != ":") continue;
+    std::string_view hex = trim(line.substr(field.size() + 1));
     unsigned long long v = 0;
     auto [p, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
     if (ec != std::errc{} || p != hex.data() + hex.size()) return std::nullopt;
@@ -109,6 +113,25 @@ std::set<unsigned> openable_gpu_minors_from_oci_rules(std::string_view config_js
   if (!rules) return out;
   for (unsigned minor : gpu_minors) {
     if (rules_allow_open(*rules, kNvidiaMajor, minor)) out.insert(minor);
+  }
+  return out;
+}
+
+std::vector<std::string> writable_sysfs_mounts(std::string_view mountinfo) {
+  std::vector<std::string> out;
+  for (std::string_view line : split(mountinfo, '\n')) {
+    // "36 35 0:20 /bus/pci /host-sys rw,relatime shared:1 - sysfs sysfs rw": six fields, optional
+    // fields, "-", then type, source and the superblock's options.
+    auto fields = split(trim(line), ' ');
+    auto dash = std::find(fields.begin(), fields.end(), std::string_view("-"));
+    if (fields.size() < 6 || dash == fields.end() || dash - fields.begin() < 6 ||
+        fields.end() - dash < 2)
+      continue;
+    if (*(dash + 1) != "sysfs") continue;
+    auto options = split(fields[5], ',');
+    if (std::find(options.begin(), options.end(), std::string_view("rw")) == options.end())
+      continue;
+    out.push_back(cat(fields[4], " (sysfs ", fields[3], ")"));
   }
   return out;
 }

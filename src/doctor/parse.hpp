@@ -27,7 +27,18 @@ std::map<std::string, std::string> parse_environ(std::string_view environ);
 
 // CapBnd from /proc/<pid>/status, as a bit mask.
 std::optional<unsigned long long> bounding_caps(std::string_view status);
+// A capability set line of /proc/<pid>/status ("CapEff", "CapBnd", "CapPrm"), as a bit mask.
+std::optional<unsigned long long> status_caps(std::string_view status, std::string_view field);
+// Capability numbers (include/uapi/linux/capability.h).
+inline constexpr int kCapSysPtrace = 19;
 inline constexpr int kCapSysAdmin = 21;
+
+// A sysfs mount a process can write through: /proc/<pid>/mountinfo lines whose filesystem type is
+// "sysfs" and whose per-mount options (field 6) say "rw" (Documentation/filesystems/proc.rst,
+// "/proc/<pid>/mountinfo"). A hostPath of /sys or below shows up as such a line (its root, field
+// 4, is the part of sysfs bound there); runc mounts a container's own /sys read-only unless it is
+// privileged. Each entry is "MOUNT_POINT (sysfs ROOT)".
+std::vector<std::string> writable_sysfs_mounts(std::string_view mountinfo);
 
 // v1 devices.list: which major-195 minors can be opened (r or w), or nullopt when the list
 // starts with allow-all ("a *:* rwm"), where v1 hides later denies and only a probe can tell.

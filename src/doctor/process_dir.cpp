@@ -29,6 +29,15 @@ Result<std::string> ProcessDir::read(const std::string& name, size_t max_bytes) 
   return text;
 }
 
+Result<std::string> ProcessDir::link(const std::string& name) const {
+  char buf[256];
+  ssize_t n = ::readlinkat(m_dir.fd, name.c_str(), buf, sizeof buf);
+  if (n < 0) return fail_errno("readlink", cat("/proc/", m_pid, "/", name));
+  if (static_cast<size_t>(n) == sizeof buf)
+    return fail(Errc::invalid_argument, "/proc/", m_pid, "/", name, ": link longer than expected");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
 Result<Fd> ProcessDir::root() const {
   // Follows the magic link "root" on purpose: it is the process's root, wherever that is.
   int fd = ::openat(m_dir.fd, "root", O_PATH | O_DIRECTORY | O_CLOEXEC);

@@ -23,6 +23,8 @@ class ProcessDir {
   // A regular file of the process ("cgroup", "environ", "status"), at most `max_bytes` (more is an
   // error naming the limit).
   Result<std::string> read(const std::string& name, size_t max_bytes = size_t{1} << 20) const;
+  // The target of a link of the process ("ns/pid": "pid:[4026531836]").
+  Result<std::string> link(const std::string& name) const;
   // Its root directory (O_PATH), for common/in_root.hpp.
   Result<Fd> root() const;
 

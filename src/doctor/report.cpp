@@ -3,6 +3,7 @@
 #include "common/escape.hpp"
 #include "common/strings.hpp"
 #include "doctor/checks.hpp"
+#include "doctor/parse.hpp"
 
 namespace gpufence {
 namespace {
@@ -35,6 +36,17 @@ std::string printable(std::string_view in) {
   return escape_text(in);
 }
 
+// The "can open" column: what the devices rules say, and whether anyone opened to see.
+std::string openable_text(const Snapshot& s, const NodeContainer& c) {
+  std::string out = c.openable ? minors_text(s, *c.openable) : std::string("?");
+  if (c.openable && c.openable_observed())
+    out += " (probe)";
+  else if (c.openable)
+    out += cat(" (", c.openable_source, ", unverified)");
+  if (!c.left_cgroup.empty()) out += " [processes outside this cgroup]";
+  return out;
+}
+
 nlohmann::ordered_json minors_json(const std::set<unsigned>& m) {
   auto arr = nlohmann::ordered_json::array();
   for (unsigned x : m) arr.push_back(x);
@@ -48,14 +60,23 @@ std::string render_doctor_text(const Snapshot& s, const std::vector<Finding>& fi
   out += cat("gpufence doctor: ", s.gpus.size(), " GPU(s), ", s.containers.size(),
              " container(s)\n\n");
   out += "Containers (allocated by the kubelet / can open / used by processes):\n";
+  bool unverified = false;
+  for (const auto& c : s.containers) unverified |= c.openable && !c.openable_observed();
   if (s.containers.empty()) out += "  none found\n";
   for (const auto& c : s.containers) {
     auto alloc = allocated_minors(s, c);
-    out += cat("  ", printable(c.label()), c.privileged ? " [privileged]" : "", ": allocated ",
+    out += cat("  ", printable(c.label()), c.privileged ? " [privileged]" : "",
+               c.host_pid.value_or(false) ? " [hostPID]" : "", ": allocated ",
                alloc ? minors_text(s, *alloc) : std::string("?"), " | can open ",
-               c.openable ? minors_text(s, *c.openable) + " (" + c.openable_source + ")"
-                          : std::string("?"),
-               " | uses ", minors_text(s, used(s, c)), "\n");
+               openable_text(s, c), " | uses ", minors_text(s, used(s, c)), "\n");
+  }
+  if (unverified) {
+    // The rules say what the cgroup should allow; a process that left the cgroup, or a kernel
+    // that applies them otherwise, is seen only by opening (docs/trust-model.md, "What the
+    // doctor observes").
+    out += cat("  (unverified: read from the devices rules, not observed",
+               s.probed ? "; the probe could not run for these" : "; --probe opens each GPU node",
+               ")\n");
   }
   out += "\n";
   for (Severity sev : {Severity::error, Severity::warning, Severity::info}) {
@@ -75,7 +96,11 @@ std::string render_doctor_text(const Snapshot& s, const std::vector<Finding>& fi
     }
     if (header) out += "\n";
   }
-  if (findings.empty()) out += "No problems found: allocation and reality agree.\n\n";
+  if (findings.empty()) {
+    out += unverified ? "No problems found: allocation and the devices rules agree (not observed: "
+                        "`gpufence doctor --probe` opens them).\n\n"
+                      : "No problems found: allocation and reality agree.\n\n";
+  }
   if (!s.skipped.empty()) {
     out += "Skipped:\n";
     for (const auto& sk : s.skipped) out += "- " + printable(sk) + "\n";
@@ -106,6 +131,17 @@ nlohmann::ordered_json render_doctor_json(const Snapshot& s, const std::vector<F
     j["allocated_minors"] = alloc ? minors_json(*alloc) : nlohmann::ordered_json();
     j["openable_minors"] = c.openable ? minors_json(*c.openable) : nlohmann::ordered_json();
     j["openable_source"] = c.openable_source;
+    // Added beside openable_source: true only when the probe opened the nodes; false when the
+    // minors come from devices rules (what the cgroup should allow, not observed).
+    j["openable_verified"] = c.openable_observed();
+    j["left_devices_cgroup"] = c.left_cgroup;
+    j["host_pid"] = c.host_pid ? nlohmann::ordered_json(*c.host_pid) : nullptr;
+    j["cap_sys_ptrace"] =
+        c.cap_eff || c.cap_bnd
+            ? nlohmann::ordered_json(
+                  (((c.cap_eff.value_or(0) | c.cap_bnd.value_or(0)) >> kCapSysPtrace) & 1) != 0)
+            : nullptr;
+    j["writable_sysfs"] = c.writable_sysfs;
     j["nodes_present_minors"] = minors_json(c.gpu_nodes_present);
     j["used_minors"] = minors_json(used(s, c));
     j["nvidia_visible_devices"] =

@@ -28,9 +28,20 @@ struct NodeContainer {
   bool privileged = false;
   std::set<unsigned> gpu_nodes_present;        // minors of /dev/nvidiaN in its /dev
   std::optional<std::set<unsigned>> openable;  // minors its cgroup lets it open; nullopt = unknown
-  std::string openable_source;                 // "probe", "devices.list", "oci-spec"
+  std::string openable_source;                 // "probe", "devices.list", "oci-spec rules"
+  // Its processes outside its own devices cgroup, observed: "pid N in devices cgroup /" (a v1
+  // devices line without its id, or a process of its PID namespace in no container's cgroup).
+  // The rules of its cgroup say nothing about what those can open.
+  std::vector<std::string> left_cgroup;
+  // Observed through /proc/<pid> of one member (nullopt: not readable):
+  std::optional<bool> host_pid;  // its ns/pid is PID 1's: it shares the host's PID namespace
+  std::optional<unsigned long long> cap_eff, cap_bnd;   // CapEff, CapBnd of /proc/<pid>/status
+  std::vector<std::string> writable_sysfs;              // writable_sysfs_mounts() of its mountinfo
   std::map<std::string, std::vector<int>> app_gpu_ids;  // DeepStream config path -> gpu-id values
   std::string label() const;                            // "namespace/pod/container" or the short id
+  // Whether `openable` was observed (the probe opened each node in its cgroup) rather than read
+  // from rules (devices.list, the OCI spec), which say what the cgroup should allow.
+  bool openable_observed() const { return openable && openable_source == "probe"; }
 };
 
 struct KubeletAllocation {
@@ -65,6 +76,11 @@ struct Snapshot {
   std::string
       containerd_default_binary;  // BinaryName of containerd's default runtime, "" = plain runc
   std::string containerd_config;  // path read, "" if none
+  std::map<std::string, std::string>
+      containerd_binaries;  // CRI runtime handler -> its BinaryName ("" = plain runc)
+  std::string containerd_default_runtime;   // the default handler's name
+  bool probed = false;                      // --probe asked for
+  std::optional<std::string> ptrace_scope;  // /proc/sys/kernel/yama/ptrace_scope, if Yama is on
   std::vector<CdiSpecFile>
       cdi_specs;  // in containerd's cdi_spec_dirs (default /etc/cdi, /var/run/cdi)
   std::vector<std::string> plugin_sockets;  // device plugin sockets present

@@ -1,7 +1,8 @@
 // libFuzzer target: the doctor's /proc and cgroup parsers (doctor/parse.hpp), each fed the same
-// bytes: /proc/<pid>/cgroup, environ, status, v1 devices.list, an OCI spec's device rules, and a
-// DeepStream config; and the runtime's mountinfo reader with the cgroup-mounts hook's judgement
-// (runtime/mount_guard.hpp): whatever it accepts holds no writable cgroup filesystem in the root.
+// bytes: /proc/<pid>/cgroup, environ, status, mountinfo, v1 devices.list, an OCI spec's device
+// rules, and a DeepStream config; and the runtime's mountinfo reader with the cgroup-mounts hook's
+// judgement (runtime/mount_guard.hpp): whatever it accepts holds no writable cgroup filesystem in
+// the root.
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)cgroup_path(text, "");
   (void)parse_environ(text);
   (void)bounding_caps(text);
+  (void)status_caps(text, "CapEff");
+  // One entry per sysfs mount line, each one line: a report line cannot be forged from mountinfo.
+  for (const auto& m : writable_sysfs_mounts(text)) {
+    if (m.find('\n') != std::string::npos || !m.ends_with(")")) std::abort();
+  }
   if (auto minors = openable_gpu_minors_from_devices_list(text, gpu_minors)) {
     for (unsigned m : *minors) {
       if (!gpu_minors.contains(m)) std::abort();

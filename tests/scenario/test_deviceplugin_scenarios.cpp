@@ -105,12 +105,14 @@ class PluginScenario : public ::testing::Test {
     }
   }
   // A TCP connection to the plugin's /metrics port (from its log), or -1.
-  int connect_metrics() {
+  int connect_metrics() { return connect_logged("plugin.metrics"); }
+  // A TCP connection to the port the plugin logged with `event`, or -1.
+  int connect_logged(const std::string& event) {
     std::smatch m;
     std::string log;
     for (int i = 0; i < 100; ++i) {
       log = log_text();
-      if (std::regex_search(log, m, std::regex("event=plugin.metrics .*port=(\\d+)"))) break;
+      if (std::regex_search(log, m, std::regex("event=" + event + " .*port=(\\d+)"))) break;
       std::this_thread::sleep_for(20ms);
     }
     if (m.empty()) return -1;
@@ -128,16 +130,17 @@ class PluginScenario : public ::testing::Test {
   // /healthz answers 200 once Register has returned to the plugin, which can be just after the
   // kubelet already saw its devices; poll for it (bounded well below the server's per-client
   // deadline, so a blocked server still fails).
-  bool healthz_ok(std::chrono::milliseconds timeout = 5s) {
+  bool healthz_ok(std::chrono::milliseconds timeout = 5s,
+                  const std::string& event = "plugin.metrics") {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-      if (http_get("/healthz").find("200 OK") != std::string::npos) return true;
+      if (http_get("/healthz", event).find("200 OK") != std::string::npos) return true;
       if (std::chrono::steady_clock::now() >= deadline) return false;
       std::this_thread::sleep_for(20ms);
     }
   }
-  std::string http_get(const std::string& path) {
-    int fd = connect_metrics();
+  std::string http_get(const std::string& path, const std::string& event = "plugin.metrics") {
+    int fd = connect_logged(event);
     if (fd < 0) return "";
     std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
     [[maybe_unused]] auto w = ::write(fd, req.data(), req.size());
@@ -537,6 +540,37 @@ TEST_F(PluginScenario, HealthzAnswersWhileAnotherClientSendsNothing) {
   EXPECT_EQ(n, -1) << "the idle connection was closed before /healthz was answered";
   EXPECT_EQ(err, EAGAIN);
   ::close(idle);
+}
+
+// Issue 16, item 9: a flood of the metrics port (idle connections and byte-at-a-time clients, more
+// than the listener's client slots) does not reach liveness, which has a listener of its own. The
+// bound is generous (10 s, the old per-client deadline): this asserts an answer, not a latency.
+TEST_F(PluginScenario, HealthzOnItsOwnListenerAnswersWhileMetricsIsFlooded) {
+  m_kubelet->start();
+  start_plugin({"--health-address", "127.0.0.1:0"});
+  ASSERT_TRUE(all_healthy(2));
+  ASSERT_TRUE(healthz_ok(5s, "plugin.health")) << "no /healthz on the health listener";
+  std::vector<int> flood;
+  for (int i = 0; i < 200; ++i) {
+    int fd = connect_metrics();  // idle: connects, sends nothing
+    ASSERT_GE(fd, 0) << "connection " << i;
+    flood.push_back(fd);
+  }
+  for (int i = 0; i < 50; ++i) {
+    int fd = connect_metrics();  // slow: one byte of a request, then nothing
+    ASSERT_GE(fd, 0);
+    [[maybe_unused]] auto w = ::write(fd, "G", 1);
+    flood.push_back(fd);
+  }
+  auto started = std::chrono::steady_clock::now();
+  EXPECT_TRUE(healthz_ok(10s, "plugin.health")) << "liveness did not answer under the flood";
+  std::cerr << "/healthz under a 250-connection flood: "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+            << " s\n";
+  // The metrics listener no longer answers liveness: a probe left on it would see 404, not 200.
+  EXPECT_NE(http_get("/healthz").find("404"), std::string::npos);
+  for (int fd : flood) ::close(fd);
+  EXPECT_NE(http_get("/metrics").find("200 OK"), std::string::npos) << "metrics after the flood";
 }
 
 // containerd 2.x (CDI on by default) and 1.7 with enable_cdi resolve the plugin's cdi.k8s.io

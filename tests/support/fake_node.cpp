@@ -8,6 +8,8 @@ namespace gpufence::test {
 FakeNode::FakeNode(std::filesystem::path root) : m_root(std::move(root)) {
   std::filesystem::create_directories(m_root / "proc");
   std::filesystem::create_directories(m_root / "dev");
+  std::filesystem::create_directories(m_root / "proc/1/ns");
+  std::filesystem::create_symlink(kHostPidNs, m_root / "proc/1/ns/pid");
 }
 
 void FakeNode::write(const std::string& rel, const std::string& content) const {
@@ -56,7 +58,15 @@ std::string FakeNode::add(const FakeContainer& c) {
     write(p + "/cgroup", cgroup);
     write(p + "/environ", c.env);
     write(p + "/status", std::string("Name:\tapp\nCapBnd:\t") +
-                             (c.privileged ? "000001ffffffffff" : "00000000a80425fb") + "\n");
+                             (c.privileged ? "000001ffffffffff" : "00000000a80425fb") + "\n" +
+                             (c.cap_eff.empty() ? "" : "CapEff:\t" + c.cap_eff + "\n"));
+    if (!c.mountinfo.empty()) write(p + "/mountinfo", c.mountinfo);
+    // Like the kernel's "pid:[inode]": the host's, or one per container.
+    std::filesystem::create_directories(m_root / p / "ns");
+    std::filesystem::remove(m_root / p / "ns/pid");
+    std::filesystem::create_symlink(
+        c.host_pid ? std::string(kHostPidNs) : "pid:[" + std::to_string(4026532000 + m_next) + "]",
+        m_root / p / "ns/pid");
     for (unsigned m : c.dev_minors) write(p + "/root/dev/nvidia" + std::to_string(m), "");
     for (const auto& [path, content] : c.files) write(p + "/root" + path, content);
   }

@@ -38,6 +38,9 @@ struct FakeContainer {
   std::string devices_list = "c 1:3 rwm\n";  // v1 devices.list
   std::string oci_rules = "[{\"allow\":false,\"access\":\"rwm\"}]";
   std::map<std::string, std::string> files;  // extra files in its root (path -> content)
+  bool host_pid = false;  // /proc/<pid>/ns/pid is PID 1's (else a namespace of its own)
+  std::string cap_eff;    // CapEff in /proc/<pid>/status, hex; "" writes no CapEff line
+  std::string mountinfo;  // /proc/<pid>/mountinfo; "" writes none
   enum class CgroupForm { cgroupfs, systemd, v2 } form = CgroupForm::cgroupfs;
 };
 
@@ -56,6 +59,9 @@ class FakeNode {
   std::filesystem::path m_root;
   int m_next = 1;
 };
+
+// /proc/1/ns/pid of a FakeNode: the host's PID namespace.
+inline constexpr const char* kHostPidNs = "pid:[4026531836]";
 
 // GPUs 0..n-1 with minors 0..n-1 and UUIDs GPU-0000000N-....
 std::vector<Gpu> fake_gpus(unsigned n);

@@ -138,7 +138,9 @@ TEST_F(DoctorChecks, PrivilegedAllowAllReadFromTheOciRules) {
   c.oci_rules = R"([{"allow":true,"access":"rwm"}])";
   m_node->add(c);
   kubelet({{"default", "a", "main", {uuid(0)}}});
-  EXPECT_EQ(run(), (std::vector<std::string>{"gpu.privileged-open-unallocated"}));
+  // Privileged: every capability in its bounding set, CAP_SYS_PTRACE too (a warning of its own).
+  EXPECT_EQ(run(),
+            (std::vector<std::string>{"gpu.privileged-open-unallocated", "pod.cap-sys-ptrace"}));
   // With gpufence-runtime's deny rule after the allow-all, it is clean.
   auto c2 = c;
   c2.pod = "b";
@@ -347,4 +349,188 @@ TEST_F(DoctorChecks, DeadKubeletSocketIsSkippedNotFatal) {
   bool named = false;
   for (const auto& s : snap.skipped) named |= s.find("PodResources List") != std::string::npos;
   EXPECT_TRUE(named);
+}
+
+// Issue 16, item 8: without --probe the devices column is what the rules say, and says so.
+TEST_F(DoctorChecks, WithoutTheProbeTheDevicesColumnSaysItIsUnverified) {
+  m_node->add(good("a", 100, 0, uuid(0)));
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  auto snap = snapshot();
+  auto findings = judge(snap);
+  ASSERT_TRUE(findings.empty()) << render_doctor_text(snap, findings);
+  auto text = render_doctor_text(snap, findings);
+  EXPECT_NE(text.find("can open GPU0 (devices.list, unverified)"), std::string::npos) << text;
+  EXPECT_NE(text.find("not observed"), std::string::npos) << text;
+  EXPECT_EQ(text.find("reality"), std::string::npos) << "claims what it did not observe:\n" << text;
+  auto json = render_doctor_json(snap, findings);
+  ASSERT_EQ(json["containers"].size(), 1u);
+  EXPECT_EQ(json["containers"][0]["openable_source"], "devices.list") << "kept as it was";
+  EXPECT_EQ(json["containers"][0]["openable_verified"], false);
+  // A probe result is observed: said as such.
+  snap.containers[0].openable_source = "probe";
+  text = render_doctor_text(snap, findings);
+  EXPECT_NE(text.find("can open GPU0 (probe)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("unverified"), std::string::npos) << text;
+  EXPECT_EQ(render_doctor_json(snap, findings)["containers"][0]["openable_verified"], true);
+}
+
+// A process that moved itself into the root devices cgroup (v1: its other controllers' lines still
+// name the container). The doctor read the container's own rules and said it could open only its
+// allocation.
+TEST_F(DoctorChecks, AProcessThatLeftItsDevicesCgroupIsReported) {
+  auto c = good("a", 100, 0, uuid(0));
+  c.pids = {100, 101};
+  std::string id = m_node->add(c);
+  std::string own = "/kubepods/besteffort/poda/" + id;
+  m_node->write("proc/101/cgroup",
+                "12:pids:" + own + "\n5:devices:/\n1:name=systemd:" + own + "\n");
+  m_node->write("sys/fs/cgroup/devices/devices.list", "a *:* rwm\n");
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  auto snap = snapshot();
+  ASSERT_EQ(snap.containers.size(), 1u);
+  auto findings = judge(snap);
+  ASSERT_EQ(ids(findings), (std::vector<std::string>{"gpu.left-devices-cgroup"}))
+      << render_doctor_text(snap, findings);
+  EXPECT_NE(findings[0].evidence.find("pid 101 in devices cgroup /"), std::string::npos)
+      << findings[0].evidence;
+  EXPECT_NE(render_doctor_text(snap, findings).find("[processes outside this cgroup]"),
+            std::string::npos);
+  EXPECT_EQ(render_doctor_json(snap, findings)["containers"][0]["left_devices_cgroup"].size(), 1u);
+}
+
+// Every process left: neither the root cgroup's list nor the bundle's rules are the container's,
+// so no "can open" is claimed from them (the old report: "can open GPU0 (oci-spec rules)").
+TEST_F(DoctorChecks, AContainerWhoseProcessesAllLeftClaimsNoRules) {
+  auto c = good("a", 100, 0, uuid(0));
+  c.oci_rules =
+      R"([{"allow":false,"access":"rwm"},{"allow":true,"type":"c","major":195,"minor":0,"access":"rw"}])";
+  std::string id = m_node->add(c);
+  std::string own = "/kubepods/besteffort/poda/" + id;
+  m_node->write("proc/100/cgroup", "12:pids:" + own + "\n5:devices:/\n");
+  m_node->write("sys/fs/cgroup/devices/devices.list", "a *:* rwm\n");
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  auto snap = snapshot();
+  ASSERT_EQ(snap.containers.size(), 1u);
+  EXPECT_FALSE(snap.containers[0].openable.has_value())
+      << "claimed " << snap.containers[0].openable_source;
+  EXPECT_EQ(ids(judge(snap)), (std::vector<std::string>{"gpu.left-devices-cgroup"}));
+}
+
+// cgroup v2: a process that moved to "0::/" names no container; its PID namespace is still the
+// container's.
+TEST_F(DoctorChecks, OnCgroupV2AProcessOfItsPidNamespaceElsewhereIsReported) {
+  auto c = good("v2", 100, 0, uuid(0));
+  c.form = test::FakeContainer::CgroupForm::v2;
+  c.oci_rules =
+      R"([{"allow":false,"access":"rwm"},{"allow":true,"type":"c","major":195,"minor":0,"access":"rw"}])";
+  m_node->add(c);
+  m_node->write("proc/102/cgroup", "0::/\n");
+  std::filesystem::create_directories(m_dir / "proc/102/ns");
+  std::filesystem::create_symlink(std::filesystem::read_symlink(m_dir / "proc/100/ns/pid"),
+                                  m_dir / "proc/102/ns/pid");
+  // A host process in no container, in the host's namespace: not the container's.
+  m_node->write("proc/103/cgroup", "0::/system.slice/sshd.service\n");
+  std::filesystem::create_directories(m_dir / "proc/103/ns");
+  std::filesystem::create_symlink(test::kHostPidNs, m_dir / "proc/103/ns/pid");
+  kubelet({{"default", "v2", "main", {uuid(0)}}});
+  auto snap = snapshot();
+  auto findings = judge(snap);
+  ASSERT_EQ(ids(findings), (std::vector<std::string>{"gpu.left-devices-cgroup"}))
+      << render_doctor_text(snap, findings);
+  EXPECT_NE(findings[0].evidence.find("pid 102 of its PID namespace in cgroup /"),
+            std::string::npos)
+      << findings[0].evidence;
+  EXPECT_EQ(findings[0].evidence.find("pid 103"), std::string::npos) << findings[0].evidence;
+}
+
+// The fix for a container that can open a GPU it was not given follows the node's setup: "run it
+// through gpufence-runtime" was said to pods that already did.
+TEST_F(DoctorChecks, TheFixTextMatchesTheRuntimeThePodRanThrough) {
+  auto c = good("a", 100, 0, uuid(0));
+  c.devices_list = "c 195:* rw\n";
+  m_node->add(c);
+  kubelet({{"default", "a", "main", {uuid(0)}}});
+  auto fix_for = [&](std::optional<KubeView> kube) {
+    auto snap = snapshot();
+    snap.kube = std::move(kube);
+    auto findings = judge(snap);
+    auto f = std::find_if(findings.begin(), findings.end(),
+                          [](const Finding& x) { return x.id == "gpu.open-unallocated"; });
+    EXPECT_NE(f, findings.end()) << render_doctor_text(snap, findings);
+    return f == findings.end() ? std::string() : f->fix;
+  };
+  KubeView through_gpufence;
+  through_gpufence.runtime_classes = {{"nvidia", "nvidia"}};
+  through_gpufence.pods = {{"default", "a", "nvidia", 1, false, {}}};
+  auto fix = fix_for(through_gpufence);
+  EXPECT_FALSE(fix.starts_with("run the pod through gpufence-runtime")) << fix;
+  EXPECT_NE(fix.find("it ran through gpufence-runtime"), std::string::npos) << fix;
+  EXPECT_NE(fix.find("RuntimeClass nvidia -> handler nvidia -> /usr/local/bin/gpufence-runtime"),
+            std::string::npos)
+      << fix;
+  EXPECT_NE(fix.find("docs/trust-model.md"), std::string::npos) << fix;
+
+  KubeView plain_runc = through_gpufence;
+  plain_runc.pods = {{"default", "a", "", 1, false, {}}};  // containerd's default: runc
+  fix = fix_for(plain_runc);
+  EXPECT_TRUE(fix.starts_with("run the pod through gpufence-runtime")) << fix;
+  EXPECT_NE(fix.find("handler runc -> runc"), std::string::npos) << fix;
+
+  fix = fix_for(std::nullopt);  // no API view: the runtime is not known, both cases are named
+  EXPECT_TRUE(fix.starts_with("if the pod does not run through gpufence-runtime")) << fix;
+  EXPECT_NE(fix.find("if it does"), std::string::npos) << fix;
+}
+
+// Issue 16, item 10: routes around the devices cgroup, judged from what /proc shows.
+TEST_F(DoctorChecks, HostPidPtraceAndWritableSysfsOfGpuPodsAreReported) {
+  auto hostpid = good("hostpid", 100, 0, uuid(0));
+  hostpid.host_pid = true;
+  m_node->add(hostpid);
+  auto ptrace = good("ptrace", 200, 1, uuid(1));
+  ptrace.cap_eff = "00000000a80c25fb";  // the default set plus CAP_SYS_PTRACE (19)
+  ptrace.mountinfo =
+      "500 400 0:21 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs rw\n"
+      "601 500 0:21 /bus/pci /host/pci rw,relatime shared:7 - sysfs sysfs rw\n";
+  m_node->add(ptrace);
+  // Not GPU pods (the kubelet gave them nothing): node agents' business, not these checks'.
+  auto agent = good("agent", 300, 0, uuid(0));
+  agent.host_pid = true;
+  agent.devices_list = "c 1:3 rwm\n";
+  agent.dev_minors = {};
+  m_node->add(agent);
+  kubelet({{"default", "hostpid", "main", {uuid(0)}},
+           {"default", "ptrace", "main", {uuid(1)}},
+           {"default", "agent", "main", {}}});
+  m_node->write("proc/sys/kernel/yama/ptrace_scope", "1\n");
+  auto snap = snapshot();
+  auto findings = judge(snap);
+  std::map<std::string, const Finding*> by_id;
+  for (const auto& f : findings) by_id[f.id] = &f;
+  EXPECT_EQ(ids(findings),
+            (std::vector<std::string>{"pod.host-pid", "pod.writable-sysfs", "pod.cap-sys-ptrace"}))
+      << render_doctor_text(snap, findings);
+  ASSERT_TRUE(by_id.contains("pod.host-pid"));
+  EXPECT_NE(by_id["pod.host-pid"]->summary.find("default/hostpid/main"), std::string::npos);
+  EXPECT_NE(by_id["pod.host-pid"]->evidence.find("ns/pid is PID 1's"), std::string::npos);
+  EXPECT_NE(by_id["pod.host-pid"]->evidence.find("ptrace_scope 1"), std::string::npos);
+  ASSERT_TRUE(by_id.contains("pod.cap-sys-ptrace"));
+  EXPECT_EQ(by_id["pod.cap-sys-ptrace"]->severity, Severity::warning) << "no hostPID";
+  EXPECT_NE(by_id["pod.cap-sys-ptrace"]->evidence.find("effective yes"), std::string::npos);
+  ASSERT_TRUE(by_id.contains("pod.writable-sysfs"));
+  EXPECT_NE(by_id["pod.writable-sysfs"]->evidence.find("/host/pci (sysfs /bus/pci)"),
+            std::string::npos)
+      << by_id["pod.writable-sysfs"]->evidence;
+  EXPECT_EQ(by_id["pod.writable-sysfs"]->evidence.find("/sys (sysfs /)"), std::string::npos)
+      << "its own read-only /sys is not writable";
+  auto json = render_doctor_json(snap, findings);
+  for (const auto& c : json["containers"]) {
+    if (c["pod"] == "hostpid") {
+      EXPECT_EQ(c["host_pid"], true);
+    }
+    if (c["pod"] == "ptrace") {
+      EXPECT_EQ(c["host_pid"], false);
+      EXPECT_EQ(c["cap_sys_ptrace"], true);
+      EXPECT_EQ(c["writable_sysfs"].size(), 1u);
+    }
+  }
 }

@@ -141,3 +141,28 @@ TEST(DoctorParse, AnyARuleResetsTheListAsRuncDoes) {
           gpus),
       (std::set<unsigned>{}));
 }
+
+TEST(DoctorParse, CapabilitySetsByName) {
+  std::string status =
+      "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t00000000a80c25fb\n"
+      "CapBnd:\t000001ffffffffff\nCapEffX:\t1\n";
+  EXPECT_EQ(status_caps(status, "CapEff"), 0xa80c25fbULL);
+  EXPECT_EQ(status_caps(status, "CapBnd"), 0x1ffffffffffULL);
+  EXPECT_EQ(status_caps(status, "CapPrm"), std::nullopt);
+  EXPECT_EQ(status_caps("CapEff:\tzz\n", "CapEff"), std::nullopt);
+  EXPECT_EQ(status_caps("CapEffX:\t1\n", "CapEff"), std::nullopt) << "a longer name is not it";
+}
+
+TEST(DoctorParse, WritableSysfsMounts) {
+  std::string mi =
+      "500 400 0:21 / /sys ro,nosuid - sysfs sysfs rw\n"
+      "601 500 0:21 /bus/pci /host/pci rw,relatime shared:7 master:1 - sysfs sysfs rw\n"
+      "602 500 0:21 / /host/sys rw - sysfs sysfs rw\n"
+      "603 500 0:30 / /fake rw - tmpfs sysfs rw\n"  // a tmpfs whose source says sysfs
+      "604 500 0:21 / /a\\040b\\012-\\040sysfs rw - sysfs sysfs rw\n"  // the kernel's escapes
+      "garbage\n- sysfs\n605 500 0:21 / /short rw -\n";
+  EXPECT_EQ(writable_sysfs_mounts(mi),
+            (std::vector<std::string>{"/host/pci (sysfs /bus/pci)", "/host/sys (sysfs /)",
+                                      "/a\\040b\\012-\\040sysfs (sysfs /)"}));
+  EXPECT_TRUE(writable_sysfs_mounts("").empty());
+}

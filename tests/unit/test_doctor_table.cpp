@@ -7,6 +7,7 @@
 
 #include "doctor/checks.hpp"
 #include "doctor/gather.hpp"
+#include "doctor/parse.hpp"
 #include "support/fake_node.hpp"
 #include "support/test_support.hpp"
 
@@ -34,6 +35,10 @@ Snapshot troubled_node() {
   NodeContainer a = container("a", 100, {0, 1});
   a.nvidia_visible_devices = gpus[1].uuid;  // allocated GPU 0
   a.app_gpu_ids["/app/ds.txt"] = {3};
+  a.left_cgroup = {"pid 100 in devices cgroup /"};
+  a.host_pid = true;
+  a.cap_eff = 1ULL << kCapSysPtrace;
+  a.writable_sysfs = {"/host/pci (sysfs /bus/pci)"};
   NodeContainer b = container("b", 200, {0, 1});
   b.privileged = true;
   NodeContainer c = container("c", 300, {0});
