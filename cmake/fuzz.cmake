@@ -23,6 +23,9 @@ add_subdirectory(src/containerd)
 # The doctor's parsers alone: the rest of src/doctor needs gRPC.
 add_library(gpufence_doctor_parse STATIC src/doctor/parse.cpp)
 target_link_libraries(gpufence_doctor_parse PUBLIC gpufence_runtime gpufence_common nlohmann_json::nlohmann_json)
+# The quantity parser alone: the rest of src/kube needs libcurl.
+add_library(gpufence_quantity STATIC src/kube/quantity.cpp)
+target_link_libraries(gpufence_quantity PUBLIC gpufence_common nlohmann_json::nlohmann_json)
 
 enable_testing()
 add_subdirectory(tests/fuzz)

@@ -28,18 +28,32 @@ std::optional<nlohmann::json> untolerated_taint(const nlohmann::json& toleration
 // containers (restartPolicy: Always, sidecars, which keep running); at least the largest
 // regular init container plus the sidecars started before it; plus spec.overhead. A container's
 // request is its requests entry, else its limits entry (the API defaults requests to limits).
-long effective_request(const nlohmann::json& pod_spec, const std::string& resource);
+// Sums saturate at LONG_MAX; a quantity that does not parse is an error naming the container.
+Result<long> effective_request(const nlohmann::json& pod_spec, const std::string& resource);
 
 // matchLabels and matchExpressions (In, NotIn, Exists, DoesNotExist) of a LabelSelector
 // (apimachinery labels.SelectorFromValidatedSet / LabelSelectorAsSelector). An empty selector
 // matches everything; an unknown operator matches nothing.
 bool selector_matches(const nlohmann::json& selector, const nlohmann::json& labels);
 
-// What a new pod of the Deployment is.
-struct PodTemplate {
-  long gpus = 0;  // effective request of the resource
-  nlohmann::json tolerations = nlohmann::json::array();
+// A pod's spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution (a
+// NodeSelector) against a node, as component-helpers nodeaffinity.NodeSelector.Match: terms are
+// ORed; an empty term, or one that does not parse, matches nothing; within a term every
+// matchExpressions entry (In, NotIn, Exists, DoesNotExist, Gt, Lt on labels) and every
+// matchFields entry (In, NotIn with one value, on metadata.name) must hold.
+bool node_affinity_matches(const nlohmann::json& node_selector, const nlohmann::json& node);
+
+// Where a pod may go, as the scheduler's filters read it from its spec.
+struct Placement {
   std::map<std::string, std::string> node_selector;  // spec.nodeSelector
+  nlohmann::json tolerations = nlohmann::json::array();
+  nlohmann::json required_affinity;  // the NodeSelector above; null when the pod has none
+};
+Placement placement_of(const nlohmann::json& pod_spec);
+
+// What a new pod of the Deployment is.
+struct PodTemplate : Placement {
+  long gpus = 0;  // effective request of the resource
 };
 
 struct DeploymentView {
@@ -49,28 +63,48 @@ struct DeploymentView {
   PodTemplate pod;
 };
 // From an apps/v1 Deployment; an error when its template requests none of `resource` (there is
-// then nothing for GPU capacity to bound, and the flag this replaces was surely set wrong).
+// then nothing for GPU capacity to bound, and the flag this replaces was surely set wrong), or
+// when a request does not parse.
 Result<DeploymentView> deployment_view(const nlohmann::json& deployment,
                                        const std::string& resource);
 
+// Why a pod cannot go to a node, as the scheduler's filter plugin that refuses it: `kind` is
+// "nodeSelector", "nodeAffinity" or "taint" (NodeAffinity, TaintToleration).
+struct Exclusion {
+  std::string kind, why;
+};
+std::optional<Exclusion> why_excluded(const nlohmann::json& node, const Placement& pod);
+
 // Why a new pod cannot land on `node`, or nullopt: cordoned (spec.unschedulable), not Ready
-// (its Ready condition is not "True"), spec.nodeSelector unmet, or a NoSchedule/NoExecute taint
-// not tolerated. Node affinity is not judged (docs/autoscale.md says so).
-std::optional<std::string> why_unschedulable(const nlohmann::json& node, const PodTemplate& pod);
+// (its Ready condition is not "True"), or why_excluded.
+std::optional<std::string> why_unschedulable(const nlohmann::json& node, const Placement& pod);
+
+// Something a reconcile left out and says so in an Event: a Pending pod not counted as demand,
+// or a quantity it could not read. `kind` tells reasons apart (one Event per object and kind).
+struct Notice {
+  std::string object;  // "pod NS/NAME", "node NAME"
+  std::string kind;    // "nodeSelector,taint", "request", "quantity", ...
+  std::string why;
+};
 
 struct Capacity {
   long free_gpus = 0;                // GPUs new pods can take, whole pods per node only
   long nodes = 0;                    // nodes listed
   long schedulable_nodes = 0;        // of them, those a new pod can land on
-  long pending_gpus = 0;             // requested by pods not yet bound to a node
+  long pending_gpus = 0;             // requested by unbound pods that could land there
   long not_created = 0;              // pods the Deployment asked for that do not exist yet
   std::vector<std::string> skipped;  // "gpu-2: cordoned", ...
+  std::vector<Notice> ignored;       // Pending pods no such node can take: not demand
+  std::vector<Notice> unreadable;    // quantities that do not parse (that node or pod's GPUs
+                                     // count as taken, never as free)
 };
 
 // Free capacity for new pods of `deployment`: on each node a new pod can land on, allocatable
-// minus what the pods bound there request, rounded down to whole pods; minus what pending pods
-// and the Deployment's not-yet-created replicas will take. `pods` are the cluster's pods that
-// are not Succeeded or Failed.
+// minus what the pods bound there request, rounded down to whole pods; minus what the
+// Deployment's not-yet-created replicas will take and what unbound pods request that could land
+// on one of those nodes (nodeSelector, required node affinity, taints, a request no larger than
+// the node's allocatable). `pods` are the cluster's pods that are not Succeeded or Failed.
+// Every sum saturates.
 Capacity free_capacity(const std::vector<nlohmann::json>& nodes,
                        const std::vector<nlohmann::json>& pods, const DeploymentView& deployment,
                        const std::string& resource);

@@ -152,8 +152,44 @@ Controller::Step Controller::step(SteadyTime now) {
       r->event_error = st.error().message;
   }
   m_capped = r->capped;
+  if (!m_opt.dry_run) report_notices(*r);
   s.result = std::move(*r);
   return s;
+}
+
+void Controller::report_notices(ReconcileResult& r) {
+  // Pods left out of the demand are named where the Deployment's owners look: a tenant's pod
+  // that can never be scheduled no longer freezes scale-up, and nobody is left wondering why
+  // it did not count. A quantity that does not parse is a Warning: that node or pod's GPUs were
+  // counted as taken. At most kPerPeriod new Events per period, so a flood of such pods cannot
+  // turn into a flood of Events; the rest follow in later periods.
+  constexpr int kPerPeriod = 10;
+  struct Kind {
+    const std::vector<Notice>* notices;
+    const char* type;
+    const char* reason;
+  } kinds[] = {{&r.capacity.ignored, "Normal", "PendingPodNotCounted"},
+               {&r.capacity.unreadable, "Warning", "UnreadableQuantity"}};
+  std::set<std::string> still;
+  int posted = 0;
+  for (const auto& k : kinds) {
+    for (const auto& n : *k.notices) {
+      std::string key = cat(n.object, "|", k.reason, "|", n.kind);
+      if (m_noticed.contains(key)) {
+        still.insert(key);
+        continue;
+      }
+      if (posted >= kPerPeriod) continue;
+      ++posted;
+      ScaleEvent e{k.type, k.reason, n.object + ": " + n.why};
+      if (auto st = post_scale_event(m_kube, r.deployment, m_events, e); !st) {
+        r.event_error = st.error().message;  // not remembered: tried again next period
+        continue;
+      }
+      still.insert(key);
+    }
+  }
+  m_noticed = std::move(still);
 }
 
 Status Controller::shutdown() {

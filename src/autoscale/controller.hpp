@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "autoscale/capacity.hpp"
@@ -97,6 +98,10 @@ class Controller {
   Stabilizer m_stabilizer;
   bool m_capped =
       false;  // the last reconcile was capped: warn once when it starts, not each period
+  // "object|kind" of every notice already recorded as an Event and still true: one Event per
+  // object and reason, not one per period; forgotten when the notice goes away.
+  std::set<std::string> m_noticed;
+  void report_notices(ReconcileResult& r);
 };
 
 // Streams from a ConfigMap key ("ns/name:key") or a file holding a number.

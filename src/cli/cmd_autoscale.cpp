@@ -51,6 +51,11 @@ void print_step(const std::string& deployment, const Controller::Step& s, bool d
             << std::endl;
   for (const auto& why : r.capacity.skipped)
     std::cout << "gpufence autoscale:   skipped node " << why << std::endl;
+  for (const auto& n : r.capacity.ignored)
+    std::cout << "gpufence autoscale:   not demand: " << n.object << ": " << n.why << std::endl;
+  for (const auto& n : r.capacity.unreadable)
+    std::cerr << "gpufence autoscale:   unreadable quantity: " << n.object << ": " << n.why
+              << " (counted as taken)" << std::endl;
   if (!r.event_error.empty())
     std::cerr << "gpufence autoscale: " << r.event_error << " (the scale stands)" << std::endl;
 }

@@ -5,12 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/in_root.hpp"
+#include "common/saturating.hpp"
 #include "common/strings.hpp"
 #include "containerd/config.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/parse.hpp"
 #include "doctor/process_dir.hpp"
 #include "kube/client.hpp"
+#include "kube/quantity.hpp"
 #include "runtime/isolation.hpp"
 
 namespace gpufence {
@@ -160,10 +162,15 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
   auto node = kube.get("/api/v1/nodes/" + node_name);
   if (!node) return std::unexpected(node.error());
   const auto status = node->value("status", nlohmann::json::object());
-  view.capacity =
-      resource_quantity(status.value("capacity", nlohmann::json::object()), resource_name);
-  view.allocatable =
-      resource_quantity(status.value("allocatable", nlohmann::json::object()), resource_name);
+  // A quantity the API cannot have written is an error naming where it was, never a 0.
+  auto capacity = resource_count(status.value("capacity", nlohmann::json::object()), resource_name);
+  if (!capacity) return std::unexpected(capacity.error().wrap("node " + node_name + " capacity"));
+  auto allocatable =
+      resource_count(status.value("allocatable", nlohmann::json::object()), resource_name);
+  if (!allocatable)
+    return std::unexpected(allocatable.error().wrap("node " + node_name + " allocatable"));
+  view.capacity = *capacity;
+  view.allocatable = *allocatable;
   auto classes = kube.get("/apis/node.k8s.io/v1/runtimeclasses");
   if (!classes) return std::unexpected(classes.error());
   for (const auto& rc : classes->value("items", nlohmann::json::array())) {
@@ -181,8 +188,11 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
     pod.runtime_class = spec.value("runtimeClassName", "");
     for (const auto& c : spec.value("containers", nlohmann::json::array())) {
       auto resources = c.value("resources", nlohmann::json::object());
-      pod.gpus +=
-          resource_quantity(resources.value("limits", nlohmann::json::object()), resource_name);
+      auto gpus =
+          resource_count(resources.value("limits", nlohmann::json::object()), resource_name);
+      if (!gpus)
+        return std::unexpected(gpus.error().wrap("pod " + pod.pod_namespace + "/" + pod.name));
+      pod.gpus = sat_add(pod.gpus, *gpus);
       if (c.value("securityContext", nlohmann::json::object()).value("privileged", false))
         pod.privileged = true;
       for (const auto& e : c.value("env", nlohmann::json::array())) {

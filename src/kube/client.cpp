@@ -333,14 +333,6 @@ std::string url_escape(std::string_view s) {
   return out;
 }
 
-long resource_quantity(const nlohmann::json& list, const std::string& key) {
-  if (!list.is_object() || !list.contains(key)) return 0;
-  const auto& v = list[key];
-  if (v.is_number_integer()) return v.get<long>();
-  if (v.is_string()) return parse_number<long>(v.get<std::string>()).value_or(0);
-  return 0;
-}
-
 std::unique_ptr<KubeClient> make_rest_client(KubeCredentials credentials) {
   static const bool initialised = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   (void)initialised;

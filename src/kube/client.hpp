@@ -70,10 +70,6 @@ Result<KubeCredentials> load_credentials(const std::string& kubeconfig_path);
 
 std::unique_ptr<KubeClient> make_rest_client(KubeCredentials credentials);
 
-// A resource quantity as the API writes it in capacity/allocatable/limits ("2" or 2); 0 when
-// absent or not a whole number (extended resources such as nvidia.com/gpu are whole numbers).
-long resource_quantity(const nlohmann::json& list, const std::string& key);
-
 // A query parameter value, percent-encoded (label and field selectors, continue tokens).
 std::string url_escape(std::string_view s);
 

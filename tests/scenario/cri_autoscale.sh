@@ -5,7 +5,9 @@
 # private containerd of the given line (cri_node.sh); `gpufence autoscale --once` scales the
 # Deployment video/deepstream step by step as the streams ConfigMap grows. See
 # docs/containerd-lines.md, "The cluster mode".
-# Checks, per flow: demand for 1 pod -> one replica, run through the handler, that sees only its
+# Checks, per flow (on line 1.6 the first with two other teams' pods Pending that no node can
+# take, which must neither count as demand nor freeze scaling, and are named in Events): demand
+# for 1 pod -> one replica, run through the handler, that sees only its
 # own GPU; demand for 2 -> a second replica on the other GPU, only its own; demand for 5 -> the
 # autoscaler stays at 2 (0 free GPUs), says so and posts ScaleUpCappedByGpus; a hand-made scale to
 # 3 (GET + PUT of /scale with its resourceVersion, as kubectl scale does) -> the third pod stays
@@ -129,11 +131,28 @@ sandboxes_of() {
   "${ctr[@]}" -n k8s.io containers ls -q "labels.\"io.kubernetes.pod.name\"==$1" 2>/dev/null | grep -c .
 }
 
+# tenant_pod NAME GPUS [SPEC_FIELDS]: another team's pod as JSON, for --foreign-pod.
+tenant_pod() {
+  printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s","namespace":"tenant"},"spec":{%s"containers":[{"name":"c","image":"busybox","resources":{"limits":{"nvidia.com/gpu":"%s"}}}]}}' \
+    "$1" "${3:-}" "$2"
+}
+
 # scale_flow NAME RUNTIME_CLASS [--privileged]: the steps; what each pod saw stays in the files.
 scale_flow() {
-  local name=$1 p1 p2 p3
+  local name=$1 p1 p2 p3 tenant=()
   echo "== $name: gpufence autoscale against the cluster stand-in, runtime class $2 ${3:-}"
-  start_cluster "$@" || return
+  # On line 1.6, other teams' pods no node can take sit Pending from the start (issue 16,
+  # item 4): 64 GPUs, and a nodeSelector no node has. They must not freeze the scale-up.
+  if [ "$line" = 1.6 ] && [ "$name" = unpriv ]; then
+    tenant=(--foreign-pod "$(tenant_pod huge 64)"
+      --foreign-pod "$(tenant_pod nowhere 1 '"nodeSelector":{"zone":"nowhere"},')")
+  fi
+  # A stand-in that does not start is a failure, not a flow quietly left out.
+  if ! start_cluster "$@" "${tenant[@]}"; then
+    check "$name: the cluster stand-in starts" false
+    tail -20 "$work/$name.out" | sed "s/^/  [$name stand-in] /"
+    return
+  fi
   check "$name: the node advertises the plugin's 2 GPUs" said "$name" "^node gpu-node-1 allocatable 2$"
 
   # Demand for one pod: one replica, run through the handler.
@@ -149,6 +168,14 @@ scale_flow() {
   check "$name: demand for 2 pods scales 1 -> 2" grep -q "replicas 1 -> 2 (scaled)" "$work/$name.autoscale-2-pods"
   wait_for "$name" "^pod [^ ]+-2 (probed|error)"
   p2=$(pod_n "$name" 2)
+  if [ ${#tenant[@]} -gt 0 ]; then
+    wait_for "$name" "^event Normal PendingPodNotCounted pod tenant/nowhere"
+    check "$name: a tenant's 64-GPU Pending pod is named in an Event, not counted" \
+      said "$name" "^event Normal PendingPodNotCounted pod tenant/huge: requests 64 nvidia.com/gpu .*allocatable 2 is less"
+    check "$name: so is one whose nodeSelector no node has" \
+      said "$name" "^event Normal PendingPodNotCounted pod tenant/nowhere: requests 1 nvidia.com/gpu .*lacks label zone=nowhere"
+    check "$name: the autoscaler names them on stdout too" grep -q "not demand: pod tenant/huge" "$work/$name.autoscale-2-pods"
+  fi
 
   # Demand for five: no free GPU, so no third replica; the autoscaler says so.
   set_streams 40

@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <algorithm>
+#include <csignal>
 #include <set>
 
 #include "autoscale/controller.hpp"
@@ -820,4 +820,361 @@ TEST_F(AutoscaleController, TheBinaryLoopsOnTheWatchAndStopsOnSigterm) {
   EXPECT_EQ(m_api.object(kLease)["spec"]["holderIdentity"], "") << "released on SIGTERM";
   EXPECT_EQ(replicas(), 2);
   EXPECT_NE(read_file(out).value_or("").find("replicas 1 -> 2 (scaled)"), std::string::npos);
+}
+
+// --- Demand a tenant cannot fake (issue 16, items 4 and 5) ---
+
+namespace {
+
+// A Pending pod of another team: any namespace, not the Deployment's labels.
+json tenant_pod(const std::string& name, long gpus, json spec_extra = json::object()) {
+  json p = pod(name, "", gpus, "Pending", json::object());
+  p["metadata"]["namespace"] = "tenant";
+  for (const auto& [k, v] : spec_extra.items()) p["spec"][k] = v;
+  return p;
+}
+
+json affinity(json terms) {
+  return {{"nodeAffinity",
+           {{"requiredDuringSchedulingIgnoredDuringExecution", {{"nodeSelectorTerms", terms}}}}}};
+}
+
+json term(json expressions, json fields = json::array()) {
+  json t = json::object();
+  if (!expressions.empty()) t["matchExpressions"] = expressions;
+  if (!fields.empty()) t["matchFields"] = fields;
+  return t;
+}
+
+json req(const char* key, const char* op, json values = json::array()) {
+  return {{"key", key}, {"operator", op}, {"values", values}};
+}
+
+std::vector<json> notes_of(const std::vector<json>& events, const std::string& reason) {
+  std::vector<json> out;
+  for (const auto& e : events)
+    if (e["reason"] == reason) out.push_back(e);
+  return out;
+}
+
+}  // namespace
+
+TEST(AutoscaleScheduling, RequiredNodeAffinityAsTheSchedulerMatchesIt) {
+  json node = gpu_node("gpu-7", 1);
+  node["metadata"]["labels"] = {{"zone", "a"}, {"gen", "9"}, {"name", "x"}};
+  struct Case {
+    json terms;
+    bool matches;
+    const char* why;
+  } cases[] = {
+      {{term({req("zone", "In", {"a", "b"})})}, true, "In"},
+      {{term({req("zone", "In", {"b"})})}, false, "In, other value"},
+      {{term({req("zone", "NotIn", {"b"})})}, true, "NotIn"},
+      {{term({req("rack", "NotIn", {"b"})})}, true, "NotIn: an absent label is not in"},
+      {{term({req("zone", "Exists")})}, true, "Exists"},
+      {{term({req("rack", "DoesNotExist")})}, true, "DoesNotExist"},
+      {{term({req("zone", "DoesNotExist")})}, false, "DoesNotExist on a present label"},
+      {{term({req("gen", "Gt", {"8"})})}, true, "Gt: 9 > 8"},
+      {{term({req("gen", "Gt", {"9"})})}, false, "Gt is strict"},
+      {{term({req("gen", "Lt", {"+10"})})}, true, "Lt: ParseInt takes a sign"},
+      {{term({req("name", "Gt", {"1"})})}, false, "Gt on a label that is not a number"},
+      {{term({req("rack", "Lt", {"1"})})}, false, "Lt on an absent label"},
+      {{term({req("zone", "In", {"a"}), req("gen", "Lt", {"5"})})}, false, "expressions are ANDed"},
+      {{term({req("zone", "In", {"b"})}), term({req("gen", "Gt", {"1"})})}, true, "terms are ORed"},
+      {{term(json::array(), {req("metadata.name", "In", {"gpu-7"})})}, true, "matchFields name"},
+      {{term(json::array(), {req("metadata.name", "NotIn", {"gpu-7"})})}, false, "NotIn name"},
+      {{term(json::array(), {req("metadata.uid", "In", {"gpu-7"})})},
+       false,
+       "another field reads as empty"},
+      {{term({req("zone", "In", {"a"})}, {req("metadata.name", "In", {"gpu-8"})})},
+       false,
+       "labels and fields are ANDed"},
+      {{json::object()}, false, "an empty term matches nothing"},
+      {json::array(), false, "no term matches nothing"},
+      // Terms that do not parse match nothing, even where the rest would; others still can.
+      {{term({req("zone", "In")})}, false, "In without values"},
+      {{term({req("zone", "Exists", {"a"})})}, false, "Exists with values"},
+      {{term({req("gen", "Gt", {"8", "9"})})}, false, "Gt needs exactly one value"},
+      {{term({req("gen", "Gt", {"eight"})})}, false, "Gt needs an integer"},
+      {{term({req("zone", "Matches", {"a"})})}, false, "unknown operator"},
+      {{term(json::array(), {req("metadata.name", "In", {"gpu-7", "gpu-8"})})},
+       false,
+       "matchFields need exactly one value"},
+      {{term(json::array(), {req("metadata.name", "Exists")})}, false, "matchFields: In/NotIn"},
+      {{term({req("zone", "In")}), term({req("zone", "In", {"a"})})},
+       true,
+       "a bad term does not spoil a good one"},
+  };
+  for (const auto& c : cases) {
+    json selector = {{"nodeSelectorTerms", c.terms}};
+    EXPECT_EQ(node_affinity_matches(selector, node), c.matches) << c.why;
+  }
+}
+
+TEST(AutoscaleScheduling, ATenantsUnschedulablePendingPodIsNotDemand) {
+  auto d = deployment_view(deployment(1, 1), "nvidia.com/gpu").value();
+  std::vector<json> nodes = {gpu_node("a", 2), gpu_node("b", 2)};
+  const std::vector<json> base = {pod("ds-1", "a", 1)};
+  auto free_with = [&](json extra) {
+    auto pods = base;
+    pods.push_back(extra);
+    return free_capacity(nodes, pods, d, "nvidia.com/gpu");
+  };
+  EXPECT_EQ(free_capacity(nodes, base, d, "nvidia.com/gpu").free_gpus, 3);
+  struct Case {
+    json pod;
+    const char* kind;
+  } cases[] = {
+      {tenant_pod("huge", 64), "request"},
+      {tenant_pod("nowhere", 2, {{"nodeSelector", {{"zone", "nowhere"}}}}), "nodeSelector"},
+      {tenant_pod("pinned", 2,
+                  {{"affinity",
+                    affinity({term(json::array(), {req("metadata.name", "In", {"cpu-1"})})})}}),
+       "nodeAffinity"},
+      {tenant_pod("zoned", 2, {{"affinity", affinity({term({req("zone", "In", {"x"})})})}}),
+       "nodeAffinity"},
+  };
+  for (const auto& c : cases) {
+    auto cap = free_with(c.pod);
+    EXPECT_EQ(cap.free_gpus, 3) << c.pod["metadata"]["name"] << ": the old code read 0 or 1";
+    EXPECT_EQ(cap.pending_gpus, 0);
+    ASSERT_EQ(cap.ignored.size(), 1u) << c.pod["metadata"]["name"];
+    EXPECT_EQ(cap.ignored[0].object, "pod tenant/" + c.pod["metadata"]["name"].get<std::string>());
+    EXPECT_EQ(cap.ignored[0].kind, c.kind);
+  }
+  // Taints: both nodes are dedicated to video; the Deployment tolerates that, the tenant not.
+  json tainted = {
+      {"taints", {{{"key", "dedicated"}, {"value", "video"}, {"effect", "NoSchedule"}}}}};
+  json tolerate = {{"tolerations", {{{"key", "dedicated"}, {"operator", "Exists"}}}}};
+  auto dt = deployment_view(deployment(1, 1, tolerate), "nvidia.com/gpu").value();
+  std::vector<json> dedicated = {gpu_node("a", 2, tainted), gpu_node("b", 2, tainted)};
+  auto t = free_capacity(dedicated, {pod("ds-1", "a", 1), tenant_pod("untolerated", 2)}, dt,
+                         "nvidia.com/gpu");
+  EXPECT_EQ(t.free_gpus, 3) << "the old code read 1";
+  ASSERT_EQ(t.ignored.size(), 1u);
+  EXPECT_EQ(t.ignored[0].kind, "taint");
+  EXPECT_NE(t.ignored[0].why.find("a: taint dedicated=video:NoSchedule not tolerated"),
+            std::string::npos)
+      << t.ignored[0].why;
+  json no_execute = {{"taints", {{{"key", "dedicated"}, {"effect", "NoExecute"}}}}};
+  auto ne = free_capacity(
+      {gpu_node("a", 2, no_execute)},
+      {tenant_pod("untolerated", 1,
+                  {{"tolerations",
+                    {{{"key", "dedicated"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}}}})},
+      deployment_view(deployment(0, 1, tolerate), "nvidia.com/gpu").value(), "nvidia.com/gpu");
+  EXPECT_EQ(ne.free_gpus, 2) << "NoSchedule tolerated is not NoExecute tolerated";
+
+  // Controls: a pending pod that can land on one of the nodes is demand, whatever its namespace.
+  json fits =
+      tenant_pod("fits", 2,
+                 {{"nodeSelector", {{"gpu", "true"}}},
+                  {"affinity",
+                   affinity({term({req("gpu", "Exists")}, {req("metadata.name", "In", {"b"})})})}});
+  auto f = free_with(fits);
+  EXPECT_EQ(f.free_gpus, 1) << "2 of the 3 free GPUs are on their way to it";
+  EXPECT_EQ(f.pending_gpus, 2);
+  EXPECT_TRUE(f.ignored.empty());
+  auto tolerated =
+      free_capacity(dedicated, {pod("ds-1", "a", 1), tenant_pod("tolerating", 2, tolerate)}, dt,
+                    "nvidia.com/gpu");
+  EXPECT_EQ(tolerated.free_gpus, 1);
+  EXPECT_EQ(free_with(tenant_pod("exactly", 2)).free_gpus, 1)
+      << "a request equal to a node's allocatable fits";
+}
+
+TEST(AutoscaleArithmetic, RequestsOfInt64MaxSaturate) {
+  const std::string max = "9223372036854775807";
+  json big = {{"resources", {{"limits", {{"nvidia.com/gpu", max}}}}}};
+  json spec = {{"containers", {big, big}},
+               {"initContainers", {big}},
+               {"overhead", {{"nvidia.com/gpu", max}}}};
+  EXPECT_EQ(effective_request(spec, "nvidia.com/gpu"), std::numeric_limits<long>::max());
+
+  auto d = deployment_view(deployment(1, 1), "nvidia.com/gpu").value();
+  // Issue 16 item 5: two Pending pods of INT64_MAX each turned 1 free GPU into 3.
+  json p1 = pod("big-1", "", 0, "Pending", json::object());
+  p1["spec"]["containers"] = {big};
+  json p2 = p1;
+  p2["metadata"]["name"] = "big-2";
+  auto c = free_capacity({gpu_node("a", 2)}, {pod("ds-1", "a", 1), p1, p2}, d, "nvidia.com/gpu");
+  EXPECT_EQ(c.free_gpus, 1);
+  EXPECT_EQ(c.ignored.size(), 2u) << "larger than any node: not demand";
+  // Bound to a node directly (spec.nodeName skips the scheduler): they hold the node, and the
+  // sum does not wrap into free GPUs.
+  json b1 = p1, b2 = p2;
+  b1["spec"]["nodeName"] = b2["spec"]["nodeName"] = "a";
+  auto none_asked = deployment_view(deployment(0, 1), "nvidia.com/gpu").value();
+  auto bound =
+      free_capacity({gpu_node("a", 2), gpu_node("b", 1)}, {b1, b2}, none_asked, "nvidia.com/gpu");
+  EXPECT_EQ(bound.free_gpus, 1) << "a is full, b has 1";
+  // A Deployment asking for LONG_MAX replicas.
+  auto many = deployment_view(deployment(std::numeric_limits<long>::max(), 1), "nvidia.com/gpu");
+  auto m = free_capacity({gpu_node("a", 2)}, {}, *many, "nvidia.com/gpu");
+  EXPECT_EQ(m.free_gpus, 0);
+  EXPECT_EQ(m.not_created, std::numeric_limits<long>::max());
+}
+
+TEST(AutoscaleArithmetic, AStreamCountOfInt64MaxDoesNotScaleToZero) {
+  const long max = std::numeric_limits<long>::max();
+  auto r = recommend({max, 4, 1, 0, 10, 1, 5});
+  EXPECT_EQ(r.replicas, 6) << "wants the maximum 10, 5 free GPUs add 5; the old code said 0";
+  EXPECT_TRUE(r.capped_by_gpus);
+  EXPECT_EQ(recommend({max, 1, 1, 0, max, 1, max}).replicas, max);
+  EXPECT_EQ(recommend({max - 1, max, 1, 0, 10, 1, 5}).replicas, 1) << "ceil((max-1)/max) = 1";
+  EXPECT_EQ(recommend({max, 1, max - 1, 0, max, 1, max}).replicas, max)
+      << "current + free saturate";
+  Stabilizer st;
+  EXPECT_EQ(st.stabilize(max, max - 1, std::chrono::steady_clock::now()), max)
+      << "current + step saturates";
+}
+
+TEST(AutoscaleQuantities, CountsAsKubernetesWritesThem) {
+  auto d = deployment_view(deployment(0, 1), "nvidia.com/gpu").value();
+  json k = gpu_node("k", 0), e = gpu_node("e", 0), milli = gpu_node("m", 0);
+  k["status"]["allocatable"]["nvidia.com/gpu"] = "1k";
+  e["status"]["allocatable"]["nvidia.com/gpu"] = "1e3";
+  milli["status"]["allocatable"]["nvidia.com/gpu"] = "2000m";
+  auto c = free_capacity({k, e, milli}, {}, d, "nvidia.com/gpu");
+  EXPECT_EQ(c.free_gpus, 2002) << "the old reader said 0 for each";
+  EXPECT_TRUE(c.unreadable.empty());
+
+  json half = gpu_node("half", 0);
+  half["status"]["allocatable"]["nvidia.com/gpu"] = "500m";
+  json junk = gpu_node("junk", 0);
+  junk["status"]["allocatable"]["nvidia.com/gpu"] = "lots";
+  auto bad = free_capacity({half, junk, gpu_node("ok", 1)}, {}, d, "nvidia.com/gpu");
+  EXPECT_EQ(bad.free_gpus, 1);
+  ASSERT_EQ(bad.unreadable.size(), 2u);
+  EXPECT_EQ(bad.unreadable[0].object, "node half");
+  EXPECT_NE(bad.unreadable[0].why.find("not a whole number"), std::string::npos)
+      << bad.unreadable[0].why;
+  EXPECT_EQ(bad.unreadable[1].object, "node junk");
+  EXPECT_NE(bad.unreadable[1].why.find("'lots'"), std::string::npos) << bad.unreadable[1].why;
+
+  // A bound pod whose request does not parse: its node's GPUs count as taken, and it is named.
+  json odd = pod("odd", "a", 0, "Running", json::object());
+  odd["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1.5.5";
+  auto p = free_capacity({gpu_node("a", 4), gpu_node("b", 1)}, {odd}, d, "nvidia.com/gpu");
+  EXPECT_EQ(p.free_gpus, 1) << "a counts as full, not as 4 free (the old reader: 0 requested)";
+  ASSERT_EQ(p.unreadable.size(), 1u);
+  EXPECT_EQ(p.unreadable[0].object, "pod video/odd");
+
+  json template_half = deployment(1, 1);
+  template_half["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+               ["nvidia.com/gpu"] = "500m";
+  auto t = deployment_view(template_half, "nvidia.com/gpu");
+  ASSERT_FALSE(t) << "the old reader took 500m as 0 GPUs";
+  EXPECT_NE(t.error().message.find("video/deepstream"), std::string::npos) << t.error().message;
+}
+
+TEST_F(AutoscaleController, ATenantsUnschedulablePodDoesNotFreezeScaleUpAndIsNamedOnce) {
+  // Fixture: 4 GPUs on gpu=true nodes, 1 running, 1 pending that fits: 2 free, 40 streams want 5.
+  struct Case {
+    json pod;
+    const char* kind;
+  } cases[] = {
+      {tenant_pod("blocker", 64), "request"},
+      {tenant_pod("blocker", 2, {{"nodeSelector", {{"zone", "nowhere"}}}}), "nodeSelector"},
+      {tenant_pod("blocker", 2, {{"affinity", affinity({term({req("gpu", "DoesNotExist")})})}}),
+       "nodeAffinity"},
+  };
+  size_t named_before = 0;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.kind);
+    m_api.apply("/api/v1/pods", c.pod);
+    m_api.set_versioned(
+        kScale,
+        {{"kind", "Scale"}, {"metadata", {{"name", "deepstream"}}}, {"spec", {{"replicas", 1}}}});
+    Controller ctl(*m_kube, m_opt, streams_from_configmap(*m_kube, "video/streams:count"),
+                   cluster_from_lists(*m_kube, m_opt.node_selector), m_events, std::nullopt);
+    auto t0 = std::chrono::steady_clock::now();
+    auto s = ctl.step(t0);
+    ASSERT_TRUE(s.result) << s.error->message;
+    EXPECT_EQ(s.result->free_gpus, 2) << "the old code read 0 and froze";
+    EXPECT_EQ(s.result->desired, 3);
+    EXPECT_EQ(replicas(), 3);
+    ASSERT_TRUE(ctl.step(t0 + 15s).result);
+    auto named = notes_of(m_api.posted(kEvents), "PendingPodNotCounted");
+    ASSERT_EQ(named.size(), named_before + 1) << "one Event per pod and reason, not per period";
+    named_before = named.size();
+    const json& e = named.back();
+    EXPECT_EQ(e["type"], "Normal");
+    EXPECT_EQ(e["regarding"]["name"], "deepstream");
+    EXPECT_NE(e["note"].get<std::string>().find("pod tenant/blocker: requests"), std::string::npos)
+        << e["note"];
+  }
+}
+
+TEST_F(AutoscaleController, ATaintedPoolKeepsATenantsPodOutOfTheDemand) {
+  json tainted = {
+      {"taints", {{{"key", "dedicated"}, {"value", "video"}, {"effect", "NoExecute"}}}}};
+  m_api.apply("/api/v1/nodes", gpu_node("gpu-1", 2, tainted));
+  m_api.apply("/api/v1/nodes", gpu_node("gpu-2", 2, tainted));
+  auto d = m_api.object(kDeployment);
+  d["spec"]["template"]["spec"]["tolerations"] = {{{"key", "dedicated"}, {"operator", "Exists"}}};
+  m_api.set_versioned(kDeployment, d);
+  m_api.apply("/api/v1/pods", tenant_pod("blocker", 2));
+  Controller ctl(*m_kube, m_opt, streams_from_configmap(*m_kube, "video/streams:count"),
+                 cluster_from_lists(*m_kube, m_opt.node_selector), m_events, std::nullopt);
+  auto s = ctl.step(std::chrono::steady_clock::now());
+  ASSERT_TRUE(s.result) << s.error->message;
+  EXPECT_EQ(s.result->free_gpus, 3) << "the fixture's pending pod cannot land either; old: 0";
+  EXPECT_EQ(s.result->desired, 4);
+  auto named = notes_of(m_api.posted(kEvents), "PendingPodNotCounted");
+  ASSERT_EQ(named.size(), 2u);
+  for (const auto& e : named)
+    EXPECT_NE(e["note"].get<std::string>().find("taint dedicated=video:NoExecute not tolerated"),
+              std::string::npos)
+        << e["note"];
+}
+
+TEST_F(AutoscaleController, OverflowingQuantitiesAndStreamsDoNotScaleWrong) {
+  // Two Pending pods of INT64_MAX GPUs: 1 free GPU became 3 (it scaled 1 -> 4).
+  m_api.apply("/api/v1/nodes", gpu_node("gpu-2", 2, {{"unschedulable", true}}));
+  json big = tenant_pod("big-1", 0);
+  big["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "9223372036854775807";
+  m_api.apply("/api/v1/pods", big);
+  big["metadata"]["name"] = "big-2";
+  m_api.apply("/api/v1/pods", big);
+  m_api.remove("/api/v1/pods", "video", "pending");
+  auto r = once();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->free_gpus, 1) << "gpu-1: 2 - 1 running";
+  EXPECT_EQ(r->desired, 2);
+  // A stream count of INT64_MAX scaled to 0.
+  m_api.set("/api/v1/namespaces/video/configmaps/streams", 200,
+            R"({"data":{"count":"9223372036854775807"}})");
+  m_stab = Stabilizer();  // no earlier recommendation to hold a scale-down
+  auto s = once();
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_GE(s->desired, s->current) << "the old code scaled to 0";
+  EXPECT_GT(replicas(), 0);
+}
+
+TEST_F(AutoscaleController, AnUnreadableQuantityIsAWarningNamingThePod) {
+  json odd = tenant_pod("odd", 0);
+  odd["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots";
+  m_api.apply("/api/v1/pods", odd);
+  Controller ctl(*m_kube, m_opt, streams_from_configmap(*m_kube, "video/streams:count"),
+                 cluster_from_lists(*m_kube, m_opt.node_selector), m_events, std::nullopt);
+  auto s = ctl.step(std::chrono::steady_clock::now());
+  ASSERT_TRUE(s.result) << s.error->message;
+  ASSERT_EQ(s.result->capacity.unreadable.size(), 1u);
+  auto warned = notes_of(m_api.posted(kEvents), "UnreadableQuantity");
+  ASSERT_EQ(warned.size(), 1u);
+  EXPECT_EQ(warned[0]["type"], "Warning");
+  EXPECT_NE(warned[0]["note"].get<std::string>().find("pod tenant/odd"), std::string::npos)
+      << warned[0]["note"];
+  EXPECT_NE(warned[0]["note"].get<std::string>().find("'lots'"), std::string::npos)
+      << warned[0]["note"];
+  // The Deployment's own template: the reconcile stops, naming it, and writes nothing.
+  auto d = m_api.object(kDeployment);
+  d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1x";
+  m_api.set_versioned(kDeployment, d);
+  int puts = m_api.puts();
+  auto bad = once();
+  ASSERT_FALSE(bad) << "the old reader took '1x' as 0 and said the template requests none";
+  EXPECT_NE(bad.error().message.find("'1x'"), std::string::npos) << bad.error().message;
+  EXPECT_EQ(m_api.puts(), puts);
 }

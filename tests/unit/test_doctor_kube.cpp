@@ -6,6 +6,7 @@
 #include "doctor/checks.hpp"
 #include "doctor/gather.hpp"
 #include "kube/client.hpp"
+#include "kube/quantity.hpp"
 #include "support/fake_node.hpp"
 #include "support/test_api_server.hpp"
 #include "support/test_support.hpp"
@@ -178,12 +179,17 @@ TEST(KubeConfig, InClusterNeedsTheServiceAccount) {
   EXPECT_NE(c.error().message.find("not in a pod"), std::string::npos);
 }
 
-TEST(KubeQuantity, WholeNumbersAsTheApiWritesThem) {
-  auto list = nlohmann::json::parse(R"({"nvidia.com/gpu": "2", "a": 3, "cpu": "500m", "b": null})");
-  EXPECT_EQ(resource_quantity(list, "nvidia.com/gpu"), 2);
-  EXPECT_EQ(resource_quantity(list, "a"), 3);
-  EXPECT_EQ(resource_quantity(list, "cpu"), 0) << "not a whole number";
-  EXPECT_EQ(resource_quantity(list, "b"), 0);
-  EXPECT_EQ(resource_quantity(list, "missing"), 0);
-  EXPECT_EQ(resource_quantity(nlohmann::json::array(), "x"), 0);
+TEST(KubeQuantity, CountsAsTheApiWritesThemAndNeverZeroForWhatItCannotRead) {
+  auto list = nlohmann::json::parse(
+      R"({"nvidia.com/gpu": "2", "a": 3, "k": "1k", "cpu": "500m", "b": null, "bad": "lots"})");
+  EXPECT_EQ(resource_count(list, "nvidia.com/gpu").value(), 2);
+  EXPECT_EQ(resource_count(list, "a").value(), 3);
+  EXPECT_EQ(resource_count(list, "k").value(), 1000) << "the old reader said 0";
+  EXPECT_EQ(resource_count(list, "missing").value(), 0) << "absent is none requested";
+  EXPECT_EQ(resource_count(nlohmann::json::array(), "x").value(), 0);
+  for (const char* key : {"cpu", "b", "bad"}) {
+    auto n = resource_count(list, key);
+    ASSERT_FALSE(n) << key << " read as " << *n << "; the old reader said 0";
+    EXPECT_NE(n.error().message.find(key), std::string::npos) << n.error().message;
+  }
 }

@@ -24,6 +24,7 @@
 //   api <url>                                  (the kubeconfig is written)
 //   node <name> allocatable <n>
 //   pod <name> created
+//   pod <name> foreign                         (a --foreign-pod, published)
 //   pod <name> pending Unschedulable <the scheduler's message>
 //   pod <name> bound <node>
 //   pod <name> ids <id>[,<id>...]
@@ -79,6 +80,7 @@ struct Options {
   int timeout_s = 30;
   int limit_s = 600;
   std::vector<std::string> exec;
+  std::vector<json> foreign_pods;  // --foreign-pod: other teams' pods, never scheduled here
 };
 
 // A quantity of a countable resource ("1", or a bare number); anything else counts as none.
@@ -171,6 +173,16 @@ class Cluster {
                          {{"nodeName", m_opt.node},
                           {"containers", {{{"name", "device-plugin"}, {"image", "gpufence"}}}}}},
                         {"status", {{"phase", "Running"}}}});
+    // Other teams' pods this node's scheduler never places (a nodeSelector no node has, more
+    // GPUs than any node): Pending and unbound for good, as kube-scheduler leaves them.
+    for (json p : m_opt.foreign_pods) {
+      p["status"] = {
+          {"phase", "Pending"},
+          {"conditions",
+           {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}}}}};
+      m_api.apply(kPods, p);
+      std::cout << "pod " << p["metadata"].value("name", "") << " foreign" << std::endl;
+    }
     std::cout << "node " << m_opt.node << " allocatable " << m_allocatable << std::endl;
   }
 
@@ -447,8 +459,20 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", opt.timeout_s, "Seconds per step")->capture_default_str();
   app.add_option("--limit", opt.limit_s, "Seconds to run at most without the stop file")
       ->capture_default_str();
+  std::vector<std::string> foreign;
+  app.add_option("--foreign-pod", foreign,
+                 "A pod object (JSON) of another namespace, published Pending and never scheduled")
+      ->allow_extra_args(false);  // one value per flag: the `--` and the command stay theirs
   app.add_option("exec", opt.exec, "After --: the command ExecSync runs in each new pod");
   CLI11_PARSE(app, argc, argv);
+  for (const auto& text : foreign) {
+    json p = json::parse(text, nullptr, false);
+    if (!p.is_object() || !p.contains("metadata") || !p["metadata"].is_object()) {
+      std::cerr << "gpufence-test-cluster: --foreign-pod wants a pod object as JSON\n";
+      return 2;
+    }
+    opt.foreign_pods.push_back(std::move(p));
+  }
   auto slash = opt.deployment.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == opt.deployment.size()) {
     std::cerr << "gpufence-test-cluster: --deployment wants NAMESPACE/NAME\n";
