@@ -546,7 +546,8 @@ TEST(ContainerdCheck, PodAnnotationPatternsAsPathMatchSeesThem) {
   runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
   runtime_type = "io.containerd.runc.v2"
-  pod_annotations = [')", p, R"(']
+  pod_annotations = [')",
+                           p, R"(']
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
     BinaryName = "/usr/local/bin/gpufence-runtime"
 )");
