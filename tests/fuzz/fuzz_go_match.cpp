@@ -4,8 +4,8 @@
 //  - the port of match.go and the automaton behind go_path_match_with_prefix agree on
 //    every ASCII name: with the name as the prefix, the search answers the name itself exactly
 //    when Match accepts it;
-//  - "no string with this prefix matches" survives brute force over every suffix of up to three
-//    characters drawn from the pattern's own ASCII bytes, '/' and 'x';
+//  - "no string with this prefix matches" (searched over suffixes of the pattern's own ASCII
+//    bytes, '/' and 'x') survives brute force over every such suffix of up to three characters;
 //  - a "yes" carries a witness that Match accepts (checked inside; a disagreement is an
 //    Errc::internal error, which aborts here);
 //  - validity does not depend on the name: a malformed pattern errs for every name.
@@ -46,7 +46,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (direct.has_value() != other.has_value()) std::abort();  // validity is the pattern's alone
   if (!is_ascii(prefix)) return 0;
 
-  auto search = go_path_match_with_prefix(pattern, prefix, {}, kMaxStates);
+  // The suffixes searched and brute-forced alike: the pattern's own ASCII bytes, '/' and 'x'.
+  std::set<char> letters = {'/', 'x'};
+  for (char c : pattern)
+    if (static_cast<unsigned char>(c) < 0x80 && letters.size() < 8) letters.insert(c);
+  const std::string alphabet(letters.begin(), letters.end());
+  auto search = go_path_match_with_prefix(pattern, prefix, {alphabet, 0}, kMaxStates);
   if (!search) {
     if (search.error().code == Errc::internal) std::abort();
     if (search.error().code == Errc::parse && direct) std::abort();
@@ -57,9 +62,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (accepts_prefix != *direct) std::abort();
   if (search->has_value()) return 0;
 
-  std::set<char> letters = {'/', 'x'};
-  for (char c : pattern)
-    if (static_cast<unsigned char>(c) < 0x80 && letters.size() < 8) letters.insert(c);
   std::vector<std::string> suffixes = {""};
   for (int len = 0; len <= 3; ++len) {
     std::vector<std::string> longer;
@@ -67,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto m = go_path_match(pattern, std::string(prefix) + s);
       if (m && *m) std::abort();  // a match the search said did not exist
       if (len < 3)
-        for (char c : letters) longer.push_back(s + c);
+        for (char c : alphabet) longer.push_back(s + c);
     }
     suffixes = std::move(longer);
   }
