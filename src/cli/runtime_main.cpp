@@ -48,8 +48,9 @@ constexpr const char* kUsage =
 // A refused create: one line on stderr (direct use) and, when containerd passed --log, the same
 // message where containerd reads the runtime's error from (docs/containerd-runtime.md).
 int refuse(const RuncInvocation& inv, const std::string& why) {
-  std::string msg =
-      "gpufence-runtime: refusing to create container " + inv.container_id + ": " + why;
+  std::string msg = inv.container_id.empty() ? "gpufence-runtime: refusing the command line: " + why
+                                             : "gpufence-runtime: refusing to create container " +
+                                                   inv.container_id + ": " + why;
   std::cerr << msg << "\n";
   if (!inv.log_path.empty()) {
     auto line = runc_log_line(inv.log_format, "error", msg, std::chrono::system_clock::now());
@@ -84,14 +85,13 @@ int run(int argc, char** argv) {
   // Our own OCI hooks, added to specs by the create path below.
   if (!args.empty() && args[0] == "hook")
     return run_hook(std::vector<std::string>(args.begin() + 1, args.end()));
-  auto inv = parse_runc_args(args);
-  if (!inv) {
-    std::cerr << "gpufence-runtime: " << inv.error().message << "\n";
-    return 1;
-  }
+  // Fails closed: a command line runc 1.1 would reject is not passed on, so no reading of it
+  // can differ from runc's about which bundle is created.
+  const RuncInvocation inv = parse_runc_args(args);
+  if (!inv.unreadable.empty()) return refuse(inv, inv.unreadable);
 
   auto config = load_runtime_config();
-  if (!inv->edits_spec()) {
+  if (!inv.edits_spec()) {
     // No isolation at stake: state/start/kill/delete must keep working even with a broken
     // config, or containers could never be cleaned up.
     std::string low_level = config ? config->low_level_runtime : RuntimeConfig{}.low_level_runtime;
@@ -106,7 +106,7 @@ int run(int argc, char** argv) {
     exec_runtime(*path, argc, argv);
   }
 
-  if (!config) return refuse(*inv, config.error().message);
+  if (!config) return refuse(inv, config.error().message);
   auto level = parse_log_level(config->log_level);
   Logger log(level ? *level : LogLevel::info);
   if (!config->log_file.empty()) {
@@ -118,11 +118,11 @@ int run(int argc, char** argv) {
   auto runtime_path = resolve_low_level_runtime(config->low_level_runtime);
   if (!runtime_path) {
     log.error("runtime.refused",
-              {{"container", inv->container_id}, {"error", runtime_path.error().message}});
-    return refuse(*inv, runtime_path.error().message);
+              {{"container", inv.container_id}, {"error", runtime_path.error().message}});
+    return refuse(inv, runtime_path.error().message);
   }
   std::string exe = self_exe();
-  if (exe.empty()) return refuse(*inv, "cannot read /proc/self/exe for the hooks it adds");
+  if (exe.empty()) return refuse(inv, "cannot read /proc/self/exe for the hooks it adds");
 
   ShimContext ctx{*config, log,
                   [&]() -> Result<std::unique_ptr<GpuInventory>> {
@@ -132,19 +132,19 @@ int run(int argc, char** argv) {
                     return std::unique_ptr<GpuInventory>(std::move(*nvml));
                   },
                   exe};
-  auto decision = prepare_bundle(*inv, ctx);
+  auto decision = prepare_bundle(inv, ctx);
   if (!decision) {
-    log.error("runtime.refused", {{"container", inv->container_id},
-                                  {"bundle", inv->bundle},
+    log.error("runtime.refused", {{"container", inv.container_id},
+                                  {"bundle", inv.bundle},
                                   {"error", decision.error().message}});
-    return refuse(*inv, decision.error().message);
+    return refuse(inv, decision.error().message);
   }
   if (!decision->ignored.empty()) {
     log.info("runtime.ignored",
              {{"container", decision->container_id}, {"what", join(decision->ignored, "; ")}});
   }
   log.info("runtime.decision", {{"container", decision->container_id},
-                                {"command", inv->subcommand},
+                                {"command", inv.subcommand},
                                 {"channel", std::string(channel_name(decision->channel))},
                                 {"privileged", decision->privileged ? "true" : "false"},
                                 {"passthrough", decision->passthrough ? "true" : "false"},

@@ -1,6 +1,5 @@
 #include "containerd/config.hpp"
 
-#include <fnmatch.h>
 #include <glob.h>
 #include <unistd.h>
 
@@ -8,8 +7,10 @@
 #include <filesystem>
 #include <set>
 
+#include "common/go_match.hpp"
 #include "common/strings.hpp"
 #include "containerd/cdi_specs.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 namespace {
@@ -158,24 +159,26 @@ const toml::table* inherit_base_runtime(const ContainerdConfig& cfg, std::string
   return nullptr;
 }
 
+std::optional<std::string> pod_annotation_cdi_witness(std::string_view pattern) {
+  // The keys a pod can carry under the prefix: the API server admits only qualified names
+  // (apimachinery ValidateAnnotations -> IsQualifiedName: a name of [-._a-zA-Z0-9], at least one
+  // character), so the search runs over those characters (its witness is a key a pod can send).
+  // Not searched: the alphanumeric first and last character and the 63-character limit (so it
+  // can only over-report), and U+212A KELVIN SIGN, which ValidateAnnotations admits because it
+  // lower-cases the key to 'k' first (docs/containerd-setup.md).
+  static constexpr std::string_view kNameCharacters =
+      "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ-._";
+  auto witness = go_path_match_with_prefix(pattern, kCdiAnnotationPrefix, {kNameCharacters, 1});
+  if (witness) return *witness;
+  // containerd ignores Match's error (`ok, _ := path.Match(pattern, key)`): a malformed pattern
+  // passes no annotation at all.
+  if (witness.error().code == Errc::parse) return std::nullopt;
+  // Undecided (a pattern needing a huge search): fail closed, as if it let the prefix through.
+  return cat(kCdiAnnotationPrefix, "<undecided: ", witness.error().message, ">");
+}
+
 bool pod_annotation_pattern_admits_cdi(std::string_view pattern) {
-  // An annotation key has at most one '/' (prefix/name), and path.Match never lets '*', '?' or
-  // a class match '/': the pattern must be "<segment matching cdi.k8s.io>/<anything>".
-  std::string p(pattern);
-  size_t slash = std::string::npos;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == '\\') {
-      ++i;
-      continue;
-    }
-    if (p[i] == '/') {
-      if (slash != std::string::npos) return false;
-      slash = i;
-    }
-  }
-  if (slash == std::string::npos || slash + 1 >= p.size()) return false;
-  std::string first = p.substr(0, slash);
-  return ::fnmatch(first.c_str(), "cdi.k8s.io", FNM_PATHNAME) == 0;
+  return pod_annotation_cdi_witness(pattern).has_value();
 }
 
 CdiSettings cdi_settings(const ContainerdConfig& cfg) {
@@ -438,12 +441,14 @@ std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,
     if (!gpu_handler && !runs_gpufence) continue;
     check_bypass(h, where, out);
     for (const auto& pattern : h.pod_annotations) {
-      if (!pod_annotation_pattern_admits_cdi(pattern)) continue;
+      auto forged = pod_annotation_cdi_witness(pattern);
+      if (!forged) continue;
       out.push_back(
           {"containerd.pod-annotations-cdi", Severity::error,
            cat("runtime '", h.name, "' copies pod annotations matching \"", pattern,
-               "\" into container specs: any pod can write a cdi.k8s.io/ annotation and "
-               "gpufence-runtime would take it for the device plugin's allocation"),
+               "\" into container specs: any pod can write a cdi.k8s.io/ annotation (e.g. \"",
+               *forged,
+               "\") and gpufence-runtime would take it for the device plugin's allocation"),
            cat(where, " pod_annotations = [..., \"", pattern, "\", ...]"),
            cat("remove \"", pattern, "\" from pod_annotations of [",
                runtime_table_name(cfg.version, h.name),

@@ -53,8 +53,13 @@ const toml::table* inherit_base_runtime(const ContainerdConfig& cfg, std::string
                                         std::string* chosen = nullptr);
 
 // Whether a containerd `pod_annotations` pattern lets a pod annotation under cdi.k8s.io/ through
-// to the container spec. containerd matches with Go's path.Match (pkg/cri/server helpers:
-// getPassthroughAnnotations), where '*' and '?' never match '/': see docs/containerd-setup.md.
+// to the container spec: containerd matches each pod annotation key with Go's path.Match and
+// ignores its error (getPassthroughAnnotations, internal/cri/util/util.go in 2.x, pkg/cri/server
+// helpers.go in 1.7), so the judgement is go_path_match's, exactly (common/go_match.hpp; a
+// malformed pattern passes nothing). The witness is a key such a pattern lets through; a pattern
+// too complex to decide yields a placeholder witness (fail closed). The one definition used by
+// check-containerd, the doctor and setup containerd (docs/containerd-setup.md).
+std::optional<std::string> pod_annotation_cdi_witness(std::string_view pattern);
 bool pod_annotation_pattern_admits_cdi(std::string_view pattern);
 
 // The CRI plugin's CDI settings: enable_cdi (default off in containerd 1.7 with versions 1-2, on

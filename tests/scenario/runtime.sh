@@ -602,6 +602,74 @@ PY
     "$shim" state x >/dev/null 2>"$work/err"
     check "refuses to exec itself" grep -q "is gpufence-runtime itself" "$work/err"
     ;;
+  argv-bundle-after-id)
+    # runc 1.1 reads flags after the container id (urfave/cli's reorderArgs): `run ID --bundle B`
+    # runs B. The shim must edit B, not the config.json of the directory it was started in.
+    decoy=$(new_bundle decoy privileged "" "" "")
+    b=$(new_bundle c1 privileged '"NVIDIA_VISIBLE_DEVICES=all"' "$(gf_marker_mount $GPU1)" "")
+    cp "$decoy/config.json" "$work/decoy-before.json"
+    ids+=(after1 after2)
+    out=$(cd "$decoy" && "$shim" --root "$state" run after1 --bundle "$b" 2>"$work/after1.err")
+    check "GPU 1 (the allocation) opens" has_line "$out" "/dev/nvidia1 ENXIO"
+    check "GPU 0 is absent from the bundle runc ran" has_line "$out" "/dev/nvidia0 ENOENT"
+    check "the working directory's config.json is untouched" cmp -s "$decoy/config.json" "$work/decoy-before.json"
+    # Both forms of one flag: runc rejects the line; the shim refuses it, saying runc's reason.
+    (cd "$decoy" && "$shim" --root "$state" --log "$work/log2.json" --log-format json run after2 \
+      --bundle "$b" -b "$decoy") </dev/null >/dev/null 2>"$work/after2.err"
+    check "--bundle with -b refused" grep -q "Cannot use two forms of the same flag: b bundle" "$work/after2.err"
+    check "the refusal reaches the --log file" grep -q '"level":"error","msg":"gpufence-runtime: refusing the command line: runc 1.1 rejects the flags of .run.: Cannot use two forms' "$work/log2.json"
+    check "runc never ran after2" bash -c "! runc --root '$state' state after2 >/dev/null 2>&1"
+    ;;
+  argv-matches-runc)
+    # Random command lines, each given to the runc installed here and to the shim, from an
+    # empty directory, with bundles that do not exist: runc names the bundle it chdir'd to (or
+    # says it found no config.json in the working directory, or rejects the line, or prints
+    # help); the shim names the config.json it could not open, or refuses the line, or passes
+    # help on. Both must agree on every line.
+    cwd=$work/cwd
+    mkdir -p "$cwd"
+    vocab=(--bundle --bundle --bundle -b -b --bundle=/v1 -b=/v2 /v3 /v3 /v4 -- -- - --no-pivot
+      --no-pivot=false --pid-file /p --help=false -h --detach -d --bogus ---bundle -x rel id2)
+    reading() {  # reading OUTPUT RC: bundle:<path> | refused | help
+      local out=$1 rc=$2 p
+      if p=$(grep -oE 'chdir .*: no such file or directory' <<<"$out" | head -1) && [ -n "$p" ]; then
+        p=${p#chdir }; p=${p%: no such file or directory}
+        [ "${p:0:1}" = / ] || p=$cwd/$p
+        echo "bundle:$p"
+      elif grep -q 'JSON specification file config.json not found' <<<"$out"; then
+        echo "bundle:$cwd"
+      elif p=$(grep -oE 'open .*/config\.json: No such file or directory' <<<"$out" | head -1) && [ -n "$p" ]; then
+        p=${p#open }; echo "bundle:${p%/config.json: No such file or directory}"
+      elif grep -qE 'Incorrect Usage|requires exactly|runc 1\.1 re(jects|quires)' <<<"$out"; then
+        echo refused
+      elif [ "$rc" = 0 ] && grep -q '^USAGE:' <<<"$out"; then
+        echo help
+      else
+        echo "other(rc=$rc): $(head -c 300 <<<"$out" | tr '\n' ' ')"
+      fi
+    }
+    RANDOM=16
+    agree=0 n=0 kinds=()
+    for i in $(seq 1 300); do
+      cmd=create; [ $((RANDOM % 4)) = 0 ] && cmd=run
+      # Random flags and values, and (mostly) one container id somewhere among them.
+      tokens=()
+      for j in $(seq 1 $((RANDOM % 6))); do tokens+=("${vocab[RANDOM % ${#vocab[@]}]}"); done
+      at=$((RANDOM % (${#tokens[@]} + 1)))
+      form=("$cmd" "${tokens[@]:0:at}")
+      [ $((RANDOM % 8)) = 0 ] || form+=(id1)
+      form+=("${tokens[@]:at}")
+      r_out=$(cd "$cwd" && runc --root "$state/r" "${form[@]}" </dev/null 2>&1); r_rc=$?
+      s_out=$(cd "$cwd" && "$shim" --root "$state/s" "${form[@]}" </dev/null 2>&1); s_rc=$?
+      r=$(reading "$r_out" $r_rc); s=$(reading "$s_out" $s_rc)
+      n=$((n + 1)); kinds+=("${r%%:*}")
+      if [ "$r" = "$s" ]; then agree=$((agree + 1)); else
+        echo "  differ: ${form[*]}"; echo "    runc:  $r"; echo "    shim:  $s"
+      fi
+    done
+    echo "  $agree of $n command lines read alike; runc's readings: $(printf '%s\n' "${kinds[@]}" | sort | uniq -c | tr -s ' \n' ' ')"
+    check "gpufence-runtime reads every line as runc $(runc --version | head -1 | cut -d' ' -f3) does" test "$agree" = "$n"
+    ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 

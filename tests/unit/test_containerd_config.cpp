@@ -461,13 +461,16 @@ TEST(ContainerdRealConfigs, InheritedPodAnnotationsAdmittingCdiAreDropped) {
   FakeFiles fs;
   std::string text = fixture("crun-default-systemd.toml");
   const std::string from = "[\"io.kubernetes.cri-o.*\"]";
-  text.replace(text.find(from), from.size(), "[\"cdi.k8s.io/*\", \"x.io/*\"]");
+  text.replace(text.find(from), from.size(),
+               "[\"cdi.k8s.io/*\", \"x.io/*\", 'cdi.k8s.io\\/*', \"cdi.k8s.io[/]*\", "
+               "\"cdi.k8s.io[^a]*\", \"cdi*[./]*\"]");
   auto plan = plan_for(fs, text);
   auto h = handler_doc(plan.changes.at(0).new_text);
   auto* pods = h["pod_annotations"].as_array();
   ASSERT_TRUE(pods);
-  ASSERT_EQ(pods->size(), 1u);
+  ASSERT_EQ(pods->size(), 2u) << plan.changes.at(0).new_text;
   EXPECT_EQ((*pods)[0].value_or(std::string()), "x.io/*");
+  EXPECT_EQ((*pods)[1].value_or(std::string()), "cdi*[./]*") << "passes no cdi.k8s.io/ key";
 }
 
 TEST(ContainerdCheck, HandlersThatBypassBinaryName) {
@@ -508,11 +511,21 @@ TEST(ContainerdCheck, HandlersThatBypassBinaryName) {
 
 TEST(ContainerdCheck, PodAnnotationPatternsAsPathMatchSeesThem) {
   for (auto p : {"cdi.k8s.io/*", "*/*", "cdi.*/*", "cdi.k8s.io/nvidia.com_gpu", "c?i.k8s.io/x",
-                 "[c]di.k8s.io/*"})
+                 "[c]di.k8s.io/*",
+                 // Issue 16: forms Go's path.Match accepts that the old check missed.
+                 "cdi.k8s.io\\/*", "cdi.k8s.io[/]*", "cdi.k8s.io[^a]*", "[a-d]di.k8s.io/x",
+                 "cdi.k8s.io[!-0]*", "\\c\\d\\i.k8s.io/*", "*.io[/]?", "*[/]*"})
     EXPECT_TRUE(pod_annotation_pattern_admits_cdi(p)) << p;
   for (auto p : {"*", "cdi.k8s.io", "io.katacontainers.*", "cdi.k8s.io/", "*/*/*", "example.com/*",
-                 "cdi.k8s.ioo/*"})
+                 "cdi.k8s.ioo/*", "cdi.k8s.io[^/]*", "cdi.k8s.io?*",
+                 // Malformed: containerd drops Match's error, so it passes nothing.
+                 "cdi.k8s.io/[", "cdi.k8s.io/\\",
+                 // Leftmost commit: the class takes the '.' after "cdi", and '*' cannot cross '/'.
+                 "cdi*[./]*"})
     EXPECT_FALSE(pod_annotation_pattern_admits_cdi(p)) << p;
+  // The finding names a key the pattern lets through.
+  EXPECT_EQ(pod_annotation_cdi_witness("cdi.k8s.io[/]*"), "cdi.k8s.io/a");
+  EXPECT_EQ(pod_annotation_cdi_witness("cdi.k8s.io/nvidia.com_gpu"), "cdi.k8s.io/nvidia.com_gpu");
   auto cfg = parse(R"(version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
@@ -526,6 +539,22 @@ TEST(ContainerdCheck, PodAnnotationPatternsAsPathMatchSeesThem) {
   ASSERT_EQ(ids(f), std::vector<std::string>{"containerd.pod-annotations-cdi"});
   EXPECT_EQ(f[0].severity, Severity::error);
   EXPECT_NE(f[0].fix.find("remove \"cdi.k8s.io/*\""), std::string::npos);
+  // Every form issue 16 named is reported by check-containerd (and so by the doctor).
+  for (std::string p : {"cdi.k8s.io\\/*", "cdi.k8s.io[/]*", "cdi.k8s.io[^a]*"}) {
+    std::string text = cat(R"(version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  pod_annotations = [')",
+                           p, R"(']
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+    BinaryName = "/usr/local/bin/gpufence-runtime"
+)");
+    auto found = check_containerd_config(parse(text), {{"nvidia"}, nullptr, false});
+    ASSERT_EQ(ids(found), std::vector<std::string>{"containerd.pod-annotations-cdi"}) << p;
+    EXPECT_NE(found[0].summary.find("e.g. \"cdi.k8s.io/"), std::string::npos) << found[0].summary;
+  }
 }
 
 TEST(ContainerdCheck, CdiOnWithoutAGpuSpec) {

@@ -165,6 +165,11 @@ TEST_F(DoctorContainerd, PodAnnotationsThatAdmitCdiAreAnError) {
   EXPECT_FALSE(fired("containerd.pod-annotations-cdi"));
   config("", "pod_annotations = [\"cdi.k8s.io/*\"]\n");
   EXPECT_TRUE(fired("containerd.pod-annotations-cdi"));
+  // Forms only Go's path.Match sees (issue 16).
+  for (const char* p : {"'cdi.k8s.io\\/*'", "\"cdi.k8s.io[/]*\"", "\"cdi.k8s.io[^a]*\""}) {
+    config("", cat("pod_annotations = [", p, "]\n"));
+    EXPECT_TRUE(fired("containerd.pod-annotations-cdi")) << p;
+  }
 }
 
 TEST_F(DoctorContainerd, CdiOnWithoutAGpuSpec) {
