@@ -39,12 +39,26 @@ sed 's|^\[log\]|[runtime]\nlow_level = "/bin/true"\n[log]|' "$work/runtime.toml"
 GPUFENCE_RUNTIME_CONFIG=$work/edit-only.toml "$shim" create --bundle "$b" edit-only
 cp "$b/config.json" "$work/edited.json"
 cmp -s "$work/edited.json" "$work/pristine.json" && { echo "the shim did not edit the spec" >&2; exit 1; }
+# The same edited spec without the cgroup-mounts hook (one more exec at create, for every
+# unprivileged spec with a bind mount): plain runc on it is a fourth side, so the hook's own cost
+# reads as the difference between the two plain-runc sides.
+python3 - "$work/edited.json" "$work/edited-nohook.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+hooks = spec.get("hooks", {}).get("createContainer", [])
+spec.setdefault("hooks", {})["createContainer"] = [h for h in hooks if "cgroup-mounts" not in h.get("args", [])]
+json.dump(spec, open(sys.argv[2], "w"))
+PY
 
 now_us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
 # lifecycle RUNTIME ID: prints "create start wait delete" in microseconds.
 lifecycle() {
   local rt=$1 id=$2 t0 t1 t2 t3 t4 pid
-  if [ "$rt" = runc ]; then cp "$work/edited.json" "$b/config.json"; else cp "$work/pristine.json" "$b/config.json"; fi
+  case $rt in
+    runc) cp "$work/edited.json" "$b/config.json" ;;
+    runc-nohook) rt=runc; cp "$work/edited-nohook.json" "$b/config.json" ;;
+    *) cp "$work/pristine.json" "$b/config.json" ;;
+  esac
   t0=$(now_us)
   "$rt" --root "$work/state" --log "$b/log.json" --log-format json create --bundle "$b" \
     --pid-file "$b/init.pid" "$id" </dev/null >/dev/null
@@ -63,9 +77,10 @@ lifecycle() {
 before=${BEFORE:-}
 lifecycle runc warm-a >/dev/null; lifecycle "$shim" warm-b >/dev/null
 [ -n "$before" ] && lifecycle "$before" warm-c >/dev/null
-: > "$work/runc.txt"; : > "$work/shim.txt"; : > "$work/before.txt"
+: > "$work/runc.txt"; : > "$work/shim.txt"; : > "$work/before.txt"; : > "$work/nohook.txt"
 for i in $(seq "$runs"); do
   lifecycle runc "r$i" >> "$work/runc.txt"
+  lifecycle runc-nohook "n$i" >> "$work/nohook.txt"
   lifecycle "$shim" "s$i" >> "$work/shim.txt"
   [ -n "$before" ] && lifecycle "$before" "b$i" >> "$work/before.txt"
 done
@@ -76,15 +91,20 @@ tot() { awk '{print $1+$2+$3+$4}' "$1" | med; }
 ms() { awk -v v="$1" 'BEGIN{printf "%6.2f ms", v/1000}'; }
 echo "spec: $mode; runs per side: $runs (interleaved); bundle on tmpfs; medians"
 printf '%-22s %-10s %-10s %-10s %-10s %-10s\n' "" create start wait delete lifecycle
-sides="runc shim"; [ -n "$before" ] && sides+=" before"
+sides="runc nohook shim"; [ -n "$before" ] && sides+=" before"
 for side in $sides; do
   f=$work/$side.txt
-  case $side in runc) name="plain runc" ;; shim) name="gpufence-runtime" ;; *) name="gpufence-runtime (before)" ;; esac
+  case $side in
+    runc) name="plain runc" ;; nohook) name="runc, no mount hook" ;; shim) name="gpufence-runtime" ;;
+    *) name="gpufence-runtime (before)" ;;
+  esac
   printf '%-22s %s %s %s %s %s\n' "$name" "$(ms "$(col "$f" 1)")" "$(ms "$(col "$f" 2)")" \
     "$(ms "$(col "$f" 3)")" "$(ms "$(col "$f" 4)")" "$(ms "$(tot "$f")")"
 done
 paste -d' ' "$work/shim.txt" "$work/runc.txt" | awk '{print ($1+$2+$3+$4)-($5+$6+$7+$8)}' | med > "$work/added"
 echo "added per lifecycle (median of pairwise differences): $(ms "$(cat "$work/added")")"
+paste -d' ' "$work/runc.txt" "$work/nohook.txt" | awk '{print $1-$5}' | med > "$work/hook"
+echo "the cgroup-mounts hook, at create (median of pairwise differences): $(ms "$(cat "$work/hook")")"
 if [ -n "$before" ]; then
   paste -d' ' "$work/before.txt" "$work/runc.txt" | awk '{print ($1+$2+$3+$4)-($5+$6+$7+$8)}' | med > "$work/added-before"
   echo "added per lifecycle by the 'before' binary:            $(ms "$(cat "$work/added-before")")"

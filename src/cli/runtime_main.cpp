@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "common/escape.hpp"
 #include "common/hostfs.hpp"
 #include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
@@ -48,9 +49,12 @@ constexpr const char* kUsage =
 // A refused create: one line on stderr (direct use) and, when containerd passed --log, the same
 // message where containerd reads the runtime's error from (docs/containerd-runtime.md).
 int refuse(const RuncInvocation& inv, const std::string& why) {
-  std::string msg = inv.container_id.empty() ? "gpufence-runtime: refusing the command line: " + why
-                                             : "gpufence-runtime: refusing to create container " +
-                                                   inv.container_id + ": " + why;
+  // Pod-chosen bytes (a mount destination, a device path) reach stderr and containerd's error
+  // as data (common/escape.hpp).
+  std::string msg =
+      escape_text(inv.container_id.empty() ? "gpufence-runtime: refusing the command line: " + why
+                                           : "gpufence-runtime: refusing to create container " +
+                                                 inv.container_id + ": " + why);
   std::cerr << msg << "\n";
   if (!inv.log_path.empty()) {
     auto line = runc_log_line(inv.log_format, "error", msg, std::chrono::system_clock::now());

@@ -60,7 +60,7 @@ std::string escape_text(std::string_view in, std::string_view also) {
 }
 
 std::string log_value(std::string_view value) {
-  std::string out = escape_text(value, "\"'$`;");
+  std::string out = escape_text(value, "\"'$`;&|<>");
   if (out.empty() || out.find_first_of(" =#") != std::string::npos) return "\"" + out + "\"";
   return out;
 }

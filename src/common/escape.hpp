@@ -14,7 +14,9 @@ namespace gpufence {
 // byte listed in `also` (\xNN). Other UTF-8 passes unchanged.
 std::string escape_text(std::string_view in, std::string_view also = {});
 
-// A log field's value: escape_text with quotes, '$', backtick and ';' escaped too, then wrapped
+// A log field's value: escape_text with quotes, '$', backtick, ';', '&', '|', '<' and '>' escaped
+// too (no command substitution, no second command, no redirection even if a shell read the line),
+// then wrapped
 // in double quotes when empty or holding a space, '=' or '#', so "key=value" stays splittable.
 std::string log_value(std::string_view value);
 

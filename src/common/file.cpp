@@ -30,18 +30,25 @@ Result<std::string> read_fd(int fd, std::string_view origin, size_t max_bytes) {
 }
 
 Result<std::string> read_file(const std::filesystem::path& path) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: a lease a container's root put on a file it can open (fsuid 0 owns it, so no
+  // CAP_LEASE is needed) would otherwise hold this open for lease-break-time (45 s); a FIFO
+  // would hold it forever. Neither changes how a regular file reads.
+  Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
   if (f.fd < 0) return fail_errno("open", path.native());
   return read_fd(f.fd, path.native());
 }
 
 Result<std::string> read_regular_file(const std::filesystem::path& path, size_t max_bytes) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
-  if (f.fd < 0) return fail_errno("open", path.native());
+  // Looked at before it is opened for reading: opening a device node runs its driver's open.
+  Fd held{::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)};
+  if (held.fd < 0) return fail_errno("open", path.native());
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) return fail_errno("stat", path.native());
+  if (::fstat(held.fd, &st) != 0) return fail_errno("stat", path.native());
   if (!S_ISREG(st.st_mode))
     return fail(Errc::invalid_argument, path.native(), " is not a regular file");
+  std::string self = "/proc/self/fd/" + std::to_string(held.fd);
+  Fd f{::open(self.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
+  if (f.fd < 0) return fail_errno("open", path.native());
   return read_fd(f.fd, path.native(), max_bytes);
 }
 
@@ -59,7 +66,7 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
   mode_t mode = 0644;  // an existing regular file keeps its mode; a link's target's is not read
   struct stat st {};
   if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-    mode = st.st_mode & 07777;
+    mode = st.st_mode & 0777;  // never a set-id bit from whatever was planted there
 
   std::string tmp;
   Fd f;
@@ -242,7 +249,9 @@ Result<Fd> open_append_checked(const std::filesystem::path& path, Symlinks symli
 
   // 3. The same inode, reopened for append through the descriptor that was checked.
   std::string self = "/proc/self/fd/" + std::to_string(held.fd);
-  Fd out{::open(self.c_str(), O_WRONLY | O_APPEND | O_NOCTTY | O_CLOEXEC)};
+  // O_NONBLOCK: a lease taken by whoever else can open the file fails this at once instead of
+  // holding the create for lease-break-time.
+  Fd out{::open(self.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)};
   if (out.fd < 0) return fail_errno("reopen", path.native());
   struct stat again {};
   if (::fstat(out.fd, &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino)

@@ -80,6 +80,10 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
                        [&](std::string_view key, const toml::node& n) -> Status {
                          auto v = string_value(n, "value");
                          if (!v) return std::unexpected(v.error());
+                         // The runtime runs in whatever directory containerd starts it in (the
+                         // bundle): a relative log path would land there.
+                         if (key == "file" && !v->empty() && v->front() != '/')
+                           return fail(Errc::parse, "must be an absolute path or \"\"");
                          (key == "file" ? cfg.log_file : cfg.log_level) = *v;
                          return {};
                        });

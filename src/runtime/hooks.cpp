@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cdi/hook_defaults.hpp"
+#include "common/escape.hpp"
 #include "common/file.hpp"
 #include "common/in_root.hpp"
 #include "common/process.hpp"
@@ -290,8 +291,8 @@ int run_hook(const std::vector<std::string>& args) {
       return 2;
     }
     if (auto st = check_cgroup_mounts(*container); !st) {
-      std::cerr << "gpufence-runtime: refusing to start the container: " << st.error().message
-                << "\n";
+      std::cerr << "gpufence-runtime: refusing to start the container: "
+                << escape_text(st.error().message) << "\n";
       return 1;
     }
     return 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "common/escape.hpp"
 #include "common/strings.hpp"
 
 namespace gpufence {
@@ -64,6 +65,38 @@ bool MountInfoEntry::read_only() const {
   return false;
 }
 
+Result<bool> pin_private_propagation(Json& spec) {
+  auto mounts = spec.find("mounts");
+  if (mounts == spec.end() || !mounts->is_array()) return false;
+  bool changed = false;
+  for (auto& m : *mounts) {
+    if (!m.is_object()) continue;
+    bool bind = m.value("type", "") == "bind";
+    Json& options = ensure_array(m, "options");
+    bool has_propagation = false;
+    for (const auto& o : options) {
+      if (!o.is_string()) continue;
+      std::string opt = o.get<std::string>();
+      bind |= opt == "bind" || opt == "rbind";
+      if (opt == "shared" || opt == "rshared" || opt == "slave" || opt == "rslave") {
+        return fail(Errc::denied, "mount ", escape_text(m.value("destination", "?")), " asks for ",
+                    opt,
+                    " propagation: a mount made later on the host below its source (a cgroup "
+                    "filesystem among them) would appear in the container after its mounts were "
+                    "checked; use mountPropagation: None (docs/trust-model.md)");
+      }
+      has_propagation |=
+          opt == "private" || opt == "rprivate" || opt == "unbindable" || opt == "runbindable";
+    }
+    if (bind && !has_propagation) {
+      options.push_back("rprivate");
+      changed = true;
+    }
+    if (options.empty()) m.erase("options");
+  }
+  return changed;
+}
+
 bool may_mount_a_cgroupfs(const Json& spec) {
   auto mounts = spec.find("mounts");
   if (mounts == spec.end() || !mounts->is_array()) return false;
@@ -102,7 +135,8 @@ Status check_container_cgroup_mounts(std::string_view mountinfo, const std::stri
                       : foreign_root   ? "the cgroup hierarchy's " + m.root + " at " + where
                                        : "";
     if (why.empty()) continue;
-    return fail(Errc::denied, "the container's mounts hold ", why, " (", m.fstype, " ", m.root,
+    return fail(Errc::denied, "the container's mounts hold ", escape_text(why), " (", m.fstype, " ",
+                escape_text(m.root),
                 "): it could move itself out of its devices cgroup and open every GPU, so it does "
                 "not start (docs/trust-model.md)");
   }
@@ -128,7 +162,8 @@ Status refuse_cgroupfs_binds(const Json& spec, const std::vector<std::string>& c
     for (const auto& cg : cgroup_mounts) {
       if (within(host, cg) || (recursive && within(cg, host))) {
         return fail(
-            Errc::denied, "mount ", m.value("destination", "?"), " binds ", source,
+            Errc::denied, "mount ", escape_text(m.value("destination", "?")), " binds ",
+            escape_text(source),
             within(host, cg) ? ", a cgroup filesystem" : ", which holds a cgroup filesystem",
             ": a container could move itself out of its devices cgroup and open every "
             "GPU (docs/trust-model.md)");

@@ -30,6 +30,13 @@ std::vector<MountInfoEntry> parse_mountinfo(std::string_view mountinfo);
 // Mount points of every cgroup and cgroup2 filesystem in /proc/self/mountinfo text.
 std::vector<std::string> cgroup_mount_points(std::string_view mountinfo);
 
+// A bind mount that receives mounts from the host (slave or shared propagation: the kubelet's
+// HostToContainer and Bidirectional) would show a cgroup filesystem mounted on the host after the
+// cgroup-mounts hook judged the table, so it is refused; a bind without a propagation option
+// (runc then leaves it a slave of the host, as it makes "/" rslave) gets "rprivate", which is
+// what containerd's CRI writes for mountPropagation: None. Returns whether the spec changed.
+Result<bool> pin_private_propagation(Json& spec);
+
 // Whether any mount of the spec could put a cgroup filesystem into the container (a bind, whose
 // source is a path someone may swap, or a cgroup mount of its own). runc's default mounts (proc,
 // tmpfs, sysfs, devpts, mqueue) and the runtime's cgroup mount cannot.

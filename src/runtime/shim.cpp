@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "cdi/hook_defaults.hpp"
+#include "common/escape.hpp"
 #include "common/file.hpp"
 #include "common/strings.hpp"
 #include "gpu/driver_procfs.hpp"
@@ -93,18 +94,22 @@ Status refuse_foreign_gpu_nodes(const std::vector<DeviceNode>& nodes,
                             [&](const Gpu& g) { return g.minor == node.minor; });
       if (!ok) what = cat("the device of GPU minor ", node.minor);
     } else if (node.major == kDrmMajor) {
+      // Only a DRM node the host lists, of another vendor or of a granted GPU: an unknown minor
+      // (or one whose vendor sysfs does not say) is not granted on trust.
       if (!drm_read) drm = read_drm_nodes(host), drm_read = true;
-      for (const auto& d : drm) {
-        if (d.minor != node.minor || !d.nvidia) continue;
-        bool ok = std::any_of(granted.begin(), granted.end(), [&](const Gpu& g) {
-          return driver_gpu_entry_name(g.pci_bus_id) == d.pci_bus_id;
-        });
-        if (!ok) what = cat("the DRM node ", d.name, " of the NVIDIA GPU at ", d.pci_bus_id);
+      auto d = std::find_if(drm.begin(), drm.end(),
+                            [&](const DrmNode& x) { return x.minor == node.minor; });
+      if (d == drm.end()) {
+        what = cat("a DRM node this host does not list");
+      } else if (d->nvidia && std::none_of(granted.begin(), granted.end(), [&](const Gpu& g) {
+                   return driver_gpu_entry_name(g.pci_bus_id) == d->pci_bus_id;
+                 })) {
+        what = cat("the DRM node ", d->name, " of the NVIDIA GPU at ", d->pci_bus_id);
       }
     }
     if (!what.empty())
-      return fail(Errc::denied, "CDI spec gives ", node.path, " (char ", node.major, ":",
-                  node.minor, ", ", what, ") for ", join(from, ", "),
+      return fail(Errc::denied, "CDI spec gives ", escape_text(node.path), " (char ", node.major,
+                  ":", node.minor, ", ", what, ") for ", join(from, ", "),
                   ", which is not a GPU allocated to this container");
   }
   return {};
@@ -347,8 +352,13 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   // 4b. No bind mount, the pod's or a CDI spec's, may hand an unprivileged container a cgroup
   //     filesystem (a privileged one has the whole host anyway: docs/trust-model.md). This is
   //     the early, clear refusal; the cgroup-mounts hook (7b) judges what was really mounted.
+  //     Nothing the host mounts later may reach it either: no bind receives host mounts.
+  bool propagation_pinned = false;
   if (!decision.privileged) {
     if (auto st = refuse_cgroupfs_binds_on_host(*spec); !st) return std::unexpected(st.error());
+    auto pinned = pin_private_propagation(*spec);
+    if (!pinned) return std::unexpected(pinned.error());
+    propagation_pinned = *pinned;
   }
 
   // 5. Plan and apply the isolation: nodes, device cgroup rules, cgroupfs, env.
@@ -360,7 +370,7 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   if (!result) return std::unexpected(result.error().wrap(spec_path.native()));
   decision.removed_nodes = result->removed_nodes;
   decision.whitelisted = result->whitelisted;
-  bool changed = result->changed;
+  bool changed = result->changed || propagation_pinned;
 
   // 6. The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
   if ((!allocation->granted.empty() || decision.privileged) &&

@@ -22,6 +22,8 @@ ids=()
 cleanup() {
   local id
   for id in "${ids[@]}"; do runc --root "$state" delete --force "$id" >/dev/null 2>&1; done
+  # Mounts a case made below $work (cgroupfs-propagation) go first: rm must never walk a cgroupfs.
+  awk -v w="$work" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -594,6 +596,42 @@ PY
       grep -q DONE <<<"$out" || { refused=$((refused + 1)); sed 's/^/    | /' "$work/honest.err"; }
     done
     check "50 honest containers with a bind volume all start" test "$refused" -eq 0
+    ;;
+  cgroupfs-propagation)
+    # A cgroup filesystem that appears on the host below a volume's source after the create (the
+    # kubelet mounts subPath volumes in an rshared directory; any host agent may mount): a bind
+    # that receives host mounts (rslave, HostToContainer) is refused, and one without a
+    # propagation option is made rprivate, so nothing mounted later reaches the container.
+    hp=$work/hp; mkdir -p "$hp"; mount --bind "$hp" "$hp" && mount --make-shared "$hp" || skip "cannot make a shared mount here"
+    args='["/bin/sh","-c","i=0; while [ ! -e /vol/cg/devices ] && [ $i -lt 25 ]; do sleep 0.2; i=$((i+1)); done; if echo $$ > /vol/cg/devices/cgroup.procs 2>/dev/null; then echo MOVED; fi; ls /vol/cg/devices >/dev/null 2>&1 && echo SEES-HOST-CGROUPFS; echo DONE"]'
+    for opts in '"rbind","rslave","ro"' '"rbind","rw"'; do
+      vol='{"destination":"/vol","type":"bind","source":"'"$hp"'","options":['"$opts"']}'
+      name=prop-${opts:9:2}
+      b=$(new_bundle "$name" unprivileged "" "$vol" "" "$args" 1)
+      cp "$b/config.json" "$work/before.json"
+      ( sleep 1.5; mkdir -p "$hp/cg"; mount --rbind /sys/fs/cgroup "$hp/cg" ) &
+      mounter=$!
+      out=$(run_with "$shim" "$b" "$name")
+      wait "$mounter"; umount -R "$hp/cg" 2>/dev/null
+      if [ "$opts" = '"rbind","rslave","ro"' ]; then
+        check "rslave: create refused" bash -c "! grep -q DONE <<<'$out'"
+        check "rslave: says why" grep -q "asks for rslave propagation" "$work/$name.err"
+        check "rslave: config.json unchanged" cmp -s "$b/config.json" "$work/before.json"
+      else
+        check "no propagation option: the container runs" grep -q DONE <<<"$out"
+        check "no propagation option: the host's later cgroupfs never reaches it" bash -c "! grep -qE 'MOVED|SEES-HOST-CGROUPFS' <<<'$out'"
+        check "no propagation option: made rprivate" grep -q '"rprivate"' "$b/config.json"
+      fi
+    done
+    # Control: plain runc with the same unpinned volume receives the host's mount.
+    vol='{"destination":"/vol","type":"bind","source":"'"$hp"'","options":["rbind","rw"]}'
+    b=$(new_bundle prop-ctl unprivileged "" "$vol" "" "$args" 1)
+    ( sleep 1.5; mkdir -p "$hp/cg"; mount --rbind /sys/fs/cgroup "$hp/cg" ) &
+    mounter=$!
+    out=$(run_with runc "$b" prop-ctl)
+    wait "$mounter"; umount -R "$hp/cg" 2>/dev/null
+    check "control: through plain runc the later host mount does reach the container" grep -q SEES-HOST-CGROUPFS <<<"$out"
+    umount "$hp"
     ;;
   passthrough-commands)
     check "--version is runc's" test "$("$shim" --version)" = "$(runc --version)"

@@ -1,7 +1,10 @@
 // The product's one escaping (common/escape.hpp) and the Logger's file: what a pod controls is data
 // in every line, and no planted link, FIFO or hard link decides where root appends.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/escape.hpp"
@@ -151,4 +154,32 @@ TEST(OpenAppendChecked, ParentLinkIsFollowedOnlyWhenAllowed) {
   EXPECT_FALSE(open_append_checked(dir / "link/f", Symlinks::none, 0644));
   EXPECT_TRUE(open_append_checked(dir / "link/f", Symlinks::in_parent_only, 0644));
   EXPECT_TRUE(std::filesystem::exists(dir / "real/f"));
+}
+
+// A container's root owns (fsuid 0) every root file it can open, so it can take a lease without
+// CAP_LEASE; opening the leased file for writing would wait lease-break-time (45 s) per create.
+TEST_F(LoggerPlanted, ALeaseOnTheLogFailsAtOnceInsteadOfHolding) {
+  ASSERT_TRUE(Logger().open_file(m_log));  // the log exists, ours
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t holder = ::fork();
+  if (holder == 0) {
+    ::signal(SIGIO, SIG_IGN);
+    int fd = ::open(m_log.c_str(), O_RDONLY);
+    char ok = (fd >= 0 && ::fcntl(fd, F_SETLEASE, F_RDLCK) == 0) ? 'y' : 'n';
+    [[maybe_unused]] auto n = ::write(ready[1], &ok, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char ok = 0;
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  if (ok != 'y') {
+    ::kill(holder, SIGKILL);
+    ::waitpid(holder, nullptr, 0);
+    GTEST_SKIP() << "this filesystem takes no leases";
+  }
+  auto fd = open_append_checked(m_log, Symlinks::none, 0600);
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  EXPECT_FALSE(fd) << "waited the lease out instead of failing at once";
 }

@@ -70,6 +70,10 @@ procfs_gpus_dir = "/fake/gpus"
   EXPECT_EQ(cfg->cdi_spec_dirs.size(), 1u);
   EXPECT_EQ(cfg->procfs_gpus_dir, "/fake/gpus");
   EXPECT_FALSE(parse_runtime_config("[driver]\nprocfs_gpus_dir = \"relative\"\n", "r.toml"));
+  // The runtime runs in the bundle directory: a relative log would be written there.
+  auto rel = parse_runtime_config("[log]\nfile = \"rel.log\"\n", "r.toml");
+  ASSERT_FALSE(rel);
+  EXPECT_NE(rel.error().message.find("log.file"), std::string::npos) << rel.error().message;
 }
 
 TEST(RuntimeConfig, BadInputNamesFileAndKey) {

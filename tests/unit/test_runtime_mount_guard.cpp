@@ -140,3 +140,38 @@ TEST(ContainerCgroupMounts, OnlySpecsWithABindOrAForeignCgroupMountNeedTheHook) 
   EXPECT_TRUE(may_mount_a_cgroupfs(
       spec(R"([{"destination": "/x", "type": "cgroup", "source": "cgroup"}])")));
 }
+
+// A bind that receives the host's later mounts would show a cgroupfs the hook never saw.
+TEST(PinPrivatePropagation, SlaveOrSharedBindsAreRefusedOthersMadePrivate) {
+  for (const char* opt : {"rslave", "slave", "rshared", "shared"}) {
+    Json spec = Json::parse(cat(R"({"mounts": [{"destination": "/v", "type": "bind",
+        "source": "/data", "options": ["rbind", ")",
+                                opt, R"(", "ro"]}]})"));
+    auto r = pin_private_propagation(spec);
+    ASSERT_FALSE(r) << opt;
+    EXPECT_NE(r.error().message.find(cat("asks for ", opt, " propagation")), std::string::npos)
+        << r.error().message;
+  }
+  Json spec = Json::parse(R"({"mounts": [
+      {"destination": "/proc", "type": "proc", "source": "proc"},
+      {"destination": "/a", "type": "bind", "source": "/data"},
+      {"destination": "/b", "source": "/data", "options": ["rbind", "ro"]},
+      {"destination": "/c", "type": "bind", "source": "/data", "options": ["rbind", "rprivate"]}]})");
+  auto r = pin_private_propagation(spec);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(*r);
+  EXPECT_FALSE(spec["mounts"][0].contains("options")) << "not a bind: untouched";
+  EXPECT_EQ(spec["mounts"][1]["options"], Json::parse(R"(["rprivate"])"));
+  EXPECT_EQ(spec["mounts"][2]["options"], Json::parse(R"(["rbind", "ro", "rprivate"])"));
+  EXPECT_EQ(spec["mounts"][3]["options"], Json::parse(R"(["rbind", "rprivate"])"));
+  r = pin_private_propagation(spec);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(*r) << "containerd's CRI volumes (rprivate already) are left as they are";
+}
+
+TEST(ContainerCgroupMounts, PodChosenPathsInTheReasonAreEscaped) {
+  std::string r = kRoot;
+  auto st = judge(runc_v1_table(cat("97 60 0:33 / ", r, "/x\033[2J ro - cgroup cgroup rw\n")));
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().message.find('\x1b'), std::string::npos) << st.error().message;
+}

@@ -270,6 +270,26 @@ TEST_F(ShimCdi, TheGrantedGpuUnderAnotherNameIsItsOwnAndLogged) {
             (std::vector<std::string>{"/usr/lib/libcuda.so.1<-/usr/lib/libcuda.so.1"}));
 }
 
+// A DRM node (226:N) the host does not list is not granted on trust.
+TEST_F(ShimCdi, AnUnknownDrmNodeIsRefused) {
+  auto d = with_spec(
+      "    - {path: /dev/nvidia1, major: 195, minor: 1}\n"
+      "    - {path: /dev/dri/renderD200, major: 226, minor: 200}\n");
+  ASSERT_FALSE(d) << "226:200 is in no /sys/class/drm of this host";
+  EXPECT_NE(d.error().message.find("does not list"), std::string::npos) << d.error().message;
+  EXPECT_TRUE(untouched());
+}
+
+TEST_F(ShimFlow, AHostToContainerVolumeIsRefused) {
+  Json spec = unprivileged();
+  spec["mounts"] = Json::parse(
+      R"([{"destination": "/v", "type": "bind", "source": "/tmp", "options": ["rbind", "rslave"]}])");
+  auto d = prepare(spec);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("rslave propagation"), std::string::npos) << d.error().message;
+  EXPECT_TRUE(untouched());
+}
+
 // A CDI mount passes the same cgroup-filesystem rule as a pod's volume.
 TEST_F(ShimCdi, ACgroupfsMountFromASpecIsRefused) {
   auto mountinfo = read_file("/proc/self/mountinfo");
