@@ -152,3 +152,18 @@ gf_runc_preflight() {
   fi
   rm -rf "$dir"
 }
+
+# gf_cgroupfs_swapper DIR: the race a pod that can write DIR's parent runs against a volume whose
+# source is DIR: swaps DIR, forever, between the directory and a link to /sys/fs/cgroup, each state
+# held 0-4 ms. Run it in the background and kill it.
+gf_cgroupfs_swapper() {
+  exec python3 - "$1" <<'PY'  # exec: killing the background job kills the swapper
+import os, random, sys, time
+path = sys.argv[1]
+while True:
+    os.rename(path, path + ".d"); os.symlink("/sys/fs/cgroup", path)
+    time.sleep(random.uniform(0, 0.004))
+    os.unlink(path); os.rename(path + ".d", path)
+    time.sleep(random.uniform(0, 0.004))
+PY
+}

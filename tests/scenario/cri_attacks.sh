@@ -43,15 +43,7 @@ case $case_name in
   cgroupfs-race)
     [ -d /sys/fs/cgroup/devices ] || skip "no cgroup v1 devices hierarchy at /sys/fs/cgroup/devices: the escape this race aims at needs one"
     race=$work/race; mkdir -p "$race/vol"
-    python3 - "$race" <<'PY' &
-import os, random, sys, time
-os.chdir(sys.argv[1])
-while True:
-    os.rename("vol", "vol.d"); os.symlink("/sys/fs/cgroup", "vol")
-    time.sleep(random.uniform(0, 0.004))
-    os.unlink("vol"); os.rename("vol.d", "vol")
-    time.sleep(random.uniform(0, 0.004))
-PY
+    gf_cgroupfs_swapper "$race/vol" &
     swapper=$!
     tries=${GPUFENCE_CRI_RACE_TRIES:-40} started=0 wins=0 hook=0
     for i in $(seq 1 "$tries"); do

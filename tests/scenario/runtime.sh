@@ -557,15 +557,7 @@ case $case_name in
     race=$work/race; mkdir -p "$race/vol"
     esc='["/bin/sh","-c","if echo $$ > /data/devices/cgroup.procs 2>/dev/null; then echo MOVED; fi; ls /data/devices/devices.list >/dev/null 2>&1 && echo SEES-HOST-CGROUPFS; echo DONE"]'
     vol='{"destination":"/data","type":"bind","source":"'"$race/vol"'","options":["rbind","rw"]}'
-    python3 - "$race" <<'PY' &
-import os, random, sys, time
-os.chdir(sys.argv[1])
-while True:
-    os.rename("vol", "vol.d"); os.symlink("/sys/fs/cgroup", "vol")
-    time.sleep(random.uniform(0, 0.004))
-    os.unlink("vol"); os.rename("vol.d", "vol")
-    time.sleep(random.uniform(0, 0.004))
-PY
+    gf_cgroupfs_swapper "$race/vol" &
     swapper=$!
     started=0 hook=0 path=0 other=0 wins=0
     b=$work/race-b; mkdir -p "$b"; gf_make_rootfs "$b/rootfs" "$build/bin/gpufence-probe"
