@@ -1,5 +1,6 @@
 #include "autoscale/controller.hpp"
 
+#include "common/escape.hpp"
 #include "common/file.hpp"
 #include "common/strings.hpp"
 
@@ -181,7 +182,8 @@ void Controller::report_notices(ReconcileResult& r) {
       }
       if (posted >= kPerPeriod) continue;
       ++posted;
-      ScaleEvent e{k.type, k.reason, n.object + ": " + n.why};
+      // The pod's name and what it asked for are a tenant's bytes: data in the note.
+      ScaleEvent e{k.type, k.reason, escape_text(n.object + ": " + n.why)};
       if (auto st = post_scale_event(m_kube, r.deployment, m_events, e); !st) {
         r.event_error = st.error().message;  // not remembered: tried again next period
         continue;

@@ -7,6 +7,7 @@
 
 #include "autoscale/controller.hpp"
 #include "cli/commands.hpp"
+#include "common/escape.hpp"
 #include "common/file.hpp"
 #include "common/hostfs.hpp"
 
@@ -50,12 +51,13 @@ void print_step(const std::string& deployment, const Controller::Step& s, bool d
                                                     : "")
             << std::endl;
   for (const auto& why : r.capacity.skipped)
-    std::cout << "gpufence autoscale:   skipped node " << why << std::endl;
+    std::cout << "gpufence autoscale:   skipped node " << escape_text(why) << std::endl;
   for (const auto& n : r.capacity.ignored)
-    std::cout << "gpufence autoscale:   not demand: " << n.object << ": " << n.why << std::endl;
+    std::cout << "gpufence autoscale:   not demand: " << escape_text(n.object + ": " + n.why)
+              << std::endl;
   for (const auto& n : r.capacity.unreadable)
-    std::cerr << "gpufence autoscale:   unreadable quantity: " << n.object << ": " << n.why
-              << " (counted as taken)" << std::endl;
+    std::cerr << "gpufence autoscale:   unreadable quantity: "
+              << escape_text(n.object + ": " + n.why) << " (counted as taken)" << std::endl;
   if (!r.event_error.empty())
     std::cerr << "gpufence autoscale: " << r.event_error << " (the scale stands)" << std::endl;
 }
