@@ -461,7 +461,9 @@ void check_cdi_duplicate_device(const Snapshot& s, std::vector<Finding>& out) {
 // A process of the container outside its devices cgroup: no rule of that cgroup binds it.
 void check_left_devices_cgroup(const Snapshot& s, std::vector<Finding>& out) {
   for (const auto& c : s.containers) {
-    if (c.left_cgroup.empty()) continue;
+    // As every check: a container the kubelet's PodResources does not name (another kubelet's,
+    // another runtime's, made by hand) is listed under Skipped, not judged.
+    if (c.left_cgroup.empty() || (s.allocations && !in_kubelet_view(s, c))) continue;
     auto seen = runtime_of(s, c);
     out.push_back(
         {"gpu.left-devices-cgroup", Severity::error,

@@ -398,6 +398,22 @@ TEST_F(DoctorChecks, AProcessThatLeftItsDevicesCgroupIsReported) {
   EXPECT_EQ(render_doctor_json(snap, findings)["containers"][0]["left_devices_cgroup"].size(), 1u);
 }
 
+// A container the kubelet does not name (another test's, another kubelet's, made by hand) is
+// Skipped, not judged, for this as for every check (found when such a container of a parallel
+// scenario moved itself to the root devices cgroup and failed doctor.fixed).
+TEST_F(DoctorChecks, AContainerOutsideTheKubeletsViewIsNotJudgedForLeavingItsCgroup) {
+  auto c = good("a", 100, 0, uuid(0));
+  c.pids = {100, 101};
+  std::string id = m_node->add(c);
+  std::string own = "/kubepods/besteffort/poda/" + id;
+  m_node->write("proc/101/cgroup",
+                "12:pids:" + own + "\n5:devices:/\n1:name=systemd:" + own + "\n");
+  m_node->write("sys/fs/cgroup/devices/devices.list", "a *:* rwm\n");
+  kubelet({{"default", "other", "main", {uuid(1)}}});
+  auto snap = snapshot();
+  EXPECT_EQ(ids(judge(snap)), std::vector<std::string>{});
+}
+
 // Every process left: neither the root cgroup's list nor the bundle's rules are the container's,
 // so no "can open" is claimed from them (the old report: "can open GPU0 (oci-spec rules)").
 TEST_F(DoctorChecks, AContainerWhoseProcessesAllLeftClaimsNoRules) {
