@@ -7,8 +7,6 @@
 //   GPUs Unhealthy, Allocate round trip, re-registration after a kubelet restart, SIGTERM to exit;
 // - /healthz round trip with 31 idle clients connected to the metrics port.
 // Usage: bench_plugin [CALLS]
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -56,19 +54,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int connect_port(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p);
   return std::string((std::istreambuf_iterator<char>(in)), {});
@@ -105,11 +90,11 @@ int hung_nvml_phase(const test::TempDir& dir) {
   if (!std::regex_search(log, m, std::regex("event=plugin.metrics .*port=(\\d+)"))) return 1;
   int port = std::stoi(m[1]);
   std::vector<int> idle;
-  for (int i = 0; i < 31; ++i) idle.push_back(connect_port(port));
+  for (int i = 0; i < 31; ++i) idle.push_back(test::connect_loopback(port));
   std::vector<double> healthz_ms;
   for (int i = 0; i < 20; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    int fd = connect_port(port);
+    int fd = test::connect_loopback(port);
     std::string req = "GET /healthz HTTP/1.0\r\n\r\n";
     [[maybe_unused]] auto w = ::write(fd, req.data(), req.size());
     char buf[512];

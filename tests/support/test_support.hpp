@@ -33,6 +33,9 @@ std::string bin_path(const std::string& name);
 nlohmann::json mock_gpus(unsigned count);
 std::string mock_uuid(unsigned i);
 
+// A TCP connection to 127.0.0.1:port (close-on-exec), or -1.
+int connect_loopback(int port);
+
 struct CommandResult {
   int exit_code = -1;
   std::string out;  // stdout

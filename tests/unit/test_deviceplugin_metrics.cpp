@@ -1,8 +1,6 @@
 // The plugin's HTTP listeners (deviceplugin/metrics.hpp): routes a listener was not given are 404,
 // and a listener of its own keeps /healthz answering while another is flooded (issue 16, item 9).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,28 +9,16 @@
 #include <vector>
 
 #include "deviceplugin/metrics.hpp"
+#include "support/test_support.hpp"
 
 using namespace gpufence;
 using namespace std::chrono_literals;
 
 namespace {
 
-int connect_to(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // One GET, its whole answer; a receive timeout bounds a server that never answers.
 std::string get(int port, const std::string& path, std::chrono::seconds bound = 10s) {
-  int fd = connect_to(port);
+  int fd = test::connect_loopback(port);
   if (fd < 0) return "";
   timeval tv{static_cast<time_t>(bound.count()), 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -65,9 +51,9 @@ TEST(PluginHttp, HealthAnswersWhileTheMetricsListenerIsFlooded) {
       "127.0.0.1:0", [] { return std::string("m 1\n"); }, nullptr));
   ASSERT_TRUE(health.start("127.0.0.1:0", nullptr, [] { return true; }));
   std::vector<int> flood;
-  for (int i = 0; i < 200; ++i) flood.push_back(connect_to(metrics.port()));  // idle
+  for (int i = 0; i < 200; ++i) flood.push_back(test::connect_loopback(metrics.port()));  // idle
   for (int i = 0; i < 50; ++i) {  // byte-at-a-time, stalled after the first
-    int fd = connect_to(metrics.port());
+    int fd = test::connect_loopback(metrics.port());
     [[maybe_unused]] auto w = ::write(fd, "G", 1);
     flood.push_back(fd);
   }
@@ -80,7 +66,7 @@ TEST(PluginHttp, HealthAnswersWhileTheMetricsListenerIsFlooded) {
 TEST(PluginHttp, AStalledRequestIsDroppedAtTheRequestDeadline) {
   MetricsServer health;
   ASSERT_TRUE(health.start("127.0.0.1:0", nullptr, [] { return true; }));
-  int fd = connect_to(health.port());
+  int fd = test::connect_loopback(health.port());
   ASSERT_GE(fd, 0);
   [[maybe_unused]] auto w = ::write(fd, "GET /hea", 8);
   timeval tv{static_cast<time_t>(MetricsServer::kClientDeadline.count()), 0};
