@@ -27,18 +27,6 @@ json array_or_empty(const json& o, const char* key) {
   return v.is_array() ? v : json::array();
 }
 
-// requests, else limits: for extended resources the API makes requests equal limits.
-Result<long> container_request(const json& container, const std::string& resource) {
-  const json& res = field(container, "resources");
-  const json& requests = field(res, "requests");
-  const bool requested = requests.is_object() && requests.contains(resource);
-  auto n = resource_count(requested ? requests : field(res, "limits"), resource);
-  if (!n)
-    return std::unexpected(n.error().wrap(cat("container '", str(container, "name"), "' resources.",
-                                              requested ? "requests" : "limits")));
-  return n;
-}
-
 // strconv.ParseInt(s, 10, 64) as labels.Requirement.Matches uses it for Gt and Lt: an optional
 // sign, then decimal digits, in range.
 std::optional<long> go_parse_int64(std::string_view s) {
@@ -137,10 +125,6 @@ std::string pod_ref(const json& meta) {
   return cat("pod ", str(meta, "namespace"), "/", str(meta, "name"));
 }
 
-bool is_sidecar(const json& init_container) {
-  return str(init_container, "restartPolicy") == "Always";
-}
-
 }  // namespace
 
 bool tolerates(const json& toleration, const json& taint) {
@@ -166,31 +150,6 @@ std::optional<json> untolerated_taint(const json& tolerations, const json& taint
     if (!tolerated) return taint;
   }
   return std::nullopt;
-}
-
-Result<long> effective_request(const json& pod_spec, const std::string& resource) {
-  long containers = 0;
-  for (const auto& c : array_or_empty(pod_spec, "containers")) {
-    auto request = container_request(c, resource);
-    if (!request) return std::unexpected(request.error());
-    containers = sat_add(containers, *request);
-  }
-  long sidecars = 0, init_peak = 0;
-  for (const auto& c : array_or_empty(pod_spec, "initContainers")) {
-    auto request = container_request(c, resource);
-    if (!request) return std::unexpected(request.error().wrap("init"));
-    if (is_sidecar(c)) {
-      // A sidecar keeps running beside the containers, and beside every init container after it.
-      containers = sat_add(containers, *request);
-      sidecars = sat_add(sidecars, *request);
-      init_peak = std::max(init_peak, sidecars);
-    } else {
-      init_peak = std::max(init_peak, sat_add(*request, sidecars));
-    }
-  }
-  auto overhead = resource_count(field(pod_spec, "overhead"), resource);
-  if (!overhead) return std::unexpected(overhead.error().wrap("spec.overhead"));
-  return sat_add(std::max(containers, init_peak), *overhead);
 }
 
 bool node_affinity_matches(const json& node_selector, const json& node) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "kube/pod_request.hpp"
 
 namespace gpufence {
 
@@ -22,14 +23,6 @@ bool tolerates(const nlohmann::json& toleration, const nlohmann::json& taint);
 // `tolerations` tolerates; nullopt when the pod can go there. PreferNoSchedule only steers.
 std::optional<nlohmann::json> untolerated_taint(const nlohmann::json& tolerations,
                                                 const nlohmann::json& taints);
-
-// A pod's effective request of `resource` as the scheduler counts it (k8s.io/component-helpers
-// resource.PodRequests, KEP-753 for sidecars): the containers' sum plus restartable init
-// containers (restartPolicy: Always, sidecars, which keep running); at least the largest
-// regular init container plus the sidecars started before it; plus spec.overhead. A container's
-// request is its requests entry, else its limits entry (the API defaults requests to limits).
-// Sums saturate at LONG_MAX; a quantity that does not parse is an error naming the container.
-Result<long> effective_request(const nlohmann::json& pod_spec, const std::string& resource);
 
 // matchLabels and matchExpressions (In, NotIn, Exists, DoesNotExist) of a LabelSelector
 // (apimachinery labels.SelectorFromValidatedSet / LabelSelectorAsSelector). An empty selector

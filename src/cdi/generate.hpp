@@ -11,6 +11,7 @@
 #include "cdi/spec.hpp"
 #include "common/hostfs.hpp"
 #include "gpu/gpu.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -22,7 +23,7 @@ enum class DriverFiles { required, optional };
 struct CdiGenerateOptions {
   std::string driver_root = "/";  // GPU Operator installs the driver under /run/nvidia/driver
   std::string hook_path = "/usr/local/bin/gpufence-runtime";
-  std::string kind = "nvidia.com/gpu";
+  std::string kind = std::string(kNvidiaCdiKind);  // as nvidia-ctk writes it
   DriverFiles driver_files = DriverFiles::required;
 };
 

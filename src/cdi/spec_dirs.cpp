@@ -34,7 +34,7 @@ std::vector<CdiSourceFile> read_cdi_spec_files(const HostFs& fs,
 }
 
 Result<CdiSpecSet> parse_cdi_spec_files(const std::vector<CdiSourceFile>& files,
-                                        std::string_view kind) {
+                                        const std::vector<std::string_view>& kinds) {
   CdiSpecSet set;
   for (const auto& file : files) {
     if (!file.text) {
@@ -52,7 +52,7 @@ Result<CdiSpecSet> parse_cdi_spec_files(const std::vector<CdiSourceFile>& files,
       set.skipped.push_back({file.path, CdiSkip::unreadable, "no kind"});
       continue;
     }
-    if (*file_kind != kind) {
+    if (std::find(kinds.begin(), kinds.end(), *file_kind) == kinds.end()) {
       set.skipped.push_back({file.path, CdiSkip::other_kind, *file_kind});
       continue;
     }
@@ -64,15 +64,52 @@ Result<CdiSpecSet> parse_cdi_spec_files(const std::vector<CdiSourceFile>& files,
 }
 
 Result<CdiSpecSet> load_cdi_spec_dirs(const HostFs& fs, const std::vector<std::string>& dirs,
-                                      std::string_view kind) {
-  return parse_cdi_spec_files(read_cdi_spec_files(fs, dirs), kind);
+                                      const std::vector<std::string_view>& kinds) {
+  return parse_cdi_spec_files(read_cdi_spec_files(fs, dirs), kinds);
 }
 
-std::vector<CdiDuplicateDevice> duplicate_cdi_devices(const std::vector<CdiSpecFile>& specs) {
-  // name -> (priority, path) of every file defining it, in reading order.
+std::vector<CdiFileSummary> summarize_cdi_spec_files(const std::vector<CdiSourceFile>& files) {
+  std::vector<CdiFileSummary> out;
+  for (const auto& file : files) {
+    CdiFileSummary& f = out.emplace_back(CdiFileSummary{file.path, file.priority, "", {}, ""});
+    if (!file.text) {
+      f.error = file.text.error().message;
+      continue;
+    }
+    auto doc = parse_cdi_document(*file.text, file.path);
+    if (!doc) {
+      f.error = doc.error().message;
+      continue;
+    }
+    if (auto kind = cdi_document_kind(*doc)) f.kind = *kind;
+    auto spec = decode_cdi_spec(*doc, file.path);
+    if (!spec) {
+      f.error = spec.error().message;
+      continue;
+    }
+    for (const auto& d : spec->devices) f.devices.push_back(d.name);
+  }
+  return out;
+}
+
+namespace {
+
+CdiFileSummary summary_of(const CdiSpecFile& file) {
+  CdiFileSummary f{file.path, file.priority, file.spec.kind, {}, ""};
+  for (const auto& d : file.spec.devices) f.devices.push_back(d.name);
+  return f;
+}
+
+}  // namespace
+
+std::vector<CdiDuplicateDevice> duplicate_cdi_devices(const std::vector<CdiFileSummary>& files) {
+  // kind=name -> (priority, path) of every file defining it, in reading order. Upstream keys its
+  // device map by the qualified name: one name under two kinds is two devices.
   std::map<std::string, std::vector<std::pair<size_t, std::string>>> defined;
-  for (const auto& file : specs) {
-    for (const auto& d : file.spec.devices) defined[d.name].emplace_back(file.priority, file.path);
+  for (const auto& file : files) {
+    if (!file.error.empty()) continue;
+    for (const auto& d : file.devices)
+      defined[cat(file.kind, "=", d)].emplace_back(file.priority, file.path);
   }
   std::vector<CdiDuplicateDevice> out;
   for (const auto& [name, files] : defined) {
@@ -91,7 +128,9 @@ std::vector<CdiDuplicateDevice> duplicate_cdi_devices(const std::vector<CdiSpecF
 }
 
 std::vector<CdiDuplicateDevice> apply_cdi_priority(std::vector<CdiSpecFile>& specs) {
-  auto duplicates = duplicate_cdi_devices(specs);
+  std::vector<CdiFileSummary> summaries;
+  for (const auto& file : specs) summaries.push_back(summary_of(file));
+  auto duplicates = duplicate_cdi_devices(summaries);
   std::vector<CdiDuplicateDevice> removed;
   for (const auto& dup : duplicates) {
     if (dup.ignored.empty()) continue;
@@ -100,7 +139,9 @@ std::vector<CdiDuplicateDevice> apply_cdi_priority(std::vector<CdiSpecFile>& spe
         continue;
       auto& devs = file.spec.devices;
       devs.erase(std::remove_if(devs.begin(), devs.end(),
-                                [&](const CdiDevice& d) { return d.name == dup.name; }),
+                                [&](const CdiDevice& d) {
+                                  return cat(file.spec.kind, "=", d.name) == dup.name;
+                                }),
                  devs.end());
     }
     removed.push_back(dup);

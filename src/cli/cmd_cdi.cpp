@@ -5,7 +5,9 @@
 #include "cli/commands.hpp"
 #include "common/file.hpp"
 #include "common/hostfs.hpp"
+#include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence::cli {
 namespace {
@@ -38,11 +40,12 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
   cdi->require_subcommand(1);
 
   struct GenerateArgs {
-    std::string driver_root = "/", output, format, hook_path = "/usr/local/bin/gpufence-runtime";
+    std::string driver_root = "/", output, format, hook_path = "/usr/local/bin/gpufence-runtime",
+                kind = std::string(kNvidiaCdiKind);
   };
   auto gen = std::make_shared<GenerateArgs>();
-  auto* g = cdi->add_subcommand(
-      "generate", "Write a CDI spec (kind nvidia.com/gpu) for the host's GPUs and driver files");
+  auto* g =
+      cdi->add_subcommand("generate", "Write a CDI spec for the host's GPUs and driver files");
   g->add_option("--driver-root", gen->driver_root,
                 "Where the driver is installed (GPU Operator: /run/nvidia/driver)")
       ->capture_default_str();
@@ -54,9 +57,16 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
   g->add_option("--hook-path", gen->hook_path,
                 "gpufence-runtime's path on the node, for the ldcache hook")
       ->capture_default_str();
+  g->add_option("--kind", gen->kind,
+                cat("The spec's kind: ", kNvidiaCdiKind, " (as nvidia-ctk writes it) or ", kCdiKind,
+                    " (gpufence-device-plugin's own, which it also writes itself)"))
+      ->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>(kGpuCdiKinds.begin(), kGpuCdiKinds.end())));
   g->footer(
       "Example:\n  gpufence cdi generate --output /etc/cdi/nvidia.yaml\nDevices: "
-      "nvidia.com/gpu=<index>, nvidia.com/gpu=<UUID>, nvidia.com/gpu=all.");
+      "<kind>=<index>, <kind>=<UUID>, <kind>=all.\nOne directory must not hold two specs of "
+      "one kind that define the same device (the CDI cache drops it): not beside NVIDIA's "
+      "toolkit's spec in /var/run/cdi.");
 
   auto files = std::make_shared<std::vector<std::string>>();
   auto* v = cdi->add_subcommand("validate", "Check CDI spec files against the CDI spec's rules");
@@ -89,6 +99,7 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
     CdiGenerateOptions opt;
     opt.driver_root = gen->driver_root;
     opt.hook_path = gen->hook_path;
+    opt.kind = gen->kind;
     auto result = generate_cdi_spec(host, *gpus, (*inventory)->driver_version(), opt);
     if (!result) {
       std::cerr << "gpufence cdi generate: " << result.error().message << "\n";

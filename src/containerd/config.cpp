@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <set>
 
+#include "cdi/spec_dirs.hpp"
 #include "common/go_match.hpp"
 #include "common/strings.hpp"
-#include "containerd/cdi_specs.hpp"
 #include "gpu/wire_contract.hpp"
 
 namespace gpufence {
@@ -291,15 +291,15 @@ void check_bypass(const RuntimeHandler& h, const std::string& where, std::vector
   // options.Runtime under the runc shim is dropped (containerd.unknown-runc-option says so).
 }
 
-// CDI on (enable_cdi, or containerd 2.x's default) with no nvidia.com/gpu spec: containerd
-// resolves the device plugin's CDI devices itself and fails every GPU pod at CreateContainer.
+// CDI on (enable_cdi, or containerd 2.x's default) with no spec of the device plugin's kind:
+// containerd resolves the plugin's CDI devices itself and fails every GPU pod at CreateContainer.
 void check_cdi_specs(const ContainerdConfig& cfg, const HostFs& host, std::vector<Finding>& out) {
   CdiSettings cdi = cdi_settings(cfg);
   if (!cdi.enabled) return;
-  auto specs = read_cdi_spec_dirs(host, cdi.spec_dirs);
+  auto specs = summarize_cdi_spec_files(read_cdi_spec_files(host, cdi.spec_dirs));
   std::vector<std::string> gpu_specs, broken;
   for (const auto& s : specs) {
-    if (s.kind != kGpuCdiKind) continue;
+    if (s.kind != kCdiKind) continue;
     (s.error.empty() ? gpu_specs : broken).push_back(s.path);
   }
   if (!gpu_specs.empty()) return;
@@ -307,16 +307,17 @@ void check_cdi_specs(const ContainerdConfig& cfg, const HostFs& host, std::vecto
                                        : "config version 3: containerd 2.x enables CDI by default";
   out.push_back(
       {"containerd.cdi-no-gpu-spec", Severity::error,
-       cat("containerd resolves CDI devices itself (", how, ") but no CDI spec for ", kGpuCdiKind,
+       cat("containerd resolves CDI devices itself (", how, ") but no CDI spec for ", kCdiKind,
            " is in cdi_spec_dirs: GPU pods fail with \"unresolvable CDI devices\""),
        cat(cfg.path, ": [plugins.\"", cri_plugin_name(cfg.version), "\"] ", how,
            "; cdi_spec_dirs = ", join(cdi.spec_dirs, ", "), "; ",
-           broken.empty() ? cat("no ", kGpuCdiKind, " spec there")
-                          : cat(kGpuCdiKind, " specs that do not parse: ", join(broken, ", "))),
-       cat("write the spec: gpufence cdi generate --output ",
-           cdi.spec_dirs.empty() ? std::string("/etc/cdi") : cdi.spec_dirs.front(),
-           "/nvidia.yaml (the device plugin's CDI device names must resolve there), or run the "
-           "device plugin with a device strategy that does not use CDI")});
+           broken.empty() ? cat("no ", kCdiKind, " spec there")
+                          : cat(kCdiKind, " specs that do not parse: ", join(broken, ", "))),
+       cat("gpufence-device-plugin writes its spec (", kCdiKind,
+           ") into --cdi-spec-dir, default "
+           "/var/run/cdi: run it with a directory in cdi_spec_dirs (",
+           cdi.spec_dirs.empty() ? std::string("/var/run/cdi") : join(cdi.spec_dirs, ", "),
+           "), or with a device strategy that does not use CDI")});
 }
 
 }  // namespace

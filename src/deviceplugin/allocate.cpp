@@ -73,13 +73,13 @@ v1beta1::ContainerAllocateResponse build_allocate_response(
   }
   if (options.list_strategies.contains(ListStrategy::cdi_annotations)) {
     std::vector<std::string> names;
-    for (const auto& u : uuids) names.push_back(std::string(kCdiKind) + "=" + u);
+    for (const auto& u : uuids) names.push_back(gpu_cdi_name(u));
     // One key per allocation; GPUs are exclusive, so the first UUID makes it unique on the node.
     (*resp.mutable_annotations())[allocation_annotation_key(options.cdi_annotation_prefix,
                                                             uuids.front())] = join(names, ",");
   }
   if (options.list_strategies.contains(ListStrategy::cdi_cri)) {
-    for (const auto& u : uuids) resp.add_cdi_devices()->set_name(std::string(kCdiKind) + "=" + u);
+    for (const auto& u : uuids) resp.add_cdi_devices()->set_name(gpu_cdi_name(u));
   }
   if (options.list_strategies.contains(ListStrategy::envvar))
     envs["NVIDIA_VISIBLE_DEVICES"] = uuid_list;

@@ -1,9 +1,13 @@
 #include "deviceplugin/cdi_spec.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <system_error>
 
 #include "common/file.hpp"
 #include "deviceplugin/allocate.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -25,6 +29,7 @@ std::filesystem::path plugin_cdi_spec_path(const PluginCdiSpecOptions& options) 
 Result<CdiGenerateResult> build_plugin_cdi_spec(const HostFs& host, const std::vector<Gpu>& gpus,
                                                 const PluginCdiSpecOptions& options) {
   CdiGenerateOptions gen;
+  gen.kind = std::string(kCdiKind);
   gen.hook_path = options.hook_path;
   gen.driver_root = options.driver_root;
   gen.driver_files = DriverFiles::optional;
@@ -60,6 +65,15 @@ Result<SpecWrite> write_plugin_cdi_spec(const CdiSpec& spec, const PluginCdiSpec
   if (auto st = write_file_atomic(path, content); !st)
     return std::unexpected(st.error().wrap("write CDI spec " + path.string()));
   return SpecWrite::written;
+}
+
+Result<bool> remove_legacy_plugin_cdi_spec(const PluginCdiSpecOptions& options) {
+  if (options.dir.empty()) return false;
+  const auto path = std::filesystem::path(options.dir) / kLegacyPluginCdiSpecFile;
+  // unlink(2) removes the name: a link a pod planted there goes, its target stays.
+  if (::unlink(path.c_str()) == 0) return true;
+  if (errno == ENOENT) return false;
+  return fail_errno("remove the old CDI spec", path.string());
 }
 
 }  // namespace gpufence

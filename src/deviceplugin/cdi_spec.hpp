@@ -1,4 +1,4 @@
-// The device plugin's own CDI spec for nvidia.com/gpu (docs/deviceplugin.md, "CDI spec"):
+// The device plugin's own CDI spec, kind gpufence.io/gpu (docs/deviceplugin.md, "CDI spec"):
 // containerd 2.x (CDI on by default) and 1.7 with enable_cdi resolve the plugin's cdi.k8s.io/*
 // annotations themselves, before any runtime runs, so a node with no spec fails every GPU pod.
 // The plugin therefore writes one at start, as NVIDIA's plugin does, from the same generator as
@@ -15,7 +15,10 @@
 
 namespace gpufence {
 
-inline constexpr const char* kPluginCdiSpecFile = "gpufence-nvidia.com-gpu.json";
+inline constexpr const char* kPluginCdiSpecFile = "gpufence.io-gpu.json";
+// The file plugins before the own kind wrote (kind nvidia.com/gpu). Left beside NVIDIA's toolkit's
+// spec it would cancel every nvidia.com/gpu name both define, so the plugin removes it.
+inline constexpr const char* kLegacyPluginCdiSpecFile = "gpufence-nvidia.com-gpu.json";
 
 struct PluginCdiSpecOptions {
   // The directory as this process sees it (mount the host's /var/run/cdi there); "" = off.
@@ -43,5 +46,9 @@ enum class SpecWrite { written, unchanged };
 Result<SpecWrite> write_plugin_cdi_spec(const CdiSpec& spec, const PluginCdiSpecOptions& options);
 
 std::filesystem::path plugin_cdi_spec_path(const PluginCdiSpecOptions& options);
+
+// Removes kLegacyPluginCdiSpecFile from the directory (the name itself, never what a link there
+// points to); true when there was one.
+Result<bool> remove_legacy_plugin_cdi_spec(const PluginCdiSpecOptions& options);
 
 }  // namespace gpufence

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/error.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -32,7 +33,7 @@ struct HealthOptions {
 
 struct PluginOptions {
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
-  std::string resource_name = "nvidia.com/gpu";
+  std::string resource_name = std::string(kGpuResourceName);
   std::string socket_name = "gpufence-nvidia-gpu.sock";
   DeviceIdStrategy id_strategy = DeviceIdStrategy::uuid;
   std::set<ListStrategy> list_strategies = {ListStrategy::device_specs, ListStrategy::volume_mounts,
@@ -44,7 +45,7 @@ struct PluginOptions {
   // host_path is dev_root + "/dev/nvidiaN" (NVIDIA's plugin calls it NvidiaDevRoot; a driver
   // container puts its nodes under e.g. /run/nvidia/driver). "/" on a normal node.
   std::string dev_root = "/";
-  std::string cdi_annotation_prefix = "cdi.k8s.io/";
+  std::string cdi_annotation_prefix = std::string(kCdiAnnotationPrefix);
   // Where the plugin writes its own CDI spec for the GPUs (cdi_spec.hpp), as this process sees
   // the directory; "" = never (the flag also takes "off"). /var/run/cdi is the dynamic directory
   // every CDI reader scans.

@@ -19,6 +19,7 @@
 #include "deviceplugin/health_monitor.hpp"
 #include "deviceplugin/preferred.hpp"
 #include "deviceplugin/registration.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -328,10 +329,11 @@ Status DevicePlugin::State::build_cdi_spec() {
   if (opt.cdi_spec_dir.empty()) {
     if (opt.list_strategies.contains(ListStrategy::cdi_annotations) ||
         opt.list_strategies.contains(ListStrategy::cdi_cri)) {
-      ctx.log.warn("plugin.cdi_spec_off",
-                   {{"reason",
-                     "--cdi-spec-dir is empty: a containerd with CDI on fails every GPU pod "
-                     "unless a spec for nvidia.com/gpu is provided (gpufence cdi generate)"}});
+      ctx.log.warn(
+          "plugin.cdi_spec_off",
+          {{"reason", cat("--cdi-spec-dir is empty: a containerd with CDI on fails every GPU pod "
+                          "unless a spec for ",
+                          kCdiKind, " is provided")}});
     }
     return {};
   }
@@ -360,6 +362,14 @@ Status DevicePlugin::State::write_cdi_spec() {
   if (*written == SpecWrite::written) {
     ctx.log.info("plugin.cdi_spec", {{"path", plugin_cdi_spec_path(o).string()},
                                      {"devices", std::to_string(cdi_spec->devices.size())}});
+  }
+  if (auto removed = remove_legacy_plugin_cdi_spec(o); !removed) {
+    ctx.log.warn("plugin.cdi_spec_legacy", {{"error", removed.error().message}});
+  } else if (*removed) {
+    ctx.log.info(
+        "plugin.cdi_spec_legacy_removed",
+        {{"file", kLegacyPluginCdiSpecFile},
+         {"reason", cat("its ", kNvidiaCdiKind, " names conflict with NVIDIA's toolkit")}});
   }
   return {};
 }

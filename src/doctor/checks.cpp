@@ -433,28 +433,33 @@ void check_gpu_not_allocatable(const Snapshot& s, std::vector<Finding>& out) {
                  "check the device plugin's log for health events (XIDs) on those GPUs"});
 }
 
-// Two nvidia.com/gpu specs defining one device name: containerd's CDI cache drops a device both
-// specs of one directory define (and lets /var/run/cdi shadow /etc/cdi), and gpufence-runtime
-// refuses the device as defined twice. See docs/containerd-setup.md.
+// One GPU device (kind and name, kGpuCdiKinds) defined by two spec files of one directory: the
+// CDI cache (containerd 1.7/2.x) drops it as a conflict, so every pod naming it fails
+// "unresolvable CDI devices", and gpufence-runtime refuses it. A file of a later directory that
+// overrides one of an earlier directory is upstream's documented priority, not a finding.
+// See docs/cdi.md, "Conflicts".
 void check_cdi_duplicate_device(const Snapshot& s, std::vector<Finding>& out) {
-  std::map<std::string, std::vector<std::string>> files_of;  // device -> spec files
-  for (const auto& f : s.cdi_specs) {
-    if (f.kind != kGpuCdiKind || !f.error.empty()) continue;
-    for (const auto& d : f.devices) files_of[d].push_back(f.path);
-  }
+  std::vector<CdiFileSummary> gpu_files;
+  for (const auto& f : s.cdi_specs)
+    if (is_gpu_cdi_kind(f.kind)) gpu_files.push_back(f);
   std::map<std::vector<std::string>, std::vector<std::string>> by_files;  // files -> devices
-  for (const auto& [device, files] : files_of) {
-    if (files.size() > 1) by_files[files].push_back(device);
+  for (const auto& dup : duplicate_cdi_devices(gpu_files)) {
+    if (dup.resolution == CdiDuplicateDevice::Resolution::conflict)
+      by_files[dup.winners].push_back(dup.name);
   }
   for (const auto& [files, devices] : by_files) {
     out.push_back(
         {"cdi.duplicate-device", Severity::error,
-         cat(files.size(), " CDI specs define the same ", kGpuCdiKind,
-             " device(s): ", join(devices, ", ")),
+         cat(files.size(),
+             " CDI specs in one directory define the same device(s), which the CDI cache then "
+             "drops (\"unresolvable CDI devices\"): ",
+             join(devices, ", ")),
          cat("spec files: ", join(files, " and ")),
-         cat("keep one ", kGpuCdiKind,
-             " spec on the node: remove the others (a GPU Operator or nvidia-ctk spec in "
-             "/var/run/cdi next to `gpufence cdi generate`'s in /etc/cdi is the usual pair)")});
+         cat("keep one spec per kind in each directory: remove or move the others (two "
+             "generators writing one kind, e.g. `nvidia-ctk cdi generate` and the GPU "
+             "Operator, or `gpufence cdi generate` into /var/run/cdi next to NVIDIA's ",
+             kNvidiaCdiKind, " spec; gpufence-device-plugin's own spec is kind ", kCdiKind,
+             " and conflicts with none of them)")});
   }
 }
 

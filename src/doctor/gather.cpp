@@ -5,13 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common/in_root.hpp"
-#include "common/saturating.hpp"
 #include "common/strings.hpp"
 #include "containerd/config.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/parse.hpp"
 #include "doctor/process_dir.hpp"
 #include "kube/client.hpp"
+#include "kube/pod_request.hpp"
 #include "kube/quantity.hpp"
 #include "runtime/isolation.hpp"
 
@@ -132,7 +132,8 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
     }
     auto merged = merge_imports_from_host(*cfg, host);
     const ContainerdConfig& effective = merged ? *merged : *cfg;
-    s.cdi_specs = read_cdi_spec_dirs(host, cdi_settings(effective).spec_dirs);
+    s.cdi_specs =
+        summarize_cdi_spec_files(read_cdi_spec_files(host, cdi_settings(effective).spec_dirs));
     ContainerdCheckOptions copt{opt.handlers, &host, true};
     s.containerd_findings = check_containerd_config(effective, copt);
     s.containerd_config = path;
@@ -145,7 +146,7 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
     return;
   }
   // No file: containerd runs on built-in defaults, which have no GPU handler.
-  s.cdi_specs = read_cdi_spec_dirs(host, CdiSettings{}.spec_dirs);
+  s.cdi_specs = summarize_cdi_spec_files(read_cdi_spec_files(host, CdiSettings{}.spec_dirs));
   ContainerdConfig defaults;
   defaults.path = "(no containerd config file: built-in defaults)";
   defaults.version = 2;
@@ -186,13 +187,12 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
     pod.pod_namespace = meta.value("namespace", "");
     pod.name = meta.value("name", "");
     pod.runtime_class = spec.value("runtimeClassName", "");
+    // As the scheduler counts it (init containers, sidecars, overhead): the one answer kube/ has.
+    auto gpus = effective_request(spec, resource_name);
+    if (!gpus)
+      return std::unexpected(gpus.error().wrap("pod " + pod.pod_namespace + "/" + pod.name));
+    pod.gpus = *gpus;
     for (const auto& c : spec.value("containers", nlohmann::json::array())) {
-      auto resources = c.value("resources", nlohmann::json::object());
-      auto gpus =
-          resource_count(resources.value("limits", nlohmann::json::object()), resource_name);
-      if (!gpus)
-        return std::unexpected(gpus.error().wrap("pod " + pod.pod_namespace + "/" + pod.name));
-      pod.gpus = sat_add(pod.gpus, *gpus);
       if (c.value("securityContext", nlohmann::json::object()).value("privileged", false))
         pod.privileged = true;
       for (const auto& e : c.value("env", nlohmann::json::array())) {

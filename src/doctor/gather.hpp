@@ -30,7 +30,7 @@ struct GatherOptions {
   std::vector<std::string> plugin_dirs = {
       "/var/lib/kubelet/device-plugins",
       "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"};
-  std::string resource_name = "nvidia.com/gpu";
+  std::string resource_name = std::string(kGpuResourceName);
 };
 
 class KubeClient;

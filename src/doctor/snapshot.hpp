@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "cdi/spec_dirs.hpp"
 #include "common/finding.hpp"
-#include "containerd/cdi_specs.hpp"
 #include "gpu/gpu.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -70,7 +71,7 @@ struct Snapshot {
   std::vector<NodeContainer> containers;
   std::optional<std::vector<KubeletAllocation>> allocations;  // nullopt: PodResources unreadable
   std::optional<std::vector<std::string>> allocatable;  // nvidia.com/gpu ids the kubelet can give
-  std::string resource_name = "nvidia.com/gpu";
+  std::string resource_name = std::string(kGpuResourceName);
   std::optional<KubeView> kube;  // nullopt: no API access (skipped says why)
   std::vector<Finding> containerd_findings;
   std::string
@@ -81,7 +82,7 @@ struct Snapshot {
   std::string containerd_default_runtime;   // the default handler's name
   bool probed = false;                      // --probe asked for
   std::optional<std::string> ptrace_scope;  // /proc/sys/kernel/yama/ptrace_scope, if Yama is on
-  std::vector<CdiSpecFile>
+  std::vector<CdiFileSummary>
       cdi_specs;  // in containerd's cdi_spec_dirs (default /etc/cdi, /var/run/cdi)
   std::vector<std::string> plugin_sockets;  // device plugin sockets present
   std::vector<std::string> skipped;         // "NVML: cannot load ...", "kubelet: ..."

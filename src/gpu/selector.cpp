@@ -42,13 +42,13 @@ Result<DeviceToken> parse_device_token(std::string_view raw) {
     out.kind = DeviceToken::Kind::all;
     return out;
   }
-  if (auto eq = token.find('='); eq != std::string_view::npos) {
-    std::string_view kind = token.substr(0, eq);
-    if (kind != kCdiKind) {
-      return fail(Errc::invalid_argument, "device '", token, "': CDI kind '", kind, "' is not ",
-                  kCdiKind);
+  if (auto cdi = split_cdi_name(token)) {
+    if (!is_gpu_cdi_kind(cdi->kind)) {
+      return fail(Errc::invalid_argument, "device '", token, "': CDI kind '", cdi->kind,
+                  "' is not ", kCdiKind, " or ", kNvidiaCdiKind);
     }
-    body = token.substr(eq + 1);
+    out.cdi_kind = std::string(cdi->kind);
+    body = cdi->name;
     if (body.empty())
       return fail(Errc::invalid_argument, "device '", token, "': empty CDI device name");
     if (body == "all") {

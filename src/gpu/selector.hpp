@@ -7,7 +7,7 @@
 //   "all"                -> every GPU
 //   "0,1"                -> NVML indices
 //   "GPU-<uuid>"         -> UUIDs, or unique prefixes of them as CUDA accepts
-//   "nvidia.com/gpu=X"   -> CDI names, X an index, UUID or "all"
+//   "gpufence.io/gpu=X", "nvidia.com/gpu=X" -> CDI names (kGpuCdiKinds), X an index, UUID or "all"
 //   "/var/run/nvidia-container-devices" -> the volume-mounts strategy: read the mount markers
 //   "0:1", "MIG-..."     -> MIG devices: recognised and rejected, not supported yet
 #pragma once
@@ -29,8 +29,15 @@ struct DeviceToken {
   enum class Kind { index, uuid, all };
   Kind kind = Kind::index;
   unsigned index = 0;
-  std::string uuid;  // full or prefix, "GPU-..."
-  std::string text;  // the token as written, for error messages
+  std::string uuid;      // full or prefix, "GPU-..."
+  std::string text;      // the token as written, for error messages
+  std::string cdi_kind;  // the kind when written as a CDI name ("gpufence.io/gpu"), else ""
+
+  // The device id as written, without "<kind>=": "1", "GPU-ab12", "all".
+  std::string_view id() const {
+    return cdi_kind.empty() ? std::string_view(text)
+                            : std::string_view(text).substr(cdi_kind.size() + 1);
+  }
 };
 
 struct DeviceSelector {
@@ -39,7 +46,7 @@ struct DeviceSelector {
   std::vector<DeviceToken> tokens;  // for Kind::list
 };
 
-// One device: "1", "GPU-ab12", "nvidia.com/gpu=1", "nvidia.com/gpu=all".
+// One device: "1", "GPU-ab12", "gpufence.io/gpu=1", "nvidia.com/gpu=all".
 Result<DeviceToken> parse_device_token(std::string_view token);
 // A whole NVIDIA_VISIBLE_DEVICES-style value.
 Result<DeviceSelector> parse_device_selector(std::string_view value);

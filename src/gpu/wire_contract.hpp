@@ -4,14 +4,51 @@
 // not trusted are in docs/trust-model.md.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace gpufence {
 
-// CDI kind of every GPU device gpufence names ("nvidia.com/gpu=<uuid>").
-inline constexpr std::string_view kCdiKind = "nvidia.com/gpu";
+// The extended resource the device plugin advertises and pods request.
+inline constexpr std::string_view kGpuResourceName = "nvidia.com/gpu";
+
+// CDI kind of every GPU device gpufence's device plugin names ("gpufence.io/gpu=<uuid>") and of
+// the spec it writes. A vendor of gpufence's own: NVIDIA's toolkit (`nvidia-ctk cdi generate`, its
+// refresh unit, the GPU Operator) writes kind nvidia.com/gpu with the same names (indices, UUIDs,
+// "all") into /var/run/cdi, and the CDI cache drops a name two specs of one directory define
+// (docs/cdi.md, "Conflicts"). NVIDIA's own device plugin avoids that the same way
+// (k8s.device-plugin.nvidia.com/gpu).
+inline constexpr std::string_view kCdiKind = "gpufence.io/gpu";
+// NVIDIA's kind: the shim, launch, the doctor and `gpufence cdi generate` read its names too (an
+// Allocate answer checkpointed by an older plugin, a spec of NVIDIA's toolkit).
+inline constexpr std::string_view kNvidiaCdiKind = "nvidia.com/gpu";
+inline constexpr std::array<std::string_view, 2> kGpuCdiKinds = {kCdiKind, kNvidiaCdiKind};
+
+inline bool is_gpu_cdi_kind(std::string_view kind) {
+  return std::find(kGpuCdiKinds.begin(), kGpuCdiKinds.end(), kind) != kGpuCdiKinds.end();
+}
+
+// A fully qualified CDI device name, "<kind>=<name>".
+struct CdiName {
+  std::string_view kind;
+  std::string_view name;
+};
+// "kind=name" split at the first '='; nullopt when there is none.
+inline std::optional<CdiName> split_cdi_name(std::string_view qualified) {
+  auto eq = qualified.find('=');
+  if (eq == std::string_view::npos) return std::nullopt;
+  return CdiName{qualified.substr(0, eq), qualified.substr(eq + 1)};
+}
+// The name the device plugin gives one GPU: "gpufence.io/gpu=<id>".
+inline std::string gpu_cdi_name(std::string_view id) {
+  std::string out(kCdiKind);
+  out += '=';
+  out += id;
+  return out;
+}
 // The kubelet mounts /dev/null at <root>/<uuid> for each GPU in the Allocate answer's mounts
 // (the volume-mounts form NVIDIA's toolkit reads).
 inline constexpr std::string_view kMountMarkerRoot = "/var/run/nvidia-container-devices";

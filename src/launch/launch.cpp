@@ -21,9 +21,7 @@ std::optional<std::vector<std::string>> uuid_list(const std::string& value) {
   std::vector<std::string> out;
   for (const auto& t : sel->tokens) {
     if (t.kind != DeviceToken::Kind::uuid) return std::nullopt;
-    out.push_back(t.text.starts_with(std::string(kCdiKind) + "=")
-                      ? t.text.substr(kCdiKind.size() + 1)
-                      : t.text);
+    out.emplace_back(t.id());
   }
   return out;
 }

@@ -32,19 +32,20 @@ bool AllocationChannels::needs_indices() const {
 
 namespace {
 
-// Every nvidia.com/gpu name in the annotations under the trusted prefixes; other vendors' CDI
-// devices are left for their own runtimes.
+// Every GPU CDI name (kGpuCdiKinds: the plugin's own, and NVIDIA's in an answer an older plugin
+// gave) in the annotations under the trusted prefixes; other vendors' CDI devices are left for
+// their own runtimes.
 Status read_annotations(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& out) {
   auto ann = spec.find("annotations");
   if (ann == spec.end() || !ann->is_object()) return {};
-  const std::string kind_prefix = std::string(kCdiKind) + "=";
   for (const auto& [key, value] : ann->items()) {
     bool trusted = std::any_of(cfg.annotation_prefixes.begin(), cfg.annotation_prefixes.end(),
                                [&](const std::string& p) { return key.starts_with(p); });
     if (!trusted) continue;
     for (std::string_view name : split(value.get_ref<const std::string&>(), ',')) {
       name = trim(name);
-      if (!name.starts_with(kind_prefix)) continue;
+      auto cdi = split_cdi_name(name);
+      if (!cdi || !is_gpu_cdi_kind(cdi->kind)) continue;
       auto token = parse_device_token(name);
       if (!token) return std::unexpected(token.error().wrap("annotation " + key));
       out.annotations.push_back(std::move(*token));
@@ -71,7 +72,7 @@ void read_device_specs(const Json& spec, AllocationChannels& out) {
 }
 
 // /dev/null mounted at /var/run/nvidia-container-devices/<id>; <id> may also be a CDI name
-// written as "cdi/nvidia.com/gpu=<id>". Read leniently: a pod can write these.
+// written as "cdi/<kind>=<id>" (kGpuCdiKinds). Read leniently: a pod can write these.
 void read_markers(const Json& spec, AllocationChannels& out) {
   auto mounts = spec.find("mounts");
   if (mounts == spec.end() || !mounts->is_array()) return;
@@ -115,7 +116,7 @@ Status read_env(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& 
         return {};
       }
       if (selector->kind == DeviceSelector::Kind::all)
-        out.env.push_back(DeviceToken{DeviceToken::Kind::all, 0, "", "all"});
+        out.env.push_back(DeviceToken{DeviceToken::Kind::all, 0, "", "all", ""});
       else
         out.env = std::move(selector->tokens);
       return {};

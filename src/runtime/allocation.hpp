@@ -1,7 +1,7 @@
 // Where a container's GPU allocation comes from. Only from what the kubelet itself put into the
 // container, never from the pod spec (its env, image env, annotations, volumes or capabilities).
 // docs/trust-model.md has the reasoning; in short:
-//   1. CDI annotations (cdi.k8s.io/<x> = nvidia.com/gpu=<id>,...): the device plugin's Allocate
+//   1. CDI annotations (cdi.k8s.io/<x> = gpufence.io/gpu=<id>,...): the device plugin's Allocate
 //      annotations reach the spec only through containerd's container_annotations allow-list
 //      (pod annotations do not, unless pod_annotations lets them: check-containerd reports that);
 //   2. the kubelet's device specs: /dev/nvidiaN entries in linux.devices of a spec that does not

@@ -6,28 +6,31 @@
 
 #include "cdi/hook_defaults.hpp"
 #include "common/strings.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 namespace {
 
-Result<CdiSpecSet> load_set(const std::vector<std::string>& dirs, std::string_view kind) {
+Result<CdiSpecSet> load_set(const std::vector<std::string>& dirs,
+                            const std::vector<std::string_view>& kinds) {
   // The shim sees the host at "/"; config paths are host paths.
-  return load_cdi_spec_dirs(HostFs("/"), dirs, kind);
+  return load_cdi_spec_dirs(HostFs("/"), dirs, kinds);
 }
 
 }  // namespace
 
 Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
-                                                std::string_view kind) {
-  auto set = load_set(dirs, kind);
+                                                const std::vector<std::string_view>& kinds) {
+  auto set = load_set(dirs, kinds);
   if (!set) return std::unexpected(set.error());
   apply_cdi_priority(set->specs);
   return std::move(set->specs);
 }
 
 Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
-                                                std::string_view kind, Logger& log) {
-  auto set = load_set(dirs, kind);
+                                                const std::vector<std::string_view>& kinds,
+                                                Logger& log) {
+  auto set = load_set(dirs, kinds);
   if (!set) return std::unexpected(set.error());
   for (const auto& s : set->skipped) {
     if (s.why == CdiSkip::other_kind)
@@ -36,7 +39,7 @@ Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& 
       log.warn("runtime.cdi_spec_skipped", {{"file", s.path}, {"error", s.detail}});
   }
   for (const auto& dup : apply_cdi_priority(set->specs)) {
-    log.info("runtime.cdi_device_overridden", {{"device", cat(kind, "=", dup.name)},
+    log.info("runtime.cdi_device_overridden", {{"device", dup.name},
                                                {"used", join(dup.winners, ",")},
                                                {"ignored", join(dup.ignored, ",")}});
   }
@@ -154,17 +157,19 @@ Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& 
   CdiApplied applied;
   std::vector<const CdiSpecFile*> used;  // in the order first needed
   std::vector<std::pair<const CdiSpecFile*, const CdiDevice*>> devices;
-  std::string kind = specs.empty() ? "nvidia.com/gpu" : specs.front().spec.kind;
-  for (const auto& name : names) {
+  for (const auto& qualified : names) {
+    auto cdi = split_cdi_name(qualified);
+    if (!cdi) return fail(Errc::invalid_argument, "CDI device '", qualified, "' names no kind");
     const CdiSpecFile* owner = nullptr;
     const CdiDevice* device = nullptr;
     for (const auto& file : specs) {
+      if (file.spec.kind != cdi->kind) continue;
       for (const auto& d : file.spec.devices) {
-        if (d.name != name) continue;
+        if (d.name != cdi->name) continue;
         if (owner) {
           // Upstream drops such a device as unresolvable; say which files to reconcile.
-          return fail(Errc::denied, "CDI device ", kind, "=", name, " is defined by both ",
-                      owner->path, " and ", file.path, " (one directory holds both: remove one)");
+          return fail(Errc::denied, "CDI device ", qualified, " is defined by both ", owner->path,
+                      " and ", file.path, " (one directory holds both: remove one)");
         }
         owner = &file;
         device = &d;
@@ -172,13 +177,14 @@ Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& 
     }
     if (!owner) {
       std::vector<std::string> paths;
-      for (const auto& f : specs) paths.push_back(f.path);
-      return fail(Errc::not_found, "unknown CDI device ", kind, "=", name, " (not in ",
-                  paths.empty() ? std::string("any spec") : join(paths, ", "), ")");
+      for (const auto& f : specs)
+        if (f.spec.kind == cdi->kind) paths.push_back(f.path);
+      return fail(Errc::not_found, "unknown CDI device ", qualified, " (not in ",
+                  paths.empty() ? cat("any ", cdi->kind, " spec") : join(paths, ", "), ")");
     }
     if (std::find(used.begin(), used.end(), owner) == used.end()) used.push_back(owner);
     devices.emplace_back(owner, device);
-    applied.from.push_back(cat(kind, "=", name, " (", owner->path, ")"));
+    applied.from.push_back(cat(qualified, " (", owner->path, ")"));
   }
   // Spec-wide edits once per spec used, then each device's (upstream InjectDevices).
   for (const auto* file : used) {

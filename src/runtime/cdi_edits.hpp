@@ -1,12 +1,14 @@
-// The shim's side of CDI: find the requested nvidia.com/gpu devices in the spec directories and
-// apply their containerEdits (device nodes, mounts, env, hooks, additional GIDs) to config.json.
-// Reading follows the CDI project's registry (cdi/spec_dirs.hpp, docs/cdi.md): specs of other
-// kinds are never judged and never block a container; nvidia.com/gpu specs are read strictly and
-// fail closed: a malformed one, a device no spec defines, two files of one directory defining it.
+// The shim's side of CDI: find the requested GPU devices (kGpuCdiKinds) in the spec directories
+// and apply their containerEdits (device nodes, mounts, env, hooks, additional GIDs) to
+// config.json. Reading follows the CDI project's registry (cdi/spec_dirs.hpp, docs/cdi.md): specs
+// of other kinds are never judged and never block a container; specs of a requested kind are read
+// strictly and fail closed: a malformed one, a device no spec defines, two files of one directory
+// defining it.
 #pragma once
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cdi/spec.hpp"
@@ -18,16 +20,17 @@
 
 namespace gpufence {
 
-// The specs of `kind` in `dirs` (missing dirs are skipped), with upstream's priority applied: a
+// The specs of `kinds` in `dirs` (missing dirs are skipped), with upstream's priority applied: a
 // device defined in a later directory is removed from the earlier directories' files. Files of
-// other kinds, and files whose kind cannot be read, are skipped; a malformed spec of `kind` is an
-// error naming the file and the field.
+// other kinds, and files whose kind cannot be read, are skipped; a malformed spec of one of
+// `kinds` is an error naming the file and the field.
 Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
-                                                std::string_view kind);
+                                                const std::vector<std::string_view>& kinds);
 // The same, logging each skipped file (debug: another kind; warn: unreadable) and each device a
 // later directory overrides (info).
 Result<std::vector<CdiSpecFile>> load_cdi_specs(const std::vector<std::string>& dirs,
-                                                std::string_view kind, Logger& log);
+                                                const std::vector<std::string_view>& kinds,
+                                                Logger& log);
 
 struct CdiApplied {
   // Every device node the edits added whose cgroup access is not "none", with major/minor.
@@ -35,11 +38,11 @@ struct CdiApplied {
   // Device cgroup access the spec gives each node by path: "rwm" when it says nothing, else its
   // `permissions` ("r", "rw", ...); "" for "none" (such a node is not in `nodes`).
   std::map<std::string, std::string> access;
-  std::vector<std::string> from;    // "nvidia.com/gpu=1 (/etc/cdi/nvidia.yaml)"
+  std::vector<std::string> from;    // "gpufence.io/gpu=1 (/var/run/cdi/gpufence.io-gpu.json)"
   std::vector<std::string> mounts;  // each mount added, "destination<-source"
 };
 
-// Applies spec-wide and per-device edits for `names` (the part after "nvidia.com/gpu=").
+// Applies spec-wide and per-device edits for `names`, qualified ("gpufence.io/gpu=GPU-...").
 // `host` resolves device nodes without major/minor (hostPath, else path). Hooks without `env`
 // get kMinimalHookEnv and hooks without `timeout` kDefaultHookTimeoutSeconds (hook_defaults.hpp).
 // Edits gpufence cannot apply faithfully (intelRdt, netDevices) refuse the create.

@@ -32,7 +32,7 @@ struct RuntimeConfig {
   std::vector<TrustedChannel> trusted_channels = {TrustedChannel::cdi_annotations,
                                                   TrustedChannel::mount_markers};
   PrivilegedPolicy privileged_policy = PrivilegedPolicy::isolate;
-  std::vector<std::string> annotation_prefixes = {"cdi.k8s.io/"};
+  std::vector<std::string> annotation_prefixes = {std::string(kCdiAnnotationPrefix)};
   std::string device_root = "/";  // host root under which /dev/nvidia* are found
   std::vector<std::string> control_nodes = default_control_nodes();
   std::string nvml_library;  // "" = $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1

@@ -115,20 +115,27 @@ Status refuse_foreign_gpu_nodes(const std::vector<DeviceNode>& nodes,
   return {};
 }
 
-// CDI: when the allocation came as CDI names and specs for nvidia.com/gpu exist, apply their
-// edits (driver libraries, utilities, env, hooks). Isolation still decides the GPU nodes: a GPU
-// node the spec adds must be one of the granted GPUs.
+// CDI: when the allocation came as CDI names and specs of their kinds exist, apply their edits
+// (driver libraries, utilities, env, hooks). Isolation still decides the GPU nodes: a GPU node the
+// spec adds must be one of the granted GPUs.
 Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const AllocationChannels& channels,
                                           const Allocation& allocation, const HostFs& host,
                                           ShimContext& ctx, ShimDecision& decision) {
   std::vector<DeviceNode> extra;
   if (allocation.channel != Channel::cdi_annotations) return extra;
+  // Only the kinds named are read: a malformed spec of a kind this container does not use must
+  // not refuse it.
   std::vector<std::string> names;
-  const std::string prefix = std::string(kCdiKind) + "=";
-  for (const auto& t : channels.annotations)
-    if (t.text.starts_with(prefix)) names.push_back(t.text.substr(prefix.size()));
+  std::vector<std::string_view> kinds;
+  for (const auto& t : channels.annotations) {
+    if (t.cdi_kind.empty()) continue;
+    names.push_back(t.text);
+    for (auto kind : kGpuCdiKinds)
+      if (kind == t.cdi_kind && std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
+        kinds.push_back(kind);
+  }
   if (names.empty()) return extra;
-  auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kCdiKind, ctx.log);
+  auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kinds, ctx.log);
   if (!specs) return std::unexpected(specs.error());
   if (specs->empty()) {
     ctx.log.debug("runtime.no_cdi_spec", {{"container", decision.container_id},

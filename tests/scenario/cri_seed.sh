@@ -52,7 +52,7 @@ isolated_run unpriv "device-specs|cdi-annotations"
 # The plugin ran with its default strategies (cdi-annotations too) and wrote its own spec, which
 # containerd 1.7/2.x with CDI on resolved the annotation from (docs/containerd-lines.md).
 check "the device plugin wrote a valid CDI spec" \
-  "$build/bin/gpufence" cdi validate "$plugin_cdi/gpufence-nvidia.com-gpu.json"
+  "$build/bin/gpufence" cdi validate "$plugin_cdi/gpufence.io-gpu.json"
 
 echo "== privileged pods (the seed's) through the gpufence handler"
 run_pods priv gpufence 2 --privileged

@@ -67,7 +67,7 @@ class PluginScenario : public ::testing::Test {
         (m_dir / "plugin.log").string());
   }
   std::filesystem::path cdi_dir() const { return m_dir / "var-run-cdi"; }
-  std::filesystem::path cdi_spec() const { return cdi_dir() / "gpufence-nvidia.com-gpu.json"; }
+  std::filesystem::path cdi_spec() const { return cdi_dir() / "gpufence.io-gpu.json"; }
   bool wait_file(const std::filesystem::path& path, std::chrono::milliseconds timeout = 5s) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!std::filesystem::exists(path)) {
@@ -201,7 +201,7 @@ TEST_F(PluginScenario, TwoContainersEachGetOneOfTwoGpusDisjointly) {
   EXPECT_EQ(a.mounts(0).container_path(), "/var/run/nvidia-container-devices/" + ida[0]);
   EXPECT_EQ(b.mounts(0).container_path(), "/var/run/nvidia-container-devices/" + idb[0]);
   EXPECT_EQ(a.envs().at("CUDA_VISIBLE_DEVICES"), ida[0]);
-  EXPECT_EQ(a.annotations().begin()->second, "nvidia.com/gpu=" + ida[0]);
+  EXPECT_EQ(a.annotations().begin()->second, "gpufence.io/gpu=" + ida[0]);
   EXPECT_FALSE(m_kubelet->admit(1, nullptr).ok()) << "a third container finds no GPU left";
 }
 
@@ -575,8 +575,13 @@ TEST_F(PluginScenario, HealthzOnItsOwnListenerAnswersWhileMetricsIsFlooded) {
 
 // containerd 2.x (CDI on by default) and 1.7 with enable_cdi resolve the plugin's cdi.k8s.io
 // annotation themselves and fail CreateContainer when no spec defines the name: the plugin's own
-// spec must be there once it has registered, valid, and define every name Allocate sends.
+// spec must be there once it has registered, valid, and define every name Allocate sends. Its
+// kind is gpufence's own, so NVIDIA's toolkit's nvidia.com/gpu spec in the same directory cannot
+// cancel its names, and the file an older plugin left there (kind nvidia.com/gpu) is removed.
 TEST_F(PluginScenario, WritesAValidCdiSpecDefiningEveryNameAllocateSends) {
+  std::filesystem::create_directories(cdi_dir());
+  const auto legacy = cdi_dir() / "gpufence-nvidia.com-gpu.json";
+  std::ofstream(legacy) << R"({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": []})";
   m_kubelet->start();
   start_plugin();
   ASSERT_TRUE(m_kubelet->wait_registrations(1, 10s));
@@ -584,7 +589,7 @@ TEST_F(PluginScenario, WritesAValidCdiSpecDefiningEveryNameAllocateSends) {
   auto validate = test::run_command({test::bin_path("gpufence"), "cdi", "validate", cdi_spec()});
   EXPECT_EQ(validate.exit_code, 0) << validate.out << validate.err;
   EXPECT_NE(validate.out.find("valid: " + cdi_spec().string()), std::string::npos) << validate.out;
-  EXPECT_NE(validate.out.find("kind nvidia.com/gpu"), std::string::npos) << validate.out;
+  EXPECT_NE(validate.out.find("kind gpufence.io/gpu"), std::string::npos) << validate.out;
   auto spec = nlohmann::json::parse(std::ifstream(cdi_spec()));
   std::set<std::string> names;
   for (const auto& d : spec["devices"]) names.insert(d["name"].get<std::string>());
@@ -592,11 +597,13 @@ TEST_F(PluginScenario, WritesAValidCdiSpecDefiningEveryNameAllocateSends) {
     v1beta1::ContainerAllocateResponse r;
     ASSERT_TRUE(m_kubelet->admit(1, &r).ok());
     ASSERT_EQ(r.annotations_size(), 1);
-    const std::string value = r.annotations().begin()->second;  // "nvidia.com/gpu=<uuid>"
-    ASSERT_TRUE(value.starts_with("nvidia.com/gpu=")) << value;
-    EXPECT_TRUE(names.contains(value.substr(std::string("nvidia.com/gpu=").size()))) << value;
+    const std::string value = r.annotations().begin()->second;  // "gpufence.io/gpu=<uuid>"
+    ASSERT_TRUE(value.starts_with("gpufence.io/gpu=")) << value;
+    EXPECT_TRUE(names.contains(value.substr(std::string("gpufence.io/gpu=").size()))) << value;
   }
   EXPECT_TRUE(log_has("event=plugin.cdi_spec path=" + cdi_spec().string()));
+  EXPECT_FALSE(std::filesystem::exists(legacy)) << "the old kind's file is left beside the new";
+  EXPECT_TRUE(log_has("event=plugin.cdi_spec_legacy_removed"));
 }
 
 // Removed while the plugin runs (a tmpfs /var/run cleared, a user's cleanup): back at the next

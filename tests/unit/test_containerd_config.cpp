@@ -575,7 +575,8 @@ TEST(ContainerdCheck, CdiOnWithoutAGpuSpec) {
       << "containerd 2.x: on by default";
   EXPECT_TRUE(
       run("version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = false\n").empty());
-  // A foreign vendor's spec does not count; a GPU spec in /var/run/cdi does.
+  // A foreign vendor's spec does not count, nor NVIDIA's kind (the plugin names its own); the
+  // plugin's kind in /var/run/cdi does.
   host.write("etc/cdi/other.yaml",
              "cdiVersion: \"0.5.0\"\nkind: example.com/nic\ndevices:\n- name: a\n  "
              "containerEdits:\n    env: [\"A=1\"]\n");
@@ -583,6 +584,10 @@ TEST(ContainerdCheck, CdiOnWithoutAGpuSpec) {
   host.write("var/run/cdi/nvidia.yaml",
              "cdiVersion: \"0.5.0\"\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  "
              "containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n");
+  EXPECT_EQ(run(v2), std::vector<std::string>{"containerd.cdi-no-gpu-spec"});
+  host.write("var/run/cdi/gpufence.io-gpu.json",
+             R"({"cdiVersion": "0.5.0", "kind": "gpufence.io/gpu", "devices": [{"name": "0",
+                 "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}]})");
   EXPECT_TRUE(run(v2).empty());
   // cdi_spec_dirs is honoured.
   EXPECT_EQ(run(v2 + "").size(), 0u);

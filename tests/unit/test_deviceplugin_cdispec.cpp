@@ -10,10 +10,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include "cdi/generate.hpp"
 #include "common/file.hpp"
+#include "common/strings.hpp"
 #include "deviceplugin/cdi_spec.hpp"
+#include "gpu/wire_contract.hpp"
 #include "runtime/cdi_edits.hpp"
 #include "runtime/isolation.hpp"
 #include "support/test_support.hpp"
@@ -87,7 +90,7 @@ TEST(PluginCdiSpec, WithoutDriverFilesHoldsTheDeviceNodesAndNoHook) {
   auto r = build_plugin_cdi_spec(HostFs(root.path()), gpus(2), {});
   ASSERT_TRUE(r) << r.error().message;
   const CdiSpec& spec = r->spec;
-  EXPECT_EQ(spec.kind, "nvidia.com/gpu");
+  EXPECT_EQ(spec.kind, kCdiKind);
   for (unsigned i = 0; i < 2; ++i) {
     const std::string node = "/dev/nvidia" + std::to_string(i);
     for (const std::string& name : {test::mock_uuid(i), std::to_string(i)}) {
@@ -162,7 +165,7 @@ TEST(PluginCdiSpec, WritesAtomicallyAndOnlyWhenDifferent) {
   ASSERT_TRUE(w) << w.error().message;
   EXPECT_EQ(*w, SpecWrite::written);
   const auto path = plugin_cdi_spec_path(opt);
-  EXPECT_EQ(path.filename(), "gpufence-nvidia.com-gpu.json");
+  EXPECT_EQ(path.filename(), "gpufence.io-gpu.json");
   auto text = read_file(path);
   ASSERT_TRUE(text);
   auto back = parse_cdi_spec(*text, path.string());
@@ -239,10 +242,10 @@ TEST(PluginCdiSpec, AppliedTwiceAddsNothingTwice) {
   auto r = build_plugin_cdi_spec(HostFs(root.path()), gpus(2), opt);
   ASSERT_TRUE(r) << r.error().message;
   ASSERT_TRUE(write_plugin_cdi_spec(r->spec, opt));
-  auto specs = load_cdi_specs({(dirs / "etc/cdi").string(), opt.dir}, "nvidia.com/gpu");
+  auto specs = load_cdi_specs({(dirs / "etc/cdi").string(), opt.dir}, {kCdiKind});
   ASSERT_TRUE(specs) << specs.error().message;
   HostFs host(root.path());
-  const std::vector<std::string> names = {test::mock_uuid(1)};
+  const std::vector<std::string> names = {gpu_cdi_name(test::mock_uuid(1))};
 
   Json oci = Json::parse(R"({"ociVersion": "1.0.2", "process": {"env": ["PATH=/bin"]},
                              "linux": {"resources": {"devices": [{"allow": false, "access": "rwm"}]}}})");
@@ -269,44 +272,79 @@ TEST(PluginCdiSpec, AppliedTwiceAddsNothingTwice) {
   EXPECT_EQ(oci, once);
 }
 
-// A user's `gpufence cdi generate` spec in /etc/cdi and the plugin's in /var/run/cdi define the
-// same device names: the later directory wins (upstream's priority), no conflict; the same two
-// files in one directory are a conflict the runtime refuses with both names.
-TEST(PluginCdiSpec, UserSpecInEtcCdiAndPluginSpecInVarRunCdiResolveToThePlugins) {
+// NVIDIA's toolkit (`nvidia-ctk cdi generate`, its refresh unit) writes kind nvidia.com/gpu with
+// names 0, 1, the UUIDs and "all" into /var/run/cdi, the directory the plugin writes to. The
+// plugin's own kind keeps both resolvable: upstream keys devices by kind and name, so nothing
+// conflicts, and each name resolves to its own kind's file. The plugin's spec of the old kind
+// beside NVIDIA's is the conflict this avoids (every shared name dropped).
+TEST(PluginCdiSpec, CoexistsWithNvidiasSpecInOneDirectory) {
   test::TempDir root, dirs;
   if (!make_nodes(root)) GTEST_SKIP() << "mknod needs root: " << std::strerror(errno);
   make_driver_files(root);
   HostFs host(root.path());
-  CdiGenerateOptions user_opt;
-  user_opt.hook_path = "/usr/bin/user-hook";
-  auto user = generate_cdi_spec(host, gpus(2), "550.54.15", user_opt);
-  ASSERT_TRUE(user) << user.error().message;
-  dirs.write("etc/cdi/nvidia.yaml", cdi_spec_to_yaml(user->spec));
+  CdiGenerateOptions nvidia_opt;  // the shape nvidia-ctk writes: kind nvidia.com/gpu
+  nvidia_opt.hook_path = "/usr/bin/nvidia-cdi-hook";
+  auto nvidia = generate_cdi_spec(host, gpus(2), "550.54.15", nvidia_opt);
+  ASSERT_TRUE(nvidia) << nvidia.error().message;
+  ASSERT_EQ(nvidia->spec.kind, kNvidiaCdiKind);
   PluginCdiSpecOptions opt;
   opt.dir = (dirs / "var/run/cdi").string();
+  dirs.write("var/run/cdi/nvidia.yaml", cdi_spec_to_yaml(nvidia->spec));
   auto plugin = build_plugin_cdi_spec(host, gpus(2), opt);
   ASSERT_TRUE(plugin);
   ASSERT_TRUE(write_plugin_cdi_spec(plugin->spec, opt));
 
-  auto specs = load_cdi_specs({(dirs / "etc/cdi").string(), opt.dir}, "nvidia.com/gpu");
+  auto files = read_cdi_spec_files(HostFs("/"), {opt.dir});
+  EXPECT_TRUE(duplicate_cdi_devices(summarize_cdi_spec_files(files)).empty());
+  auto specs = load_cdi_specs({opt.dir}, {kCdiKind, kNvidiaCdiKind});
   ASSERT_TRUE(specs) << specs.error().message;
-  Json oci = Json::parse(R"({"ociVersion": "1.0.2", "process": {"env": []}})");
-  auto applied = apply_cdi_devices(oci, *specs, {test::mock_uuid(0)}, host);
-  ASSERT_TRUE(applied) << applied.error().message;
-  ASSERT_EQ(applied->from.size(), 1u);
-  EXPECT_NE(applied->from[0].find(plugin_cdi_spec_path(opt).string()), std::string::npos)
-      << applied->from[0];
-  ASSERT_EQ(oci["hooks"]["createContainer"].size(), 1u) << "only the winning spec's edits";
-  EXPECT_EQ(oci["hooks"]["createContainer"][0]["path"], opt.hook_path);
+  for (const auto& [name, file, hook] :
+       {std::tuple{gpu_cdi_name(test::mock_uuid(0)), plugin_cdi_spec_path(opt).string(),
+                   opt.hook_path},
+        std::tuple{cat(kNvidiaCdiKind, "=", test::mock_uuid(0)), opt.dir + "/nvidia.yaml",
+                   nvidia_opt.hook_path}}) {
+    Json oci = Json::parse(R"({"ociVersion": "1.0.2", "process": {"env": []}})");
+    auto applied = apply_cdi_devices(oci, *specs, {name}, host);
+    ASSERT_TRUE(applied) << applied.error().message;
+    ASSERT_EQ(applied->from.size(), 1u);
+    EXPECT_EQ(applied->from[0], cat(name, " (", file, ")"));
+    ASSERT_EQ(oci["hooks"]["createContainer"].size(), 1u) << "only its own spec's edits";
+    EXPECT_EQ(oci["hooks"]["createContainer"][0]["path"], hook);
+  }
 
-  dirs.write("var/run/cdi/nvidia.yaml", cdi_spec_to_yaml(user->spec));
-  auto same_dir = load_cdi_specs({(dirs / "etc/cdi").string(), opt.dir}, "nvidia.com/gpu");
+  // The old plugin's file (kind nvidia.com/gpu) in the same directory: every shared name is a
+  // conflict, refused with both files named, and the plugin removes that file.
+  CdiSpec legacy = plugin->spec;
+  legacy.kind = std::string(kNvidiaCdiKind);
+  dirs.write(std::string("var/run/cdi/") + kLegacyPluginCdiSpecFile, cdi_spec_to_yaml(legacy));
+  auto same_dir = load_cdi_specs({opt.dir}, {kNvidiaCdiKind});
   ASSERT_TRUE(same_dir) << same_dir.error().message;
   Json oci2 = Json::parse(R"({"ociVersion": "1.0.2", "process": {"env": []}})");
-  auto conflict = apply_cdi_devices(oci2, *same_dir, {test::mock_uuid(0)}, host);
+  auto conflict =
+      apply_cdi_devices(oci2, *same_dir, {cat(kNvidiaCdiKind, "=", test::mock_uuid(0))}, host);
   ASSERT_FALSE(conflict);
   EXPECT_NE(conflict.error().message.find("nvidia.yaml"), std::string::npos);
-  EXPECT_NE(conflict.error().message.find(kPluginCdiSpecFile), std::string::npos);
+  EXPECT_NE(conflict.error().message.find(kLegacyPluginCdiSpecFile), std::string::npos);
+  auto removed = remove_legacy_plugin_cdi_spec(opt);
+  ASSERT_TRUE(removed) << removed.error().message;
+  EXPECT_TRUE(*removed);
+  EXPECT_FALSE(std::filesystem::exists(dirs / "var/run/cdi" / kLegacyPluginCdiSpecFile));
+  EXPECT_FALSE(*remove_legacy_plugin_cdi_spec(opt)) << "gone: nothing to remove";
+}
+
+// A link a pod planted at the old file's name: the name goes, what it points to stays.
+TEST(PluginCdiSpec, RemovingTheOldSpecRemovesALinkNotItsTarget) {
+  test::TempDir dirs;
+  dirs.write("target", "keep");
+  std::filesystem::create_directories(dirs / "cdi");
+  std::filesystem::create_symlink(dirs / "target", dirs / "cdi" / kLegacyPluginCdiSpecFile);
+  PluginCdiSpecOptions opt;
+  opt.dir = (dirs / "cdi").string();
+  auto removed = remove_legacy_plugin_cdi_spec(opt);
+  ASSERT_TRUE(removed) << removed.error().message;
+  EXPECT_TRUE(*removed);
+  EXPECT_FALSE(std::filesystem::is_symlink(dirs / "cdi" / kLegacyPluginCdiSpecFile));
+  EXPECT_EQ(*read_file(dirs / "target"), "keep");
 }
 
 // A driver container's files (GPU Operator): read under --host-root at the driver root, named

@@ -99,7 +99,7 @@ TEST(Allocate, DefaultStrategiesCarryTheAllocationThreeWays) {
   EXPECT_EQ(resp.envs().at("NVIDIA_VISIBLE_DEVICES"), "/var/run/nvidia-container-devices");
   EXPECT_EQ(resp.envs().at("CUDA_VISIBLE_DEVICES"), "GPU-1aaa");
   ASSERT_EQ(resp.annotations_size(), 1);
-  EXPECT_EQ(resp.annotations().at("cdi.k8s.io/gpufence_GPU-1aaa"), "nvidia.com/gpu=GPU-1aaa");
+  EXPECT_EQ(resp.annotations().at("cdi.k8s.io/gpufence_GPU-1aaa"), "gpufence.io/gpu=GPU-1aaa");
   EXPECT_EQ(resp.cdi_devices_size(), 0);
 }
 
@@ -124,7 +124,7 @@ TEST(Allocate, EachStrategyAlone) {
   };
   auto cri = with("cdi-cri");
   ASSERT_EQ(cri.cdi_devices_size(), 2);
-  EXPECT_EQ(cri.cdi_devices(1).name(), "nvidia.com/gpu=GPU-1aaa");
+  EXPECT_EQ(cri.cdi_devices(1).name(), "gpufence.io/gpu=GPU-1aaa");
   EXPECT_EQ(cri.devices_size(), 0);
   EXPECT_EQ(cri.mounts_size(), 0);
   auto env = with("envvar", false);
@@ -134,7 +134,7 @@ TEST(Allocate, EachStrategyAlone) {
   EXPECT_EQ(specs.devices_size(), 2);
   EXPECT_FALSE(specs.envs().contains("NVIDIA_VISIBLE_DEVICES"));
   auto ann = with("cdi-annotations");
-  EXPECT_EQ(ann.annotations().begin()->second, "nvidia.com/gpu=GPU-0aaa,nvidia.com/gpu=GPU-1aaa");
+  EXPECT_EQ(ann.annotations().begin()->second, "gpufence.io/gpu=GPU-0aaa,gpufence.io/gpu=GPU-1aaa");
 }
 
 TEST(Health, CriticalXidMarksUnhealthyApplicationXidsDoNot) {

@@ -103,6 +103,20 @@ TEST_F(DoctorKube, GpuPodWithoutRuntimeClassOnPlainRunc) {
   EXPECT_TRUE(run().empty());
 }
 
+// A pod whose GPU is requested by an init container only (or by requests, not limits) holds a
+// GPU as the scheduler and the kubelet count it: the doctor judges it a GPU pod too.
+TEST_F(DoctorKube, AGpuRequestedByAnInitContainerMakesAGpuPod) {
+  pods({R"({"metadata":{"name":"init-gpu","namespace":"video"},"spec":{
+             "initContainers":[{"name":"warm","resources":{"requests":{"nvidia.com/gpu":"2"}}}],
+             "containers":[{"name":"main","securityContext":{"privileged":true}}]}})"});
+  auto findings = judge((run(), m_snap));
+  ASSERT_TRUE(m_snap.kube.has_value());
+  ASSERT_EQ(m_snap.kube->pods.size(), 1u);
+  EXPECT_EQ(m_snap.kube->pods[0].gpus, 2) << "the init container's request counts";
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].id, "pod.no-gpu-runtime");
+}
+
 TEST_F(DoctorKube, PodSetsVisibleDevices) {
   pods({pod("ds-a", "nvidia", 1, false, "all")});
   EXPECT_EQ(run(), (std::vector<std::string>{"pod.env-visible-devices"}));

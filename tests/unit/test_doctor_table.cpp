@@ -53,9 +53,14 @@ Snapshot troubled_node() {
   kube.pods = {{"default", "p1", "gpu-class", 1, false, {}},
                {"default", "p2", "", 1, true, {"main: all"}}};
   s.kube = kube;
-  s.cdi_specs = {{"/etc/cdi/gpufence.yaml", "nvidia.com/gpu", {"0", "1", "all"}, ""},
-                 {"/var/run/cdi/nvidia.yaml", "nvidia.com/gpu", {"0", "all"}, ""},
-                 {"/etc/cdi/nic.yaml", "example.com/nic", {"0"}, ""}};
+  // /var/run/cdi (priority 1) holds two nvidia.com/gpu specs sharing names, the conflict; the
+  // /etc/cdi one is overridden (upstream's priority) and the plugin's own kind shares names with
+  // both without conflict.
+  s.cdi_specs = {{"/etc/cdi/nvidia.yaml", 0, "nvidia.com/gpu", {"0", "1", "all"}, ""},
+                 {"/etc/cdi/nic.yaml", 0, "example.com/nic", {"0"}, ""},
+                 {"/var/run/cdi/gpufence.io-gpu.json", 1, "gpufence.io/gpu", {"0", "1", "all"}, ""},
+                 {"/var/run/cdi/nvidia.yaml", 1, "nvidia.com/gpu", {"0", "all"}, ""},
+                 {"/var/run/cdi/operator.yaml", 1, "nvidia.com/gpu", {"0", "all"}, ""}};
   s.containerd_findings = {{"containerd.handler-missing", Severity::error, "x", "y", "z"}};
   return s;
 }
@@ -108,12 +113,12 @@ TEST(DoctorTable, DuplicateCdiDevicesNameBothFiles) {
   for (const auto& c : doctor_checks())
     if (c.id == "cdi.duplicate-device") c.run(s, out);
   ASSERT_EQ(ids(out), std::vector<std::string>{"cdi.duplicate-device"}) << "one finding per pair";
-  EXPECT_NE(out[0].summary.find("0, all"), std::string::npos) << out[0].summary;
-  EXPECT_EQ(out[0].summary.find(", 1"), std::string::npos) << "1 is defined once";
-  EXPECT_NE(out[0].evidence.find("/etc/cdi/gpufence.yaml"), std::string::npos);
-  EXPECT_NE(out[0].evidence.find("/var/run/cdi/nvidia.yaml"), std::string::npos);
-  s.cdi_specs.pop_back();
-  s.cdi_specs.pop_back();
+  EXPECT_NE(out[0].summary.find("nvidia.com/gpu=0, nvidia.com/gpu=all"), std::string::npos)
+      << out[0].summary;
+  EXPECT_EQ(out[0].summary.find("=1"), std::string::npos) << "1 is defined once per directory";
+  EXPECT_EQ(out[0].summary.find("gpufence.io"), std::string::npos) << "another kind: no conflict";
+  EXPECT_EQ(out[0].evidence, "spec files: /var/run/cdi/nvidia.yaml and /var/run/cdi/operator.yaml");
+  s.cdi_specs.pop_back();  // one nvidia.com/gpu spec per directory left: upstream's priority
   out.clear();
   for (const auto& c : doctor_checks())
     if (c.id == "cdi.duplicate-device") c.run(s, out);
@@ -145,8 +150,8 @@ class DoctorContainerd : public ::testing::Test {
                       "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
                       "BinaryName = \"/usr/local/bin/gpufence-runtime\"\n");
   }
-  static std::string spec(const std::string& devices) {
-    std::string out = "cdiVersion: \"0.5.0\"\nkind: nvidia.com/gpu\ndevices:\n";
+  static std::string spec(const std::string& devices, std::string_view kind = "nvidia.com/gpu") {
+    std::string out = cat("cdiVersion: \"0.5.0\"\nkind: ", kind, "\ndevices:\n");
     for (std::string_view d : {"0", "1"}) {
       if (devices.find(d) == std::string::npos) continue;
       out += cat("- name: \"", d,
@@ -176,11 +181,18 @@ TEST_F(DoctorContainerd, CdiOnWithoutAGpuSpec) {
   config("enable_cdi = true\n", "");
   EXPECT_TRUE(fired("containerd.cdi-no-gpu-spec"));
   m_node->write("etc/cdi/nvidia.yaml", spec("01"));
+  EXPECT_TRUE(fired("containerd.cdi-no-gpu-spec"))
+      << "NVIDIA's kind resolves no name of the plugin's";
+  m_node->write("var/run/cdi/gpufence.io-gpu.yaml", spec("01", "gpufence.io/gpu"));
   EXPECT_FALSE(fired("containerd.cdi-no-gpu-spec"));
 }
 
+// nvidia-ctk's spec and the GPU Operator's in one directory: the conflict the CDI cache drops.
+// Across directories it is upstream's priority, and beside the plugin's own kind nothing.
 TEST_F(DoctorContainerd, TwoSpecsDefiningOneGpu) {
-  m_node->write("etc/cdi/gpufence.yaml", spec("01"));
+  m_node->write("etc/cdi/nvidia.yaml", spec("01"));
+  m_node->write("var/run/cdi/nvidia.yaml", spec("01"));
+  m_node->write("var/run/cdi/gpufence.io-gpu.yaml", spec("01", "gpufence.io/gpu"));
   EXPECT_FALSE(fired("cdi.duplicate-device"));
   m_node->write("var/run/cdi/operator.yaml", spec("1"));
   auto snap = gather_snapshot(HostFs(m_dir.path()), &m_inv, "", {});
@@ -188,7 +200,9 @@ TEST_F(DoctorContainerd, TwoSpecsDefiningOneGpu) {
   auto dup = std::find_if(findings.begin(), findings.end(),
                           [](const Finding& f) { return f.id == "cdi.duplicate-device"; });
   ASSERT_NE(dup, findings.end());
-  EXPECT_NE(dup->evidence.find("/etc/cdi/gpufence.yaml"), std::string::npos) << dup->evidence;
-  EXPECT_NE(dup->evidence.find("/var/run/cdi/operator.yaml"), std::string::npos);
-  EXPECT_NE(dup->summary.find(": 1"), std::string::npos) << dup->summary;
+  EXPECT_EQ(dup->evidence, "spec files: /var/run/cdi/nvidia.yaml and /var/run/cdi/operator.yaml");
+  EXPECT_NE(dup->summary.find(": nvidia.com/gpu=1"), std::string::npos) << dup->summary;
+  EXPECT_EQ(std::count_if(findings.begin(), findings.end(),
+                          [](const Finding& f) { return f.id == "cdi.duplicate-device"; }),
+            1);
 }

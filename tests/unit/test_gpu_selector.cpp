@@ -66,6 +66,11 @@ TEST(Selector, IndicesUuidsAndCdiNames) {
             (std::vector<unsigned>{0}));
   EXPECT_EQ(indices(resolve("nvidia.com/gpu=all")), (std::vector<unsigned>{0, 1, 2}));
   EXPECT_EQ(indices(resolve("nvidia.com/gpu=0,GPU-c3e79d42")), (std::vector<unsigned>{0, 1}));
+  // The device plugin's own kind, and both kinds in one list.
+  EXPECT_EQ(indices(resolve("gpufence.io/gpu=GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2")),
+            (std::vector<unsigned>{1}));
+  EXPECT_EQ(indices(resolve("gpufence.io/gpu=all")), (std::vector<unsigned>{0, 1, 2}));
+  EXPECT_EQ(indices(resolve("gpufence.io/gpu=2,nvidia.com/gpu=0")), (std::vector<unsigned>{2, 0}));
 }
 
 TEST(Selector, MigFormsAreRecognisedAndRejected) {
@@ -110,6 +115,18 @@ TEST(Selector, SingleTokens) {
   EXPECT_EQ(t->kind, DeviceToken::Kind::uuid);
   EXPECT_EQ(t->uuid, "GPU-abc");
   EXPECT_EQ(t->text, "nvidia.com/gpu=GPU-ABC");
+  EXPECT_EQ(t->cdi_kind, "nvidia.com/gpu");
+  EXPECT_EQ(t->id(), "GPU-ABC");
+  auto own = parse_device_token(" gpufence.io/gpu=1 ");
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->cdi_kind, "gpufence.io/gpu");
+  EXPECT_EQ(own->id(), "1");
+  EXPECT_EQ(own->index, 1u);
+  EXPECT_EQ(parse_device_token("GPU-ABC").value().cdi_kind, "");
+  EXPECT_EQ(parse_device_token("GPU-ABC").value().id(), "GPU-ABC");
+  // A look-alike vendor is another kind, not gpufence's.
+  EXPECT_FALSE(parse_device_token("gpufence.io/gpux=1"));
+  EXPECT_FALSE(parse_device_token("xgpufence.io/gpu=1"));
   EXPECT_EQ(parse_device_token("12").value().index, 12u);
   EXPECT_FALSE(parse_device_token(""));
 }

@@ -47,12 +47,12 @@ TEST(RuntimeCdiReader, AForeignValidSpecWithAdditionalGidsNeverBlocksGpuSpecs) {
   test::TempDir dir;
   dir.write("cdi/intel-fpga.yaml", kForeignWithGids);
   dir.write("cdi/nvidia.yaml", nvidia_spec("nvidia"));
-  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu");
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, {"nvidia.com/gpu"});
   ASSERT_TRUE(specs) << specs.error().message;
   ASSERT_EQ(specs->size(), 1u);
   EXPECT_EQ((*specs)[0].path, (dir / "cdi/nvidia.yaml").string());
   Json oci = minimal_oci();
-  auto applied = apply_cdi_devices(oci, *specs, {"0"}, HostFs("/"));
+  auto applied = apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=0"}, HostFs("/"));
   ASSERT_TRUE(applied) << applied.error().message;
   EXPECT_FALSE(oci["process"]["user"].contains("additionalGids")) << "foreign edits not applied";
 }
@@ -68,7 +68,7 @@ TEST(RuntimeCdiReader, MalformedForeignSpecsAreSkippedAndLogged) {
   dir.write("cdi/notes.txt", "not a spec at all");
   Logger log(LogLevel::debug);
   ASSERT_TRUE(log.open_file((dir / "log").string()));
-  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu", log);
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, {"nvidia.com/gpu"}, log);
   ASSERT_TRUE(specs) << specs.error().message;
   ASSERT_EQ(specs->size(), 1u);
   std::string lines = read_text(dir / "log");
@@ -89,7 +89,7 @@ TEST(RuntimeCdiReader, AMalformedNvidiaSpecIsAnErrorNamingTheFileAndTheField) {
   dir.write("cdi/other.json",
             R"({"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"1",
                 "containerEdits":{"mounts":[{"hostPath":5,"containerPath":"/x"}]}}]})");
-  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu");
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, {"nvidia.com/gpu"});
   ASSERT_FALSE(specs);
   const std::string& e = specs.error().message;
   EXPECT_NE(e.find("malformed CDI spec: " + (dir / "cdi/other.json").string()), std::string::npos)
@@ -104,10 +104,10 @@ TEST(RuntimeCdiReader, TwoNvidiaSpecsInOneDirectoryConflictOnlyForTheSharedDevic
   test::TempDir dir;
   dir.write("cdi/nvidia.yaml", nvidia_spec("a", "", "\"0\",\"1\""));
   dir.write("cdi/operator.json", nvidia_spec("b", "", "\"1\",\"2\""));
-  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu");
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, {"nvidia.com/gpu"});
   ASSERT_TRUE(specs) << specs.error().message;
   Json oci = minimal_oci();
-  auto shared = apply_cdi_devices(oci, *specs, {"1"}, HostFs("/"));
+  auto shared = apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=1"}, HostFs("/"));
   ASSERT_FALSE(shared);
   EXPECT_EQ(shared.error().message,
             cat("CDI device nvidia.com/gpu=1 is defined by both ",
@@ -115,7 +115,8 @@ TEST(RuntimeCdiReader, TwoNvidiaSpecsInOneDirectoryConflictOnlyForTheSharedDevic
                 " (one directory holds both: remove one)"));
   // Devices only one file defines still resolve (upstream drops only the conflicting name).
   Json ok = minimal_oci();
-  auto single = apply_cdi_devices(ok, *specs, {"0", "2"}, HostFs("/"));
+  auto single =
+      apply_cdi_devices(ok, *specs, {"nvidia.com/gpu=0", "nvidia.com/gpu=2"}, HostFs("/"));
   ASSERT_TRUE(single) << single.error().message;
 }
 
@@ -127,17 +128,17 @@ TEST(RuntimeCdiReader, ALaterDirectoryOverridesAnEarlierOneAsUpstreamDoes) {
   Logger log(LogLevel::debug);
   ASSERT_TRUE(log.open_file((dir / "log").string()));
   auto specs = load_cdi_specs({(dir / "etc-cdi").string(), (dir / "run-cdi").string()},
-                              "nvidia.com/gpu", log);
+                              {"nvidia.com/gpu"}, log);
   ASSERT_TRUE(specs) << specs.error().message;
   Json oci = minimal_oci();
-  auto applied = apply_cdi_devices(oci, *specs, {"0"}, HostFs("/"));
+  auto applied = apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=0"}, HostFs("/"));
   ASSERT_TRUE(applied) << applied.error().message;
   EXPECT_EQ(get_env(oci, "FROM"), "run");
   ASSERT_EQ(applied->from.size(), 1u);
   EXPECT_NE(applied->from[0].find("run-cdi/operator.yaml"), std::string::npos);
   // Device 1 is only in /etc/cdi's file: still served from there.
   Json other = minimal_oci();
-  ASSERT_TRUE(apply_cdi_devices(other, *specs, {"1"}, HostFs("/")));
+  ASSERT_TRUE(apply_cdi_devices(other, *specs, {"nvidia.com/gpu=1"}, HostFs("/")));
   EXPECT_EQ(get_env(other, "FROM"), "etc");
   std::string lines = read_text(dir / "log");
   EXPECT_NE(lines.find("runtime.cdi_device_overridden device=\"nvidia.com/gpu=0\""),
@@ -154,20 +155,29 @@ TEST(CdiSpecDirs, DuplicateDevicesForTheDoctor) {
     for (auto& n : names) f.spec.devices.push_back({n, {}, {}});
     return f;
   };
+  auto summaries = [](const std::vector<CdiSpecFile>& files) {
+    std::vector<CdiFileSummary> out;
+    for (const auto& f : files) {
+      CdiFileSummary sum{f.path, f.priority, f.spec.kind, {}, ""};
+      for (const auto& d : f.spec.devices) sum.devices.push_back(d.name);
+      out.push_back(sum);
+    }
+    return out;
+  };
   std::vector<CdiSpecFile> specs = {
       file("/etc/cdi/a.yaml", 0, {"0", "1", "all"}), file("/etc/cdi/b.yaml", 0, {"1"}),
       file("/var/run/cdi/op.yaml", 1, {"0", "all"}), file("/var/run/cdi/op2.yaml", 1, {"all"})};
-  auto dups = duplicate_cdi_devices(specs);
+  auto dups = duplicate_cdi_devices(summaries(specs));
   ASSERT_EQ(dups.size(), 3u);
   using R = CdiDuplicateDevice::Resolution;
-  EXPECT_EQ(dups[0].name, "0");
+  EXPECT_EQ(dups[0].name, "nvidia.com/gpu=0");
   EXPECT_EQ(dups[0].resolution, R::overridden);
   EXPECT_EQ(dups[0].winners, (std::vector<std::string>{"/var/run/cdi/op.yaml"}));
   EXPECT_EQ(dups[0].ignored, (std::vector<std::string>{"/etc/cdi/a.yaml"}));
-  EXPECT_EQ(dups[1].name, "1");
+  EXPECT_EQ(dups[1].name, "nvidia.com/gpu=1");
   EXPECT_EQ(dups[1].resolution, R::conflict);
   EXPECT_EQ(dups[1].winners, (std::vector<std::string>{"/etc/cdi/a.yaml", "/etc/cdi/b.yaml"}));
-  EXPECT_EQ(dups[2].name, "all");
+  EXPECT_EQ(dups[2].name, "nvidia.com/gpu=all");
   EXPECT_EQ(dups[2].resolution, R::conflict);
   EXPECT_EQ(dups[2].winners,
             (std::vector<std::string>{"/var/run/cdi/op.yaml", "/var/run/cdi/op2.yaml"}));
@@ -201,10 +211,10 @@ TEST(RuntimeCdiEdits, HooksWithoutEnvGetAMinimalEnvAndATimeout) {
                         "containerEdits:\n  hooks:\n  - {hookName: createContainer, path: "
                         "/usr/bin/nvidia-cdi-hook, args: [nvidia-cdi-hook, update-ldcache]}\n"
                         "  - {hookName: poststop, path: /bin/true, env: [A=1], timeout: 7}\n"));
-  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu");
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, {"nvidia.com/gpu"});
   ASSERT_TRUE(specs) << specs.error().message;
   Json oci = minimal_oci();
-  ASSERT_TRUE(apply_cdi_devices(oci, *specs, {"0"}, HostFs("/")));
+  ASSERT_TRUE(apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=0"}, HostFs("/")));
   const Json& hook = oci["hooks"]["createContainer"][0];
   EXPECT_EQ(hook["path"], "/usr/bin/nvidia-cdi-hook");
   // Not the container's LD_PRELOAD: only the minimal env.
@@ -222,10 +232,10 @@ TEST(RuntimeCdiEdits, PermissionsNoneIsNeverGrantedAndOthersAreReported) {
             "    deviceNodes:\n    - {path: /dev/nvidia0, major: 195, minor: 0}\n"
             "    - {path: /dev/nvidia-caps/x, major: 237, minor: 1, permissions: none}\n"
             "    - {path: /dev/nvidia-uvm, major: 511, minor: 0, permissions: r}\n");
-  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu");
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, {"nvidia.com/gpu"});
   ASSERT_TRUE(specs) << specs.error().message;
   Json oci = minimal_oci();
-  auto applied = apply_cdi_devices(oci, *specs, {"0"}, HostFs("/"));
+  auto applied = apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=0"}, HostFs("/"));
   ASSERT_TRUE(applied) << applied.error().message;
   ASSERT_EQ(applied->nodes.size(), 2u);
   EXPECT_EQ(applied->nodes[0].path, "/dev/nvidia0");
@@ -240,10 +250,10 @@ TEST(RuntimeCdiEdits, AdditionalGidsAreAddedOnceAndZeroSkipped) {
   dir.write("cdi/nvidia.yaml",
             "cdiVersion: 0.7.0\nkind: nvidia.com/gpu\ncontainerEdits:\n  additionalGids: [44, 0]\n"
             "devices:\n- name: \"0\"\n  containerEdits:\n    additionalGids: [44, 107]\n");
-  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu");
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, {"nvidia.com/gpu"});
   ASSERT_TRUE(specs) << specs.error().message;
   Json oci = minimal_oci();
-  ASSERT_TRUE(apply_cdi_devices(oci, *specs, {"0"}, HostFs("/")));
+  ASSERT_TRUE(apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=0"}, HostFs("/")));
   EXPECT_EQ(oci["process"]["user"]["additionalGids"], Json::array({44, 107}));
 }
 
@@ -255,26 +265,26 @@ TEST(RuntimeCdiEdits, IntelRdtAndNetDevicesInAGpuSpecRefuseTheCreate) {
   std::string text = read_text(dir / "cdi/nvidia.yaml");
   text.replace(text.find("0.5.0"), 5, "1.1.0");
   dir.write("cdi/nvidia.yaml", text);
-  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu");
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, {"nvidia.com/gpu"});
   ASSERT_TRUE(specs) << specs.error().message;
   Json oci = minimal_oci();
   Json before = oci;
-  auto r = apply_cdi_devices(oci, *specs, {"rdt"}, HostFs("/"));
+  auto r = apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=rdt"}, HostFs("/"));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::unsupported);
   EXPECT_NE(r.error().message.find("intelRdt is not applied by gpufence"), std::string::npos);
   // A device of the same spec without it still applies.
-  EXPECT_TRUE(apply_cdi_devices(before, *specs, {"0"}, HostFs("/")));
+  EXPECT_TRUE(apply_cdi_devices(before, *specs, {"nvidia.com/gpu=0"}, HostFs("/")));
 }
 
 TEST(RuntimeCdiEdits, UnknownDeviceNamesTheSpecsSearched) {
   test::TempDir dir;
   dir.write("cdi/nvidia.yaml", nvidia_spec("n"));
   auto specs =
-      load_cdi_specs({(dir / "cdi").string(), (dir / "missing").string()}, "nvidia.com/gpu");
+      load_cdi_specs({(dir / "cdi").string(), (dir / "missing").string()}, {"nvidia.com/gpu"});
   ASSERT_TRUE(specs) << specs.error().message;
   Json oci = minimal_oci();
-  auto r = apply_cdi_devices(oci, *specs, {"7"}, HostFs("/"));
+  auto r = apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=7"}, HostFs("/"));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().message, cat("unknown CDI device nvidia.com/gpu=7 (not in ",
                                    (dir / "cdi/nvidia.yaml").string(), ")"));
@@ -290,11 +300,13 @@ TEST(RuntimeCdiEdits, ASpecContainerdAlreadyInjectedIsNotAppliedTwice) {
                         "/usr/bin/gpufence-runtime, args: [gpufence-runtime, hook, update-ldcache, "
                         "--folder, /usr/lib/x86_64-linux-gnu]}\n  mounts:\n  - {hostPath: "
                         "/usr/lib/libcuda.so.1, containerPath: /usr/lib/libcuda.so.1}\n"));
-  auto specs = load_cdi_specs({(dir / "cdi").string()}, "nvidia.com/gpu");
+  auto specs = load_cdi_specs({(dir / "cdi").string()}, {"nvidia.com/gpu"});
   ASSERT_TRUE(specs) << specs.error().message;
   Json oci = minimal_oci();
-  ASSERT_TRUE(apply_cdi_devices(oci, *specs, {"0"}, HostFs("/")));  // what containerd did
-  ASSERT_TRUE(apply_cdi_devices(oci, *specs, {"0"}, HostFs("/")));  // and then the runtime
+  ASSERT_TRUE(
+      apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=0"}, HostFs("/")));  // what containerd did
+  ASSERT_TRUE(
+      apply_cdi_devices(oci, *specs, {"nvidia.com/gpu=0"}, HostFs("/")));  // and then the runtime
   EXPECT_EQ(oci["hooks"]["createContainer"].size(), 1u) << "ldconfig would run twice";
   EXPECT_EQ(oci["mounts"].size(), 1u);
 }

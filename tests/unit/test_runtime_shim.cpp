@@ -270,6 +270,39 @@ TEST_F(ShimCdi, TheGrantedGpuUnderAnotherNameIsItsOwnAndLogged) {
             (std::vector<std::string>{"/usr/lib/libcuda.so.1<-/usr/lib/libcuda.so.1"}));
 }
 
+// The device plugin's kind beside NVIDIA's toolkit's spec defining the same names in the same
+// directory: each kind is its own device (upstream keys by kind and name), so the plugin's name
+// resolves to the plugin's file alone; and a broken spec of a kind the container does not ask
+// for refuses nothing.
+TEST_F(ShimCdi, ThePluginsKindResolvesBesideNvidiasSpecOfTheSameNames) {
+  auto spec_of = [](std::string_view kind, std::string_view lib) {
+    return cat("cdiVersion: 0.5.0\nkind: ", kind, "\ndevices:\n- name: ", kUuid1,
+               "\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia1, major: 195, "
+               "minor: 1}\n    mounts:\n    - {hostPath: ",
+               lib, ", containerPath: ", lib, "}\n");
+  };
+  m_cdi.write("cdi/nvidia.yaml", spec_of(kNvidiaCdiKind, "/usr/lib/from-nvidia-ctk.so"));
+  m_cdi.write("cdi/gpufence.io-gpu.json", spec_of(kCdiKind, "/usr/lib/from-the-plugin.so"));
+  m_cdi.write("cdi/operator.yaml", "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: 5\n");
+  m_config.cdi_spec_dirs = {(m_cdi / "cdi").string()};
+  Json spec = unprivileged();
+  spec["annotations"]["cdi.k8s.io/gpufence_x"] = gpu_cdi_name(kUuid1);
+  auto d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->cdi_devices,
+            (std::vector<std::string>{cat(kCdiKind, "=", kUuid1, " (",
+                                          (m_cdi / "cdi/gpufence.io-gpu.json").string(), ")")}));
+  EXPECT_EQ(d->cdi_mounts,
+            (std::vector<std::string>{"/usr/lib/from-the-plugin.so<-/usr/lib/from-the-plugin.so"}));
+  // The same container asking by NVIDIA's kind reads NVIDIA's specs: the broken one refuses it.
+  Json nvidia = unprivileged();
+  nvidia["annotations"]["cdi.k8s.io/gpufence_x"] = cat(kNvidiaCdiKind, "=", kUuid1);
+  auto refused = prepare(nvidia);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("operator.yaml"), std::string::npos)
+      << refused.error().message;
+}
+
 // A DRM node (226:N) the host does not list is not granted on trust.
 TEST_F(ShimCdi, AnUnknownDrmNodeIsRefused) {
   auto d = with_spec(
