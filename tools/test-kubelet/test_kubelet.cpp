@@ -196,6 +196,7 @@ grpc::Status TestKubelet::allocate(const std::vector<std::vector<std::string>>& 
                                    v1beta1::AllocateResponse* out) {
   auto stub = plugin_stub();
   if (!stub) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no plugin registered");
+  ++m_allocate_calls;
   v1beta1::AllocateRequest req;
   for (const auto& ids : containers) {
     auto* c = req.add_container_requests();
@@ -263,6 +264,13 @@ grpc::Status TestKubelet::admit(int count, v1beta1::ContainerAllocateResponse* o
   if (out) *out = resp.container_responses(0);
   if (ids) *ids = chosen;
   return st;
+}
+
+void TestKubelet::assign(const std::vector<std::string>& ids) {
+  for (const auto& id : ids) {
+    if (std::find(m_assigned.begin(), m_assigned.end(), id) == m_assigned.end())
+      m_assigned.push_back(id);
+  }
 }
 
 void TestKubelet::release(const std::vector<std::string>& ids) {

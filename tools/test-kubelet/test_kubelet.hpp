@@ -59,6 +59,9 @@ class TestKubelet {
                      std::vector<std::string>* ids = nullptr,
                      const std::vector<std::string>& reusable = {});
   void release_all() { m_assigned.clear(); }
+  // Devices the checkpoint says are held (the kubelet's allocatedDevices after a restart).
+  void assign(const std::vector<std::string>& ids);
+  int allocate_calls() const { return m_allocate_calls; }
   // The pod that held `ids` is gone: the kubelet's device manager frees them for the next one.
   void release(const std::vector<std::string>& ids);
 
@@ -75,6 +78,7 @@ class TestKubelet {
   Devices m_devices;
   std::map<std::string, std::vector<long>> m_numa;
   std::vector<std::string> m_assigned;
+  int m_allocate_calls = 0;
 
   std::unique_ptr<RegistrationService> m_service;
   std::unique_ptr<grpc::Server> m_server;
