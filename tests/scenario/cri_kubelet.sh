@@ -59,12 +59,12 @@ case $case_name in
     # The pod's env after the plugin's: NVIDIA_VISIBLE_DEVICES=all would win.
     RUN_PLUGIN_ARGS="${envvar[*]}" run_pods override gpufence 2 --env NVIDIA_VISIBLE_DEVICES=all
     check "override: no pod runs" test "$(grep -c ' running ' "$work/override.out")" = 0
-    check "override: refused at CreateContainer: the pod's env overrides the plugin's" \
-      test "$(grep -c 'error CreateContainer: .*NVIDIA_VISIBLE_DEVICES is set 2 times with different values' "$work/override.out")" = 2
+    check "override: refused at create: the pod's env overrides the plugin's" \
+      test "$(grep -Ec 'error (Create|Start)Container: .*NVIDIA_VISIBLE_DEVICES is set 2 times with different values' "$work/override.out")" = 2
     check "override: gpufence-runtime granted nothing" no_grant override
     # Bytes a pod controls reach the refusal escaped (an ESC would drive the reader's terminal).
     RUN_PLUGIN_ARGS="${envvar[*]}" run_pods hostile gpufence 1 --env "NVIDIA_VISIBLE_DEVICES=$(printf '1\033[2J')"
-    check "hostile: refused, the pod's value escaped" grep -qF '1\x1b[2J' "$work/hostile.out"
+    check "hostile: refused, the pod's value escaped" grep -qF 'x1b[2J"' "$work/hostile.out"
     check "hostile: no raw ESC in the refusal" bash -c "! grep -q $'\033' '$work/hostile.out'"
     ;;
   pod-annotation)
@@ -148,12 +148,12 @@ PY
     check "reboot: no Allocate call" grep -qx "plugin allocate calls 0" "$work/reboot.out"
     check "reboot: no pod runs" test "$(grep -c ' running ' "$work/reboot.out")" = 0
     check "reboot: the refusal says the minors changed and what to do" \
-      test "$(grep -c 'error CreateContainer: .*minor numbers changed.*delete the pod' "$work/reboot.out")" = 2
+      test "$(grep -Ec 'error (Create|Start)Container: .*minor numbers changed.*delete the pod' "$work/reboot.out")" = 2
     check "reboot: gpufence-runtime granted nothing" no_grant reboot
     RUN_PLUGIN_ARGS=$dm_plugin run_pods dm-reboot gpufence 2 "${dm[@]}"
     check "dm-reboot: no pod runs holding the GPU its minor now names" test "$(grep -c ' running ' "$work/dm-reboot.out")" = 0
     check "dm-reboot: refused, the marker and the device spec disagree" \
-      test "$(grep -c 'error CreateContainer: .*a mount marker names .*minor numbers changed' "$work/dm-reboot.out")" = 2
+      test "$(grep -Ec 'error (Create|Start)Container: .*a mount marker names .*minor numbers changed' "$work/dm-reboot.out")" = 2
     check "dm-reboot: gpufence-runtime granted nothing" no_grant dm-reboot
     # The remedy: the pods deleted and recreated (new UIDs) are admitted afresh and run.
     run_pods fresh gpufence 2
