@@ -48,6 +48,14 @@ isolated() {
 
 case $case_name in
   env-override)
+    # What an exec'd process (kubectl exec, ExecSync) sees: the environment containerd stored,
+    # which keeps both entries in the kubelet's order: the pod's "all" comes last and wins. (2.x
+    # applies the plugin's CDI spec itself, whose env, NVIDIA_VISIBLE_DEVICES=void, comes after.)
+    RUN_EXEC='echo NVD=$NVIDIA_VISIBLE_DEVICES' run_pods exec-env gpufence 1 --env NVIDIA_VISIBLE_DEVICES=all
+    expected=all; [ "$line" = 2 ] && expected=void
+    check "exec-env: the pod ran (the env is not trusted by default)" test "$(cat "$work/exec-env.rc")" = 0
+    check "exec-env: an exec'd process sees NVIDIA_VISIBLE_DEVICES=$expected, not the plugin's value" \
+      grep -qx "pod 0 exec NVD=$expected" "$work/exec-env.out"
     printf '[allocation]\ntrusted_channels = ["cdi-annotations", "mount-markers", "envvar"]\n' >> "$work/runtime.toml"
     envvar=(--device-list-strategy envvar)
     # The control: with the plugin's envvar strategy alone the env is the allocation, and
