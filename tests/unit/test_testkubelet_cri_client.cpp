@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "checkpoint.hpp"
+#include "common/base64.hpp"
 #include "cri_client.hpp"
 #include "test_kubelet.hpp"
 

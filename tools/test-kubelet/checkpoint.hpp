@@ -47,7 +47,4 @@ class DeviceCheckpoint {
   std::vector<CheckpointEntry> m_entries;
 };
 
-std::string base64_encode(const std::string& bytes);
-std::optional<std::string> base64_decode(const std::string& text);
-
 }  // namespace gpufence::test
