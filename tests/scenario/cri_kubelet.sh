@@ -12,7 +12,8 @@
 #                 by hand, check-containerd reports it and the pod gets that GPU (the control).
 #   checkpoint    the Allocate answer is stored and replayed: on a container restart and a kubelet
 #                 restart no Allocate is made; after a reboot that swapped the GPUs' minors the
-#                 replayed device specs name the other GPU: refused with the reason and the
+#                 replayed device specs name the other GPU: the doctor reports it
+#                 (gpu.checkpoint-renumbered), the create is refused with the reason and the
 #                 remedy, never granted (with and without CDI annotations), and fresh pods run.
 #   init-container an init container and the app container of one pod: the kubelet's second
 #                 Allocate names the same GPU, and both containers get it, and only it.
@@ -115,13 +116,14 @@ PY
     check "broad: gpufence-runtime took it as the kubelet's" grep -q "granted=${GPU[1]}" "$work/broad.decisions"
     ;;
   checkpoint)
-    ck=(--pod-uid-prefix ck --checkpoint "$work/checkpoint")
+    mkdir -p "$work/device-plugins"  # where the kubelet keeps its checkpoint, for the doctor
+    ck=(--pod-uid-prefix ck --checkpoint "$work/device-plugins/kubelet_internal_checkpoint")
     dm=(--pod-uid-prefix dm --checkpoint "$work/checkpoint-dm")
     dm_plugin="--device-list-strategy device-specs,volume-mounts"
     RUN_EXEC=$probe run_pods first gpufence 2 "${ck[@]}" --restart-container
     check "first: both pods ran" test "$(cat "$work/first.rc")" = 0
     check "first: the checkpoint has the upstream shape" \
-      python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['Data']; assert len(d['PodDeviceEntries'])==2 and 'AllocResp' in d['PodDeviceEntries'][0]" "$work/checkpoint"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['Data']; assert len(d['PodDeviceEntries'])==2 and 'AllocResp' in d['PodDeviceEntries'][0]" "$work/device-plugins/kubelet_internal_checkpoint"
     check "first: two Allocate calls for two pods and two restarts" grep -qx "plugin allocate calls 2" "$work/first.out"
     for p in 0 1; do
       isolated first $p $p
@@ -140,6 +142,13 @@ PY
     RUN_PLUGIN_ARGS=$dm_plugin run_pods dm-first gpufence 2 "${dm[@]}"
     check "dm-first: both pods ran" test "$(cat "$work/dm-first.rc")" = 0
     for p in 0 1; do isolated dm-first $p $p; done
+    doctor() {
+      MOCK_NVML_CONFIG=$work/nvml.json "$build/bin/gpufence" doctor --device-plugin-dir "$work/device-plugins" \
+        --pod-resources-socket "$work/none.sock" --runc-root "$runc_root" > "$work/doctor-$1.out" 2>&1
+    }
+    doctor before
+    check "before the reboot: the doctor finds the stored answers current" \
+      bash -c "! grep -q gpu.checkpoint-renumbered '$work/doctor-before.out'"
     # The reboot: the driver numbers the GPUs the other way (minor 0 <-> 1), the pods keep their
     # UIDs, the kubelet replays its checkpoint.
     for f in "$node"/proc/driver/nvidia/gpus/*/information "$node"/fakeproc/gpus/*/information; do
@@ -152,6 +161,11 @@ for g in c["gpus"]: g["minor"] = 1 - g["minor"]
 json.dump(c, open(p, "w"))
 PY
     check "reboot: the driver now gives GPU 0 minor 1" grep -q 'Device Minor:.*1$' "$node/proc/driver/nvidia/gpus/0000:01:00.0/information"
+    # The doctor, before the pods are restarted, says what will happen and what to do.
+    doctor reboot
+    check "reboot: the doctor reports the stored answers with the old minors" \
+      test "$(grep -c 'gpu.checkpoint-renumbered\]' "$work/doctor-reboot.out")" = 2
+    check "reboot: and says to delete the pods" grep -q 'delete the pod so that' "$work/doctor-reboot.out"
     run_pods reboot gpufence 2 "${ck[@]}"
     check "reboot: no Allocate call" grep -qx "plugin allocate calls 0" "$work/reboot.out"
     check "reboot: no pod runs" test "$(grep -c ' running ' "$work/reboot.out")" = 0
