@@ -42,9 +42,9 @@ no_grant() { ! grep -q 'granted=GPU' "$work/$1.decisions"; }
 isolated() {
   local own other
   own=$(gpu_of "$1" "$2"); other=$((1 - ${own/\?/0}))
-  check "$1: pod $3 opens its GPU $own" test "$(result "$1" "$3" /dev/nvidia$own)" = ENXIO
-  check "$1: pod $3 has no node for GPU $other" test "$(result "$1" "$3" /dev/nvidia$other)" = ENOENT
-  check "$1: pod $3 cannot open GPU $other even after mknod" test "$(result "$1" "$3" /tmp/n$other)" != ENXIO -a -n "$(result "$1" "$3" /tmp/n$other)"
+  check "$1: pod $3 opens its GPU $own" test "$(result "$1" "$3" "/dev/nvidia$own")" = ENXIO
+  check "$1: pod $3 has no node for GPU $other" test "$(result "$1" "$3" "/dev/nvidia$other")" = ENOENT
+  check "$1: pod $3 cannot open GPU $other even after mknod" test "$(result "$1" "$3" "/tmp/n$other")" != ENXIO -a -n "$(result "$1" "$3" "/tmp/n$other")"
 }
 
 case $case_name in
@@ -166,6 +166,7 @@ PY
     check "reboot: the doctor reports the stored answers with the old minors" \
       test "$(grep -c 'gpu.checkpoint-renumbered\]' "$work/doctor-reboot.out")" = 2
     check "reboot: and says to delete the pods" grep -q 'delete the pod so that' "$work/doctor-reboot.out"
+    grep -A3 'checkpoint-renumbered\]' "$work/doctor-reboot.out" | sed 's/^/  [doctor-reboot] /'
     run_pods reboot gpufence 2 "${ck[@]}"
     check "reboot: no Allocate call" grep -qx "plugin allocate calls 0" "$work/reboot.out"
     check "reboot: no pod runs" test "$(grep -c ' running ' "$work/reboot.out")" = 0
