@@ -112,19 +112,28 @@ Status read_env(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& 
   if (!env) return {};
   bool trusted = cfg.trusts(TrustedChannel::envvar);
   if (trusted) {
-    // The kubelet puts the device plugin's envs first and the pod's own after them
-    // (kubelet_pods.go GenerateRunContainerOptions); containerd keeps both entries (oci.WithEnv,
-    // replaceOrAppendEnvValues) and the process sees the last. Two differing values are a pod
-    // overriding its allocation: with envvar trusted, it would name its own GPU.
+    // containerd appends the image's env, then the container config's: the kubelet puts the
+    // device plugin's envs there first and the pod's own after them (kubelet_pods.go
+    // GenerateRunContainerOptions). containerd keeps every entry (oci.WithEnv,
+    // replaceOrAppendEnvValues) and the process sees the last. So a pod's own value after the
+    // plugin's is an override that, with envvar trusted, would name its GPU. The image's "all"
+    // (every CUDA base image) comes before the plugin's value and is no override; any other
+    // disagreement, or "all" after a named value, is.
     auto values = env_values(spec, "NVIDIA_VISIBLE_DEVICES");
-    for (const auto& v : values) {
-      if (v != values.front())
-        return fail(Errc::denied, "NVIDIA_VISIBLE_DEVICES is set ", values.size(),
-                    " times with different values (\"", escape_text(values.front(), "\""),
-                    "\", then \"", escape_text(v, "\""),
-                    "\"): the pod's env overrides the device plugin's, and with trusted_channels "
-                    "\"envvar\" that would choose the GPU; remove NVIDIA_VISIBLE_DEVICES from the "
-                    "pod's env (docs/trust-model.md)");
+    std::vector<std::string> named;
+    for (const auto& v : values)
+      if (v != "all") named.push_back(v);
+    auto other = std::find_if(named.begin(), named.end(),
+                              [&](const std::string& v) { return v != named.front(); });
+    bool all_last = !named.empty() && values.back() == "all";
+    if (other != named.end() || all_last) {
+      const std::string& second = all_last ? values.back() : *other;
+      return fail(Errc::denied, "NVIDIA_VISIBLE_DEVICES is set ", values.size(),
+                  " times with values that disagree (\"", escape_text(named.front(), "\""),
+                  "\", then \"", escape_text(second, "\""),
+                  "\"): the pod's env overrides the device plugin's, and with trusted_channels "
+                  "\"envvar\" that would choose the GPU; remove NVIDIA_VISIBLE_DEVICES from the "
+                  "pod's env (docs/trust-model.md)");
     }
   }
   auto selector = parse_device_selector(*env);

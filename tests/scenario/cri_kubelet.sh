@@ -69,7 +69,7 @@ case $case_name in
     RUN_PLUGIN_ARGS="${envvar[*]}" run_pods override gpufence 2 --env NVIDIA_VISIBLE_DEVICES=all
     check "override: no pod runs" test "$(grep -c ' running ' "$work/override.out")" = 0
     check "override: refused at create: the pod's env overrides the plugin's" \
-      test "$(grep -Ec 'error (Create|Start)Container: .*NVIDIA_VISIBLE_DEVICES is set 2 times with different values' "$work/override.out")" = 2
+      test "$(grep -Ec 'error (Create|Start)Container: .*NVIDIA_VISIBLE_DEVICES is set 2 times with values that disagree' "$work/override.out")" = 2
     check "override: gpufence-runtime granted nothing" no_grant override
     # Bytes a pod controls reach the refusal escaped (an ESC would drive the reader's terminal).
     RUN_PLUGIN_ARGS="${envvar[*]}" run_pods hostile gpufence 1 --env "NVIDIA_VISIBLE_DEVICES=$(printf '1\033[2J')"

@@ -98,7 +98,7 @@ TEST(Allocation, APodEnvOverridingThePluginsIsRefusedWhenEnvIsTrusted) {
   auto a = decide(spec, false, cfg);
   ASSERT_FALSE(a);
   EXPECT_EQ(a.error().code, Errc::denied);
-  EXPECT_NE(a.error().message.find("different values"), std::string::npos);
+  EXPECT_NE(a.error().message.find("values that disagree"), std::string::npos);
   EXPECT_NE(a.error().message.find("GPU-bbb\\x1b[2J"), std::string::npos) << a.error().message;
   EXPECT_EQ(a.error().message.find('\x1b'), std::string::npos);
   // The same value twice is no override.
@@ -107,6 +107,21 @@ TEST(Allocation, APodEnvOverridingThePluginsIsRefusedWhenEnvIsTrusted) {
   auto ok = decide(same, false, cfg);
   ASSERT_TRUE(ok);
   EXPECT_EQ(granted(*ok), (std::vector<std::string>{"GPU-aaa"}));
+  // A CUDA image's "all" comes before the plugin's value (containerd appends the image's env
+  // first): no override, the plugin's value counts.
+  Json image_all = spec_with(
+      R"({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=GPU-bbb"]}})");
+  auto from_image = decide(image_all, false, cfg);
+  ASSERT_TRUE(from_image) << from_image.error().message;
+  EXPECT_EQ(granted(*from_image), (std::vector<std::string>{"GPU-bbb"}));
+  // "all" after the plugin's value is the pod's: refused, image "all" or not.
+  for (const char* env : {R"(["NVIDIA_VISIBLE_DEVICES=GPU-bbb", "NVIDIA_VISIBLE_DEVICES=all"])",
+                          R"(["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=GPU-bbb",
+                              "NVIDIA_VISIBLE_DEVICES=all"])"}) {
+    Json pod_all = spec_with("{}");
+    pod_all["process"]["env"] = Json::parse(env);
+    EXPECT_FALSE(decide(pod_all, false, cfg)) << env;
+  }
   // Without the opt-in the env never counts: nothing to refuse, nothing granted.
   auto untrusted = decide(spec, false);
   ASSERT_TRUE(untrusted);
