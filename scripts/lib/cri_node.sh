@@ -76,7 +76,9 @@ gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" \
   "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
 printf '[driver]\nprocfs_gpus_dir = "/fakeproc/gpus"\n' >> "$work/runtime.toml"
 export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
-export MOCK_NVML_CONFIG=$src/tools/mock-nvml/examples/two-rtx3080.json
+# A copy the scenario may edit (cri_kubelet.sh renumbers the GPUs for a simulated reboot).
+cp "$src/tools/mock-nvml/examples/two-rtx3080.json" "$work/nvml.json"
+export MOCK_NVML_CONFIG=$work/nvml.json
 export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
 GPU=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2)
 
@@ -85,6 +87,8 @@ GPU=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05
 cfg=$work/config.toml
 "$bin/containerd" config default > "$cfg"
 handler_binary=${GF_CRI_HANDLER_BINARY:-$build/bin/gpufence-runtime}
+# GF_CRI_BEFORE_SETUP: a function that edits the user's config before gpufence setup runs.
+[ -n "${GF_CRI_BEFORE_SETUP:-}" ] && "$GF_CRI_BEFORE_SETUP" "$cfg"
 "$build/bin/gpufence" setup containerd --config "$cfg" --runtime-name gpufence \
   --binary "$handler_binary" > "$work/setup.log" 2>&1 || { cat "$work/setup.log"; echo "gpufence setup containerd failed"; exit 1; }
 sed -i -E \
@@ -141,10 +145,42 @@ if [ -n "${GF_CRI_ENABLE_CDI:-}" ]; then
   grep -q "enable_cdi = $GF_CRI_ENABLE_CDI" "$cfg" || { echo "containerd $line has no enable_cdi"; exit 2; }
 fi
 
-PATH=$bin:$PATH "$bin/containerd" --config "$cfg" > "$work/containerd.log" 2>&1 &
-cd_pid=$!
-for _ in $(seq 150); do "${ctr[@]}" version >/dev/null 2>&1 && break; sleep 0.1; done
-"${ctr[@]}" version >/dev/null 2>&1 || skip "containerd $line does not start here: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
+# containerd runs in a private mount namespace whose /dev holds the simulated GPUs' nodes
+# (195:0, 195:1, 195:255 as on a GPU node), so what it lists for a privileged container
+# (WithHostDevices: every device under its /dev) includes both GPUs, as on a real node: a check
+# that a privileged pod has no node for the other GPU is then a real one (it fails through plain
+# runc, cri_seed_runc.sh). Everything else of /dev is the host's (bound or copied); the mounts end
+# with the namespace. The shims and runc, started by containerd, share it.
+gf_private_dev='
+set -e
+nd=$1; shift
+mkdir -p "$nd"
+mount -t tmpfs -o mode=755,nosuid tmpfs "$nd"
+for e in /dev/* /dev/.[!.]*; do
+  [ -e "$e" ] || [ -L "$e" ] || continue
+  n=${e#/dev/}
+  if [ -d "$e" ] && [ ! -L "$e" ]; then mkdir -p "$nd/$n"; mount --rbind "$e" "$nd/$n"
+  else cp -a "$e" "$nd/$n"; fi
+done
+for m in 0 1; do [ -e "$nd/nvidia$m" ] || mknod -m 666 "$nd/nvidia$m" c 195 $m; done
+[ -e "$nd/nvidiactl" ] || mknod -m 666 "$nd/nvidiactl" c 195 255
+mount --rbind "$nd" /dev
+exec "$@"'
+# start_containerd: (again) with this config; its pid in cd_pid.
+start_containerd() {
+  PATH=$bin:$PATH unshare --mount --propagation private sh -c "$gf_private_dev" sh "$work/devfs" \
+    "$bin/containerd" --config "$cfg" >> "$work/containerd.log" 2>&1 &
+  cd_pid=$!
+  for _ in $(seq 150); do "${ctr[@]}" version >/dev/null 2>&1 && break; sleep 0.1; done
+  "${ctr[@]}" version >/dev/null 2>&1
+}
+# restart_containerd: after an edit of $cfg, as an operator restarts it (containers keep running
+# under their shims; this test has none running between its runs).
+restart_containerd() {
+  kill "$cd_pid" 2>/dev/null && wait "$cd_pid" 2>/dev/null
+  start_containerd
+}
+start_containerd || skip "containerd $line does not start here: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
 echo "containerd $("$bin/containerd" --version | awk '{print $3, $4}'), $("$bin/containerd-shim-runc-v2" -v 2>/dev/null | awk '/Version/ {print "shim " $2; exit}'), $(runc --version | head -1)"
 
 imgs=$work/images

@@ -19,7 +19,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
   struct Args {
     GatherOptions gather;
     std::string pod_resources_socket, containerd_config;
-    std::vector<std::string> handlers, runc_roots;
+    std::vector<std::string> handlers, runc_roots, plugin_dirs;
     std::string kubeconfig, node_name;
     bool in_cluster = false;
     bool json = false;
@@ -42,6 +42,9 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                 "containerd config to check (default: microk8s, k3s, /etc/containerd)");
   d->add_option("--runc-root", args->runc_roots,
                 "Extra runc state root to find bundles in (repeatable)");
+  d->add_option("--device-plugin-dir", args->plugin_dirs,
+                "Kubelet device plugin directory: its sockets and the kubelet's device checkpoint "
+                "(repeatable; default /var/lib/kubelet/device-plugins, then microk8s's)");
   d->add_option("--resource-name", args->gather.resource_name, "Extended resource of the GPUs")
       ->capture_default_str();
   d->add_option("--kubeconfig", args->kubeconfig,
@@ -77,6 +80,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                opt.containerd_configs = {cfg};
              }
              if (!args->handlers.empty()) opt.handlers = args->handlers;
+             if (!args->plugin_dirs.empty()) opt.plugin_dirs = args->plugin_dirs;
              opt.runc_roots.insert(opt.runc_roots.end(), args->runc_roots.begin(),
                                    args->runc_roots.end());
              if (!host.exists("/proc")) {

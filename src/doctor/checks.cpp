@@ -433,6 +433,38 @@ void check_gpu_not_allocatable(const Snapshot& s, std::vector<Finding>& out) {
                  "check the device plugin's log for health events (XIDs) on those GPUs"});
 }
 
+// The kubelet replays each container's stored Allocate answer (devicemanager manager.go
+// GetDeviceRunContainerOptions) on a restart and after a reboot. Device specs name GPUs by minor,
+// the ids by UUID: when a GPU's minor changed since the answer was stored, the next create of that
+// container gets another GPU's node, which gpufence-runtime refuses (docs/trust-model.md,
+// "Renumbered GPUs"): say so before the pod crash-loops.
+void check_checkpoint_renumbered(const Snapshot& s, std::vector<Finding>& out) {
+  for (const auto& e : s.checkpoint) {
+    if (e.device_minors.empty()) continue;
+    for (const auto& id : e.device_ids) {
+      auto g = std::find_if(s.gpus.begin(), s.gpus.end(),
+                            [&](const NodeGpu& n) { return n.gpu.uuid == id; });
+      if (g == s.gpus.end()) continue;
+      if (std::find(e.device_minors.begin(), e.device_minors.end(), g->gpu.minor) !=
+          e.device_minors.end())
+        continue;
+      std::vector<std::string> nodes;
+      for (unsigned m : e.device_minors) nodes.push_back(cat("/dev/nvidia", m));
+      out.push_back(
+          {"gpu.checkpoint-renumbered", Severity::error,
+           cat("the kubelet's stored Allocate answer for pod ", e.pod_uid, " container ",
+               e.container, " gives ", join(nodes, ","), " for ", id, ", which is /dev/nvidia",
+               g->gpu.minor,
+               " now: the GPUs were renumbered since (a reboot?); gpufence-runtime "
+               "refuses the container's next create"),
+           cat(s.checkpoint_path, ": PodUID ", e.pod_uid, ", ContainerName ", e.container,
+               ", DeviceIDs ", join(e.device_ids, ","), ", device specs ", join(nodes, ",")),
+           "delete the pod so that its controller recreates it with a fresh allocation "
+           "(the kubelet replays a stored answer for as long as the pod exists)"});
+    }
+  }
+}
+
 // One GPU device (kind and name, kGpuCdiKinds) defined by two spec files of one directory: the
 // CDI cache (containerd 1.7/2.x) drops it as a conflict, so every pod naming it fails
 // "unresolvable CDI devices", and gpufence-runtime refuses it. A file of a later directory that
@@ -582,6 +614,7 @@ const std::vector<DoctorCheck> kChecks = {
     {"node.gpu-not-allocatable", check_gpu_not_allocatable},
     {"cdi.duplicate-device", check_cdi_duplicate_device},
     {"gpu.left-devices-cgroup", check_left_devices_cgroup},
+    {"gpu.checkpoint-renumbered", check_checkpoint_renumbered},
     {"pod.host-pid", check_host_pid},
     {"pod.cap-sys-ptrace", check_sys_ptrace},
     {"pod.writable-sysfs", check_writable_sysfs},

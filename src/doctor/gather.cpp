@@ -452,6 +452,21 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
   for (const auto& dir : opt.plugin_dirs) {
     auto names = host.list(dir);
     if (!names) continue;
+    // The kubelet's stored Allocate answers, which it replays (checks: gpu.checkpoint-renumbered).
+    if (s.checkpoint_path.empty() &&
+        std::find(names->begin(), names->end(), "kubelet_internal_checkpoint") != names->end()) {
+      std::string path = dir + "/kubelet_internal_checkpoint";
+      auto text = host.read(path);
+      auto entries = text
+                         ? parse_kubelet_checkpoint(*text, opt.resource_name)
+                         : Result<std::vector<CheckpointAllocation>>(std::unexpected(text.error()));
+      if (entries) {
+        s.checkpoint = std::move(*entries);
+        s.checkpoint_path = path;
+      } else {
+        s.skipped.push_back("kubelet checkpoint " + path + ": " + entries.error().message);
+      }
+    }
     for (const auto& n : *names) {
       if (n.ends_with(".sock") && n != "kubelet.sock") s.plugin_sockets.push_back(dir + "/" + n);
     }

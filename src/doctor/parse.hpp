@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "doctor/snapshot.hpp"
 
 namespace gpufence {
 
@@ -57,5 +58,12 @@ struct GpuIdKey {
   int line = 0;
 };
 std::vector<GpuIdKey> deepstream_gpu_ids(std::string_view config);
+
+// The kubelet's device checkpoint (kubernetes pkg/kubelet/cm/devicemanager/checkpoint,
+// kubelet_internal_checkpoint: Data.PodDeviceEntries[] with PodUID, ContainerName, ResourceName,
+// DeviceIDs by NUMA node and AllocResp, the marshalled ContainerAllocateResponse in base64): the
+// entries of `resource`. An error for text that is not such a checkpoint.
+Result<std::vector<CheckpointAllocation>> parse_kubelet_checkpoint(std::string_view text,
+                                                                   std::string_view resource);
 
 }  // namespace gpufence

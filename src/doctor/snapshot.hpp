@@ -50,6 +50,14 @@ struct KubeletAllocation {
   std::vector<std::string> device_ids;  // nvidia.com/gpu ids (UUIDs or indices)
 };
 
+// One container's entry of the kubelet's device checkpoint (kubelet_internal_checkpoint): the ids
+// it was allocated and the GPU device specs of the Allocate answer the kubelet replays for it.
+struct CheckpointAllocation {
+  std::string pod_uid, container;
+  std::vector<std::string> device_ids;
+  std::vector<unsigned> device_minors;  // N of each /dev/nvidiaN device spec (host path)
+};
+
 // A pod on this node as the API server describes it.
 struct KubePod {
   std::string pod_namespace, name;
@@ -84,8 +92,10 @@ struct Snapshot {
   std::optional<std::string> ptrace_scope;  // /proc/sys/kernel/yama/ptrace_scope, if Yama is on
   std::vector<CdiFileSummary>
       cdi_specs;  // in containerd's cdi_spec_dirs (default /etc/cdi, /var/run/cdi)
-  std::vector<std::string> plugin_sockets;  // device plugin sockets present
-  std::vector<std::string> skipped;         // "NVML: cannot load ...", "kubelet: ..."
+  std::vector<std::string> plugin_sockets;       // device plugin sockets present
+  std::vector<CheckpointAllocation> checkpoint;  // the kubelet's stored answers, if readable
+  std::string checkpoint_path;                   // the file read, "" if none
+  std::vector<std::string> skipped;              // "NVML: cannot load ...", "kubelet: ..."
 };
 
 }  // namespace gpufence

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/escape.hpp"
 #include "common/strings.hpp"
 #include "gpu/wire_contract.hpp"
 
@@ -92,11 +93,51 @@ void read_markers(const Json& spec, AllocationChannels& out) {
   }
 }
 
+// Every value of `key` in process.env, in order.
+std::vector<std::string> env_values(const Json& spec, std::string_view key) {
+  std::vector<std::string> out;
+  auto proc = spec.find("process");
+  if (proc == spec.end() || !proc->is_object()) return out;
+  auto env = proc->find("env");
+  if (env == proc->end() || !env->is_array()) return out;
+  const std::string prefix = std::string(key) + "=";
+  for (const auto& e : *env) {
+    if (e.is_string() && e.get_ref<const std::string&>().starts_with(prefix))
+      out.push_back(e.get_ref<const std::string&>().substr(prefix.size()));
+  }
+  return out;
+}
+
 Status read_env(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& out) {
   auto env = get_env(spec, "NVIDIA_VISIBLE_DEVICES");
   if (!env) return {};
-  auto selector = parse_device_selector(*env);
   bool trusted = cfg.trusts(TrustedChannel::envvar);
+  if (trusted) {
+    // containerd appends the image's env, then the container config's: the kubelet puts the
+    // device plugin's envs there first and the pod's own after them (kubelet_pods.go
+    // GenerateRunContainerOptions). containerd keeps every entry (oci.WithEnv,
+    // replaceOrAppendEnvValues) and the process sees the last. So a pod's own value after the
+    // plugin's is an override that, with envvar trusted, would name its GPU. The image's "all"
+    // (every CUDA base image) comes before the plugin's value and is no override; any other
+    // disagreement, or "all" after a named value, is.
+    auto values = env_values(spec, "NVIDIA_VISIBLE_DEVICES");
+    std::vector<std::string> named;
+    for (const auto& v : values)
+      if (v != "all") named.push_back(v);
+    auto other = std::find_if(named.begin(), named.end(),
+                              [&](const std::string& v) { return v != named.front(); });
+    bool all_last = !named.empty() && values.back() == "all";
+    if (other != named.end() || all_last) {
+      const std::string& second = all_last ? values.back() : *other;
+      return fail(Errc::denied, "NVIDIA_VISIBLE_DEVICES is set ", values.size(),
+                  " times with values that disagree (\"", escape_text(named.front(), "\""),
+                  "\", then \"", escape_text(second, "\""),
+                  "\"): the pod's env overrides the device plugin's, and with trusted_channels "
+                  "\"envvar\" that would choose the GPU; remove NVIDIA_VISIBLE_DEVICES from the "
+                  "pod's env (docs/trust-model.md)");
+    }
+  }
+  auto selector = parse_device_selector(*env);
   if (!selector) {
     if (!trusted) {
       out.ignored.push_back("NVIDIA_VISIBLE_DEVICES=" + *env + " (not an allocation)");
@@ -147,6 +188,21 @@ std::vector<std::string> uuids_of(const std::vector<Gpu>& gpus) {
   return out;
 }
 
+// What the refusal of disagreeing channels tells the operator: the likely cause and the remedy.
+constexpr std::string_view kRenumberedAdvice =
+    ". If the node rebooted and the GPUs' minor numbers changed, the kubelet replayed this "
+    "container's checkpointed Allocate answer (device-plugins/kubelet_internal_checkpoint) with "
+    "the old minors: delete the pod so that it is admitted afresh (its controller recreates it "
+    "with a new UID). gpufence refuses rather than grant a GPU other than the one allocated "
+    "(docs/trust-model.md, \"Renumbered GPUs\")";
+
+std::string minors_of(const std::vector<unsigned>& minors) {
+  std::string out = " (";
+  for (size_t i = 0; i < minors.size(); ++i)
+    out += (i ? ", " : "") + std::string("/dev/nvidia") + std::to_string(minors[i]);
+  return out + " now)";
+}
+
 bool same_gpus(const std::vector<Gpu>& a, const std::vector<Gpu>& b) {
   auto ua = uuids_of(a), ub = uuids_of(b);
   std::sort(ua.begin(), ua.end());
@@ -189,7 +245,25 @@ Result<Allocation> decide_allocation(const AllocationChannels& ch,
       !same_gpus(*from_annotations, from_devices)) {
     return fail(Errc::denied, "the kubelet's channels disagree: CDI annotations name ",
                 join(uuids_of(*from_annotations), ","), " but the device specs name ",
-                join(uuids_of(from_devices), ","));
+                join(uuids_of(from_devices), ","), minors_of(ch.device_minors), kRenumberedAdvice);
+  }
+  // Device specs name GPUs by minor number, markers by UUID (or index): after a reboot that
+  // renumbered the GPUs the kubelet replays its checkpointed answer, and the minors name other
+  // GPUs than the UUIDs. A marker the device specs do not cover is refused, not ignored, so the
+  // minors alone never grant a GPU the allocation did not name. A pod that forges a marker beside
+  // its own device spec only refuses itself.
+  if (from_annotations->empty() && !from_devices.empty()) {
+    for (const auto& t : ch.markers) {
+      auto gpus = resolve_token(t, inventory);
+      if (!gpus) continue;  // names no GPU of this node: ignored below, as before
+      for (const auto& g : *gpus) {
+        if (std::none_of(from_devices.begin(), from_devices.end(),
+                         [&](const Gpu& d) { return d.uuid == g.uuid; }))
+          return fail(Errc::denied, "the kubelet's channels disagree: a mount marker names ",
+                      g.uuid, " but the device specs name ", join(uuids_of(from_devices), ","),
+                      minors_of(ch.device_minors), kRenumberedAdvice);
+      }
+    }
   }
   const std::vector<Gpu>& base = from_annotations->empty() ? from_devices : *from_annotations;
   if (!base.empty()) {

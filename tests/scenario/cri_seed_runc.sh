@@ -17,6 +17,9 @@ fail=0
 expect() { grep -qE -- "$1" <<<"$out" || { echo "FAIL: expected a failing check /$1/"; fail=1; }; }
 [ "$rc" = 1 ] || { echo "FAIL: cri_seed.sh $line passed (exit $rc) with plain runc as the gpufence handler"; fail=1; }
 expect '^FAIL - priv: pod [01] cannot open GPU [01] even after mknod'
+# containerd lists its /dev for a privileged container (WithHostDevices), which holds both GPUs'
+# nodes (cri_node.sh's private /dev): through plain runc the other GPU's node is there.
+expect '^FAIL - priv: pod [01] has no node for GPU [01]'
 expect '^FAIL - apps-priv: pod [01].s nvidia-smi -L lists one GPU'
 expect '^FAIL - envall: pod [01] \(gpufence\) cannot open GPU [01] even after mknod'
 [ "$fail" = 0 ] && echo "ok - containerd $line: the scenario fails with runc in place of gpufence-runtime"

@@ -417,11 +417,14 @@ case $case_name in
     out=$(run_with "$shim" "$b" forged-sa)
     check "with CAP_SYS_ADMIN too: no GPU 1" has_line "$out" "/dev/nvidia1 ENOENT"
     check "ignored, and logged" grep -q "event=runtime.ignored container=forged-ro" "$work/runtime.log"
-    # A marker next to the kubelet's device spec for another GPU: only the kubelet's GPU.
+    # A marker next to the kubelet's device spec for another GPU: the channels disagree (a pod
+    # forging one, or a reboot that renumbered the GPUs under a replayed answer): refused, never
+    # GPU 1 (docs/trust-model.md, "Renumbered GPUs"). The pod only refuses itself.
     b=$(new_bundle c4 unprivileged "" "$(gf_marker_mount $GPU1)" "" "" 0)
     out=$(run_with "$shim" "$b" forged-mix)
-    check "kubelet gave GPU 0: it opens" has_line "$out" "/dev/nvidia0 ENXIO"
-    check "the forged marker's GPU 1 does not" has_line "$out" "/dev/nvidia1 ENOENT"
+    check "a marker for GPU 1 beside the device spec for GPU 0: refused" \
+      grep -q "refusing to create container forged-mix: .*a mount marker names $GPU1 but the device specs name" "$work/forged-mix.err"
+    check "the forged marker's GPU 1 never opens" bash -c "! grep -q '/dev/nvidia1 ENXIO' <<<'$out'"
     ;;
   containerd-refusal)
     # containerd's runc shim argv. The refusal must land in --log the way runc writes errors,

@@ -1,7 +1,9 @@
 // The doctor's parsers on literal /proc, /sys and config text, malformed included.
 #include <gtest/gtest.h>
 
+#include "common/base64.hpp"
 #include "common/file.hpp"
+#include "deviceplugin/api.hpp"
 #include "doctor/parse.hpp"
 #include "support/test_support.hpp"
 
@@ -165,4 +167,35 @@ TEST(DoctorParse, WritableSysfsMounts) {
             (std::vector<std::string>{"/host/pci (sysfs /bus/pci)", "/host/sys (sysfs /)",
                                       "/a\\040b\\012-\\040sysfs (sysfs /)"}));
   EXPECT_TRUE(writable_sysfs_mounts("").empty());
+}
+
+TEST(DoctorParse, KubeletCheckpointEntries) {
+  v1beta1::ContainerAllocateResponse answer;
+  for (std::string path : {"/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"}) {
+    auto* d = answer.add_devices();
+    d->set_host_path(path);
+    d->set_container_path(path);
+  }
+  std::string bytes;
+  answer.SerializeToString(&bytes);
+  std::string text = R"({"Data":{"PodDeviceEntries":[
+      {"PodUID":"uid-a","ContainerName":"app","ResourceName":"nvidia.com/gpu",
+       "DeviceIDs":{"0":["GPU-aaa"]},"AllocResp":")" +
+                     base64_encode(bytes) + R"("},
+      {"PodUID":"uid-b","ContainerName":"app","ResourceName":"example.com/nic",
+       "DeviceIDs":{"-1":["nic0"]},"AllocResp":""}],
+      "RegisteredDevices":{"nvidia.com/gpu":["GPU-aaa"]}},"Checksum":1})";
+  auto entries = parse_kubelet_checkpoint(text, "nvidia.com/gpu");
+  ASSERT_TRUE(entries) << entries.error().message;
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].pod_uid, "uid-a");
+  EXPECT_EQ((*entries)[0].container, "app");
+  EXPECT_EQ((*entries)[0].device_ids, (std::vector<std::string>{"GPU-aaa"}));
+  EXPECT_EQ((*entries)[0].device_minors, (std::vector<unsigned>{1}));
+  EXPECT_TRUE(
+      parse_kubelet_checkpoint(R"({"Data":{"PodDeviceEntries":null}})", "nvidia.com/gpu")->empty());
+  EXPECT_FALSE(parse_kubelet_checkpoint("not json", "nvidia.com/gpu"));
+  EXPECT_FALSE(parse_kubelet_checkpoint(R"({"Data":{"PodDeviceEntries":[{"ResourceName":
+      "nvidia.com/gpu","AllocResp":"@@@@"}]}})",
+                                        "nvidia.com/gpu"));
 }

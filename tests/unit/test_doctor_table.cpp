@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "common/strings.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/gather.hpp"
 #include "doctor/parse.hpp"
@@ -47,6 +48,9 @@ Snapshot troubled_node() {
                                                  {"default", "b", "main", {gpus[1].uuid}},
                                                  {"default", "c", "main", {}}};
   s.allocatable = std::vector<std::string>{};
+  // Pod a's stored answer gives GPU 0 by GPU 1's minor: a reboot renumbered them.
+  s.checkpoint = {{"uid-a", "main", {gpus[0].uuid}, {gpus[1].minor}}};
+  s.checkpoint_path = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
   KubeView kube;
   kube.capacity = 0;
   kube.allocatable = 0;
@@ -105,6 +109,34 @@ TEST(DoctorTable, EveryCheckFiresAndEmitsOnlyItsOwnId) {
   EXPECT_TRUE(std::is_sorted(all.begin(), all.end(), [](const Finding& x, const Finding& y) {
     return x.severity > y.severity;
   }));
+}
+
+TEST(DoctorTable, ACheckpointGivingAGpusOldMinorIsReportedWithTheRemedy) {
+  Snapshot s;
+  auto gpus = test::fake_gpus(2);
+  s.gpus = {{gpus[0], {}}, {gpus[1], {}}};
+  s.checkpoint_path = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
+  s.checkpoint = {{"uid-a", "app", {gpus[0].uuid}, {gpus[0].minor}},
+                  {"uid-b", "app", {gpus[1].uuid}, {gpus[1].minor}},
+                  {"uid-c", "app", {"0"}, {gpus[1].minor}},  // index ids say nothing here
+                  {"uid-d", "app", {gpus[1].uuid}, {}}};     // no device specs: nothing to judge
+  auto judged = [&] {
+    std::vector<Finding> out;
+    for (const auto& f : judge(s))
+      if (f.id == "gpu.checkpoint-renumbered") out.push_back(f);
+    return out;
+  };
+  EXPECT_TRUE(judged().empty());
+  std::swap(s.checkpoint[0].device_minors, s.checkpoint[1].device_minors);  // the reboot
+  auto f = judged();
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].severity, Severity::error);
+  EXPECT_NE(f[0].summary.find("uid-a"), std::string::npos);
+  EXPECT_NE(f[0].summary.find(cat("/dev/nvidia", gpus[1].minor, " for ", gpus[0].uuid)),
+            std::string::npos)
+      << f[0].summary;
+  EXPECT_NE(f[0].fix.find("delete the pod"), std::string::npos);
+  EXPECT_NE(f[0].evidence.find("kubelet_internal_checkpoint"), std::string::npos);
 }
 
 TEST(DoctorTable, DuplicateCdiDevicesNameBothFiles) {

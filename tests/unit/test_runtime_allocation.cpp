@@ -1,6 +1,7 @@
 // Where an allocation may come from: each channel, forged and genuine, on literal specs.
 #include <gtest/gtest.h>
 
+#include "gpu/wire_contract.hpp"
 #include "runtime/allocation.hpp"
 #include "runtime/mount_guard.hpp"
 
@@ -88,6 +89,66 @@ TEST(Allocation, EnvCountsOnlyWithTheOperatorsOptIn) {
   EXPECT_FALSE(decide(bad, false, cfg)) << "trusted and naming no GPU: refused";
 }
 
+TEST(Allocation, APodEnvOverridingThePluginsIsRefusedWhenEnvIsTrusted) {
+  // The kubelet's order: the device plugin's env, then the pod's; the last one wins.
+  Json spec = spec_with(
+      R"({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=GPU-aaa", "NVIDIA_VISIBLE_DEVICES=GPU-bbb\u001b[2J"]}})");
+  RuntimeConfig cfg;
+  cfg.trusted_channels.push_back(TrustedChannel::envvar);
+  auto a = decide(spec, false, cfg);
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().code, Errc::denied);
+  EXPECT_NE(a.error().message.find("values that disagree"), std::string::npos);
+  EXPECT_NE(a.error().message.find("GPU-bbb\\x1b[2J"), std::string::npos) << a.error().message;
+  EXPECT_EQ(a.error().message.find('\x1b'), std::string::npos);
+  // The same value twice is no override.
+  Json same = spec_with(
+      R"({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=GPU-aaa", "NVIDIA_VISIBLE_DEVICES=GPU-aaa"]}})");
+  auto ok = decide(same, false, cfg);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(granted(*ok), (std::vector<std::string>{"GPU-aaa"}));
+  // A CUDA image's "all" comes before the plugin's value (containerd appends the image's env
+  // first): no override, the plugin's value counts.
+  Json image_all = spec_with(
+      R"({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=GPU-bbb"]}})");
+  auto from_image = decide(image_all, false, cfg);
+  ASSERT_TRUE(from_image) << from_image.error().message;
+  EXPECT_EQ(granted(*from_image), (std::vector<std::string>{"GPU-bbb"}));
+  // "all" after the plugin's value is the pod's: refused, image "all" or not.
+  for (const char* env : {R"(["NVIDIA_VISIBLE_DEVICES=GPU-bbb", "NVIDIA_VISIBLE_DEVICES=all"])",
+                          R"(["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=GPU-bbb",
+                              "NVIDIA_VISIBLE_DEVICES=all"])"}) {
+    Json pod_all = spec_with("{}");
+    pod_all["process"]["env"] = Json::parse(env);
+    EXPECT_FALSE(decide(pod_all, false, cfg)) << env;
+  }
+  // Without the opt-in the env never counts: nothing to refuse, nothing granted.
+  auto untrusted = decide(spec, false);
+  ASSERT_TRUE(untrusted);
+  EXPECT_TRUE(untrusted->granted.empty());
+}
+
+TEST(Allocation, RenumberedMinorsNeverGrantAnotherGpu) {
+  // The kubelet replays its checkpointed answer after a reboot that swapped the GPUs' minors:
+  // the marker (by UUID) names GPU-aaa, the device spec /dev/nvidia1, now GPU-bbb's.
+  Json spec = spec_with("{}");
+  spec["mounts"].push_back(marker("GPU-aaa"));
+  spec["linux"]["devices"] = Json::array({gpu_device(1)});
+  auto a = decide(spec, false);
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().code, Errc::denied);
+  EXPECT_NE(a.error().message.find("/dev/nvidia1 now"), std::string::npos) << a.error().message;
+  EXPECT_NE(a.error().message.find("minor numbers changed"), std::string::npos);
+  EXPECT_NE(a.error().message.find("delete the pod"), std::string::npos);
+  // The same with the CDI annotation naming the UUID.
+  Json ann = spec_with("{}");
+  ann["annotations"]["cdi.k8s.io/a"] = std::string(kCdiKind) + "=GPU-aaa";
+  ann["linux"]["devices"] = Json::array({gpu_device(1)});
+  auto b = decide(ann, false);
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().message.find("delete the pod"), std::string::npos);
+}
+
 TEST(Allocation, AMarkerAloneInAnUnprivilegedSpecIsForgeable) {
   Json spec = spec_with("{}");
   spec["mounts"].push_back(marker("GPU-bbb"));
@@ -113,13 +174,22 @@ TEST(Allocation, TheKubeletsDeviceSpecsCorroborateMarkers) {
   EXPECT_EQ(a->channel, Channel::device_specs);
   EXPECT_EQ(granted(*a), (std::vector<std::string>{"GPU-bbb"}));
   EXPECT_TRUE(a->ignored.empty());
-  // A marker for another GPU beside the kubelet's device spec: only the kubelet's GPU.
+  // A marker for another GPU beside the kubelet's device spec: the channels disagree (a
+  // renumbered node, or a pod forging a marker, which refuses only itself).
   spec["mounts"].push_back(marker("GPU-aaa"));
   a = decide(spec, false);
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().code, Errc::denied);
+  // A marker naming no GPU of this node is still only ignored.
+  Json unknown = spec_with("{}");
+  unknown["mounts"].push_back(marker("GPU-bbb"));
+  unknown["mounts"].push_back(marker("GPU-zzz"));
+  unknown["linux"]["devices"] = Json::array({gpu_device(1)});
+  a = decide(unknown, false);
   ASSERT_TRUE(a);
   EXPECT_EQ(granted(*a), (std::vector<std::string>{"GPU-bbb"}));
   ASSERT_EQ(a->ignored.size(), 1u);
-  EXPECT_NE(a->ignored[0].find("GPU-aaa"), std::string::npos);
+  EXPECT_NE(a->ignored[0].find("GPU-zzz"), std::string::npos);
   // Control nodes in linux.devices are not GPUs.
   Json ctl = spec_with("{}");
   ctl["linux"]["devices"] = Json::parse(

@@ -27,6 +27,7 @@ runtime::v1::PodSandboxConfig sandbox_config(const CriPod& pod) {
   md->set_uid(pod.uid);
   md->set_attempt(0);
   add_pod_labels(pod, *c.mutable_labels());
+  for (const auto& [k, v] : pod.annotations) (*c.mutable_annotations())[k] = v;
   auto* linux = c.mutable_linux();
   if (!pod.cgroup_parent.empty()) linux->set_cgroup_parent(pod.cgroup_parent);
   auto* sc = linux->mutable_security_context();
@@ -40,39 +41,44 @@ runtime::v1::ContainerConfig container_config(const CriPod& pod,
                                               const v1beta1::ContainerAllocateResponse& alloc) {
   runtime::v1::ContainerConfig c;
   c.mutable_metadata()->set_name(pod.container);
-  c.mutable_metadata()->set_attempt(0);
+  c.mutable_metadata()->set_attempt(pod.attempt);
   c.mutable_image()->set_image(pod.image);
   for (const auto& arg : pod.command) c.add_command(arg);
   add_pod_labels(pod, *c.mutable_labels());
   (*c.mutable_labels())["io.kubernetes.container.name"] = pod.container;
 
-  // envs: the pod spec's, then the device manager's Envs (a map, so one value a key), in the
-  // order the kubelet's GenerateRunContainerOptions appends them.
-  for (const auto& [k, v] : pod.env) {
-    auto* kv = c.add_envs();
-    kv->set_key(k);
-    kv->set_value(v);
-  }
+  // envs: the device manager's Envs (a map, so one value a key) first, then the pod spec's:
+  // kubelet_pods.go GenerateRunContainerOptions starts from the container manager's
+  // GetResources (the device plugins' envs) and appends makeEnvironmentVariables' list. containerd
+  // keeps both entries (oci.WithEnv, replaceOrAppendEnvValues appends each override) and the
+  // process sees the last: the pod's own value wins (docs/containerd-lines.md, "Env order").
   std::map<std::string, std::string> envs(alloc.envs().begin(), alloc.envs().end());
   for (const auto& [k, v] : envs) {
     auto* kv = c.add_envs();
     kv->set_key(k);
     kv->set_value(v);
   }
-  // mounts: kuberuntime makeMounts: the pod's volume mounts first, then the device manager's
-  // Mounts; host path, container path, read-only, private propagation.
-  for (const auto& v : pod.volumes) {
-    auto* cm = c.add_mounts();
-    cm->set_container_path(v.container_path);
-    cm->set_host_path(v.host_path);
-    cm->set_readonly(v.read_only);
-    cm->set_propagation(runtime::v1::PROPAGATION_PRIVATE);
+  for (const auto& [k, v] : pod.env) {
+    auto* kv = c.add_envs();
+    kv->set_key(k);
+    kv->set_value(v);
   }
+  // mounts: the device manager's Mounts first, then the pod's volume mounts (the same
+  // GenerateRunContainerOptions appends makeMounts' list to GetResources' mounts);
+  // kuberuntime_container.go makeMounts then carries each in that order: host path, container
+  // path, read-only, private propagation.
   for (const auto& m : alloc.mounts()) {
     auto* cm = c.add_mounts();
     cm->set_container_path(m.container_path());
     cm->set_host_path(m.host_path());
     cm->set_readonly(m.read_only());
+    cm->set_propagation(runtime::v1::PROPAGATION_PRIVATE);
+  }
+  for (const auto& v : pod.volumes) {
+    auto* cm = c.add_mounts();
+    cm->set_container_path(v.container_path);
+    cm->set_host_path(v.host_path);
+    cm->set_readonly(v.read_only);
     cm->set_propagation(runtime::v1::PROPAGATION_PRIVATE);
   }
   // devices: kuberuntime makeDevices: PathOnHost, PathInContainer, Permissions.

@@ -33,6 +33,12 @@ struct CriPod {
   std::vector<Volume> volumes;
   bool privileged = false;
   std::string cgroup_parent;  // cgroupfs style; empty: the runtime's default
+  // metadata.annotations of the Pod object (hostile input): the kubelet passes them all on the
+  // sandbox (kuberuntime_sandbox.go generatePodSandboxConfig, newPodAnnotations), never on a
+  // container; containerd copies those the handler's pod_annotations match into each container's
+  // spec itself (internal/cri/server container_create*.go, getPassthroughAnnotations).
+  std::map<std::string, std::string> annotations;
+  int attempt = 0;  // the container's restart count (ContainerMetadata.attempt)
 };
 
 // RunPodSandbox's config for a host-network pod: network, PID and IPC per the kubelet's choices

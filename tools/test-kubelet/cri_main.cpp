@@ -8,7 +8,15 @@
 //
 // Usage: gpufence-test-cri --plugin-dir D --runtime-endpoint SOCK --image REF [--handler H]
 //          [--pods N] [--privileged] [--volume HOST:CTR[:rw]]... [--shell CMD] [--hold PATH]
-//          -- CMD [ARG...]
+//          [--pod-annotation K=V]... [--pod-uid-prefix P] [--checkpoint FILE]
+//          [--init-shell CMD] [--restart-container] -- CMD [ARG...]
+// The device manager's bookkeeping as the kubelet's (pkg/kubelet/cm/devicemanager manager.go):
+// each container's Allocate answer is kept (in FILE too with --checkpoint, as
+// kubelet_internal_checkpoint) and replayed instead of a new Allocate for a container that already
+// holds devices: a restarted container (--restart-container), and a later run with the same
+// --pod-uid-prefix and FILE (a kubelet restart, or a reboot: pods keep their UIDs). An init
+// container (--init-shell) is admitted first and its devices are reused by the app container, for
+// which the kubelet calls Allocate again with the same ids.
 // Output lines:
 //   runtime <name> <version> <api version>
 //   node capacity <n> allocated <m>          (the stand-in's view once every pod was admitted)
@@ -16,7 +24,13 @@
 //   podresources allocatable <n> allocated <m>
 //   pod <i> ids <id>[,<id>...]
 //   pod <i> running <seconds from RunPodSandbox to RUNNING>
+//   pod <i> replayed <container> <id>[,<id>...]  (the answer came from the checkpoint)
+//   pod <i> init ids <id>[,<id>...]          (with --init-shell)
+//   pod <i> init exited 0                    (the init container ran to completion)
 //   pod <i> exec <stdout line>
+//   pod <i>r exec <stdout line>              (with --restart-container: the restarted container)
+//   pod <i> restarted                        (with --restart-container)
+//   plugin allocate calls <n>
 //   pod <i> container <CRI container id>
 //   pods held until <path>                   (with --hold, once every exec ran)
 //   pod <i> error <step>: <message>           (the pod failed at that step)
@@ -27,6 +41,7 @@
 
 #include <unistd.h>
 
+#include "checkpoint.hpp"
 #include "common/strings.hpp"
 #include "cri_client.hpp"
 #include "pod_runner.hpp"
@@ -54,6 +69,11 @@ struct Options {
   std::string pod_resources;
   std::string hold;
   bool privileged = false;
+  std::vector<std::string> annotations;
+  std::string uid_prefix;
+  std::string checkpoint;
+  std::string init_shell;
+  bool restart = false;
   std::vector<std::string> exec;
   int timeout_s = 30;
 };
@@ -65,6 +85,36 @@ bool parse_volume(const std::string& arg, gpufence::test::CriPod::Volume* out) {
   if (parts.size() == 3 && parts[2] != "ro" && parts[2] != "rw") return false;
   *out = {std::string(parts[0]), std::string(parts[1]), parts.size() == 2 || parts[2] == "ro"};
   return true;
+}
+
+std::pair<std::string, std::string> split_kv(const std::string& kv) {
+  auto eq = kv.find('=');
+  return {kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1)};
+}
+
+// The device manager's answer for one container: the stored one when the checkpoint holds it
+// (devicesToAllocate: "Found pre-allocated devices", nothing to allocate;
+// GetDeviceRunContainerOptions reads podDevices), else devicesToAllocate + Allocate, stored.
+grpc::Status container_allocation(gpufence::test::TestKubelet& kubelet,
+                                  gpufence::test::DeviceCheckpoint& checkpoint, int i,
+                                  const std::string& uid, const std::string& container, int gpus,
+                                  const std::vector<std::string>& reusable,
+                                  v1beta1::ContainerAllocateResponse* alloc,
+                                  std::vector<std::string>* ids) {
+  if (const auto* e = checkpoint.find(uid, container)) {
+    *alloc = e->response;
+    *ids = e->ids;
+    kubelet.assign(e->ids);
+    std::cout << "pod " << i << " replayed " << container << " " << gpufence::join(e->ids, ",")
+              << "\n";
+    return grpc::Status::OK;
+  }
+  auto st = kubelet.admit(gpus, alloc, ids, reusable);
+  if (!st.ok()) return st;
+  checkpoint.insert({uid, container, "nvidia.com/gpu", *ids, *alloc});
+  std::string error;
+  if (!checkpoint.store(&error)) return grpc::Status(grpc::StatusCode::INTERNAL, error);
+  return st;
 }
 
 // Until `path` exists (the test's signal that it has looked at the running pods), bounded.
@@ -103,6 +153,21 @@ int main(int argc, char** argv) {
                  "Once every pod ran its exec, keep them running until this path exists "
                  "(at most 10 minutes)");
   app.add_flag("--privileged", opt.privileged, "securityContext.privileged: true");
+  app.add_option("--pod-annotation", opt.annotations,
+                 "KEY=VALUE in the pod's metadata.annotations (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--pod-uid-prefix", opt.uid_prefix,
+                 "Pod UIDs are PREFIX-<i> (default: uid-<pid>-<i>); the same UIDs in a later run "
+                 "are the same pods, as after a kubelet restart or a reboot");
+  app.add_option("--checkpoint", opt.checkpoint,
+                 "The device manager's checkpoint file: replayed when it holds a container, "
+                 "written after each Allocate");
+  app.add_option("--init-shell", opt.init_shell,
+                 "An init container \"init\" with the same GPU request, running /bin/sh -c CMD "
+                 "to completion before the app container");
+  app.add_flag("--restart-container", opt.restart,
+               "After the exec, restart each container (remove, create again from the stored "
+               "answer) and exec again");
   app.add_option("--name-prefix", opt.name_prefix, "Pod name prefix")->capture_default_str();
   app.add_option("--cgroup-parent", opt.cgroup_parent, "Pod cgroup parent (cgroupfs style)");
   app.add_option("--pod-resources", opt.pod_resources,
@@ -123,12 +188,18 @@ int main(int argc, char** argv) {
   if (!gpufence::test::print_runtime(cri, opt.endpoint, "gpufence-test-cri", std::cout)) return 1;
 
   // Step 3: admit and start each pod, all running at once.
+  gpufence::test::DeviceCheckpoint checkpoint(opt.checkpoint);
+  if (std::string error; !checkpoint.load(&error)) {
+    std::cerr << "gpufence-test-cri: " << error << "\n";  // the kubelet does not start either
+    return 1;
+  }
   std::vector<PodRun> runs(opt.pods);
   int admitted = 0;
   for (int i = 0; i < opt.pods; ++i) {
     auto& run = runs[i];
     run.pod.name = opt.name_prefix + "-" + std::to_string(i);
-    run.pod.uid = "uid-" + std::to_string(getpid()) + "-" + std::to_string(i);
+    run.pod.uid = (opt.uid_prefix.empty() ? "uid-" + std::to_string(getpid()) : opt.uid_prefix) +
+                  "-" + std::to_string(i);
     run.pod.image = opt.image;
     run.pod.namespace_ = opt.namespace_;
     run.pod.container = opt.container;
@@ -144,24 +215,49 @@ int main(int argc, char** argv) {
     }
     run.pod.privileged = opt.privileged;
     run.pod.cgroup_parent = opt.cgroup_parent;
-    for (const auto& kv : opt.env) {
-      auto eq = kv.find('=');
-      run.pod.env.emplace_back(kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1));
-    }
+    for (const auto& kv : opt.env) run.pod.env.push_back(split_kv(kv));
+    for (const auto& kv : opt.annotations) run.pod.annotations.insert(split_kv(kv));
     v1beta1::ContainerAllocateResponse alloc;
     if (opt.gpus == 0) {  // a pod that asks for no GPU: the kubelet never calls the plugin
       if (start_pod(cri, opt.handler, alloc, timeout, run))
         std::cout << "pod " << i << " running " << run.running_s << "\n";
       continue;
     }
-    if (auto st = kubelet.admit(opt.gpus, &alloc, &run.ids); !st.ok()) {
+    // Admission: the init container first, then the app container, which reuses its devices
+    // (manager.go Allocate: devicesToReuse, addContainerAllocatedResources).
+    gpufence::test::CriPod init = run.pod;
+    v1beta1::ContainerAllocateResponse init_alloc;
+    std::vector<std::string> init_ids;
+    if (!opt.init_shell.empty()) {
+      init.container = "init";
+      init.command = {"/bin/sh", "-c", opt.init_shell};
+      if (auto st = container_allocation(kubelet, checkpoint, i, run.pod.uid, init.container,
+                                         opt.gpus, {}, &init_alloc, &init_ids);
+          !st.ok()) {
+        run.error = "Allocate (init): " + st.error_message();
+        continue;
+      }
+      std::cout << "pod " << i << " init ids " << gpufence::join(init_ids, ",") << "\n";
+    }
+    if (auto st = container_allocation(kubelet, checkpoint, i, run.pod.uid, run.pod.container,
+                                       opt.gpus, init_ids, &alloc, &run.ids);
+        !st.ok()) {
       run.error = "Allocate: " + st.error_message();
       continue;
     }
     admitted += static_cast<int>(run.ids.size());
     std::cout << "pod " << i << " ids " << gpufence::join(run.ids, ",") << "\n";
-    if (start_pod(cri, opt.handler, alloc, timeout, run))
-      std::cout << "pod " << i << " running " << run.running_s << "\n";
+    bool started = false;
+    if (opt.init_shell.empty()) {
+      started = start_pod(cri, opt.handler, alloc, timeout, run);
+    } else if (run_sandbox(cri, opt.handler, timeout, run) &&
+               start_container(cri, init, init_alloc, timeout, gpufence::test::Until::exited, run,
+                               &run.init_container_id)) {
+      std::cout << "pod " << i << " init exited 0\n";
+      started = start_container(cri, run.pod, alloc, timeout, gpufence::test::Until::running, run,
+                                &run.container_id);
+    }
+    if (started) std::cout << "pod " << i << " running " << run.running_s << "\n";
     if (!run.container_id.empty())
       std::cout << "pod " << i << " container " << run.container_id << "\n";
   }
@@ -180,6 +276,35 @@ int main(int argc, char** argv) {
         gpufence::test::exec_in_pod(cri, i, opt.exec, timeout, std::cout, runs[i]);
     }
   }
+  // Step 4b: a container restart: the kubelet removes the exited container and creates the next
+  // attempt with the devices it holds (GetDeviceRunContainerOptions), asking the plugin nothing.
+  if (opt.restart) {
+    for (int i = 0; i < opt.pods; ++i) {
+      auto& run = runs[i];
+      if (!run.error.empty() || run.container_id.empty()) continue;
+      cri.stop_container(run.container_id, std::chrono::seconds(0));
+      cri.remove_container(run.container_id);
+      run.container_id.clear();
+      run.pod.attempt += 1;
+      v1beta1::ContainerAllocateResponse alloc;
+      if (opt.gpus > 0) {
+        if (auto st = container_allocation(kubelet, checkpoint, i, run.pod.uid, run.pod.container,
+                                           opt.gpus, {}, &alloc, &run.ids);
+            !st.ok()) {
+          run.error = "Allocate (restart): " + st.error_message();
+          continue;
+        }
+      }
+      if (!start_container(cri, run.pod, alloc, timeout, gpufence::test::Until::running, run,
+                           &run.container_id))
+        continue;
+      std::cout << "pod " << i << " restarted\n";
+      if (!opt.exec.empty())
+        gpufence::test::exec_in_pod(cri, std::to_string(i) + "r", opt.exec, timeout, std::cout,
+                                    run);
+    }
+  }
+  std::cout << "plugin allocate calls " << kubelet.allocate_calls() << "\n";
   if (!opt.hold.empty()) hold_until(opt.hold, std::chrono::minutes(10));
 
   // Step 5: stop and remove, as the kubelet does when pods are deleted.

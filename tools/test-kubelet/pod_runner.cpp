@@ -41,31 +41,47 @@ bool print_runtime(CriClient& cri, const std::string& endpoint, const std::strin
   return true;
 }
 
-bool start_pod(CriClient& cri, const std::string& handler,
-               const v1beta1::ContainerAllocateResponse& alloc, std::chrono::seconds timeout,
-               PodRun& run) {
-  auto t0 = Clock::now();
-  auto sandbox = sandbox_config(run.pod);
-  auto st = cri.run_pod_sandbox(sandbox, handler, &run.sandbox_id);
+bool run_sandbox(CriClient& cri, const std::string& handler, std::chrono::seconds, PodRun& run) {
+  auto st = cri.run_pod_sandbox(sandbox_config(run.pod), handler, &run.sandbox_id);
   if (!st.ok()) return fail(run, "RunPodSandbox", st);
-  st = cri.create_container(run.sandbox_id, container_config(run.pod, alloc), sandbox,
-                            &run.container_id);
+  return true;
+}
+
+bool start_container(CriClient& cri, const CriPod& container,
+                     const v1beta1::ContainerAllocateResponse& alloc, std::chrono::seconds timeout,
+                     Until until, PodRun& run, std::string* id) {
+  auto deadline = Clock::now() + timeout;
+  auto st = cri.create_container(run.sandbox_id, container_config(container, alloc),
+                                 sandbox_config(run.pod), id);
   if (!st.ok()) return fail(run, "CreateContainer", st);
-  st = cri.start_container(run.container_id);
+  st = cri.start_container(*id);
   if (!st.ok()) return fail(run, "StartContainer", st);
-  auto deadline = t0 + timeout;
   while (true) {
     runtime::v1::ContainerStatus status;
-    st = cri.container_status(run.container_id, &status);
+    st = cri.container_status(*id, &status);
     if (!st.ok()) return fail(run, "ContainerStatus", st);
-    if (status.state() == runtime::v1::CONTAINER_RUNNING) break;
+    if (until == Until::running && status.state() == runtime::v1::CONTAINER_RUNNING) return true;
+    if (until == Until::exited && status.state() == runtime::v1::CONTAINER_EXITED &&
+        status.exit_code() == 0)
+      return true;
     if (status.state() == runtime::v1::CONTAINER_EXITED || Clock::now() > deadline) {
-      run.error = "ContainerStatus: state " + runtime::v1::ContainerState_Name(status.state()) +
-                  " reason " + status.reason() + " " + status.message();
+      run.error = "ContainerStatus: " + container.container + " state " +
+                  runtime::v1::ContainerState_Name(status.state()) + " exit code " +
+                  std::to_string(status.exit_code()) + " reason " + status.reason() + " " +
+                  status.message();
       return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+bool start_pod(CriClient& cri, const std::string& handler,
+               const v1beta1::ContainerAllocateResponse& alloc, std::chrono::seconds timeout,
+               PodRun& run) {
+  auto t0 = Clock::now();
+  if (!run_sandbox(cri, handler, timeout, run)) return false;
+  if (!start_container(cri, run.pod, alloc, timeout, Until::running, run, &run.container_id))
+    return false;
   run.running_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return true;
 }
@@ -90,9 +106,10 @@ void exec_in_pod(CriClient& cri, const std::string& label, const std::vector<std
 }
 
 void teardown_pod(CriClient& cri, const PodRun& run) {
-  if (!run.container_id.empty()) {
-    cri.stop_container(run.container_id, std::chrono::seconds(0));
-    cri.remove_container(run.container_id);
+  for (const auto& id : {run.container_id, run.init_container_id}) {
+    if (id.empty()) continue;
+    cri.stop_container(id, std::chrono::seconds(0));
+    cri.remove_container(id);
   }
   if (!run.sandbox_id.empty()) {
     cri.stop_pod_sandbox(run.sandbox_id);

@@ -31,12 +31,28 @@ struct PodRun {
   std::vector<std::string> ids;  // the GPUs the stand-in allocated it
   std::string sandbox_id;
   std::string container_id;
-  std::string error;  // "<step>: <message>" once a step failed
+  std::string init_container_id;  // its init container's, when it has one
+  std::string error;              // "<step>: <message>" once a step failed
   double running_s = 0;
 };
 
-// RunPodSandbox, CreateContainer, StartContainer, then until the CRI reports RUNNING (each step
-// and the wait bounded by `timeout`). False with run.error set at the first step that fails.
+// RunPodSandbox of run.pod with the RuntimeClass handler. False with run.error set when it fails.
+bool run_sandbox(CriClient& cri, const std::string& handler, std::chrono::seconds timeout,
+                 PodRun& run);
+
+// What start_container waits for: a running app container, or an init container that ran to
+// completion (exit code 0, as the kubelet requires before it starts the next container).
+enum class Until { running, exited };
+
+// CreateContainer of `container` (run.pod, or an init container of it) in run's sandbox with the
+// Allocate answer, StartContainer, then until the CRI reports `until` (bounded by `timeout`); its
+// CRI id in *id. False with run.error set at the first step that fails.
+bool start_container(CriClient& cri, const CriPod& container,
+                     const v1beta1::ContainerAllocateResponse& alloc, std::chrono::seconds timeout,
+                     Until until, PodRun& run, std::string* id);
+
+// RunPodSandbox, then start_container of run.pod until RUNNING (each step and the wait bounded by
+// `timeout`). False with run.error set at the first step that fails.
 bool start_pod(CriClient& cri, const std::string& handler,
                const v1beta1::ContainerAllocateResponse& alloc, std::chrono::seconds timeout,
                PodRun& run);

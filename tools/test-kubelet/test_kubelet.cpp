@@ -196,6 +196,7 @@ grpc::Status TestKubelet::allocate(const std::vector<std::vector<std::string>>& 
                                    v1beta1::AllocateResponse* out) {
   auto stub = plugin_stub();
   if (!stub) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no plugin registered");
+  ++m_allocate_calls;
   v1beta1::AllocateRequest req;
   for (const auto& ids : containers) {
     auto* c = req.add_container_requests();
@@ -206,28 +207,70 @@ grpc::Status TestKubelet::allocate(const std::vector<std::vector<std::string>>& 
   return stub->Allocate(&ctx, req, out);
 }
 
-grpc::Status TestKubelet::admit(int count, v1beta1::ContainerAllocateResponse* out,
-                                std::vector<std::string>* ids) {
-  std::vector<std::string> available;
-  for (const auto& [id, health] : devices()) {
-    if (health == "Healthy" &&
-        std::find(m_assigned.begin(), m_assigned.end(), id) == m_assigned.end()) {
-      available.push_back(id);
-    }
-  }
-  if (static_cast<int>(available.size()) < count) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "not enough healthy devices");
-  }
+std::vector<std::string> choose_devices(const std::vector<std::string>& reusable,
+                                        const std::vector<std::string>& available,
+                                        const std::vector<std::string>& preferred, int count) {
   std::vector<std::string> chosen;
-  auto st = preferred(available, {}, count, &chosen);
-  if (!st.ok()) return st;
+  auto take_from = [&](const std::vector<std::string>& ids, const std::vector<std::string>* only) {
+    for (const auto& id : ids) {
+      if (static_cast<int>(chosen.size()) == count) return;
+      if (only && std::find(only->begin(), only->end(), id) == only->end()) continue;
+      if (std::find(chosen.begin(), chosen.end(), id) == chosen.end()) chosen.push_back(id);
+    }
+  };
+  take_from(reusable, nullptr);
+  take_from(preferred, &available);  // a preferred id that is not free never counts
+  take_from(available, nullptr);
+  if (static_cast<int>(chosen.size()) < count) chosen.clear();
+  return chosen;
+}
+
+grpc::Status TestKubelet::admit(int count, v1beta1::ContainerAllocateResponse* out,
+                                std::vector<std::string>* ids,
+                                const std::vector<std::string>& reusable) {
+  std::vector<std::string> chosen(reusable.begin(),
+                                  reusable.begin() + std::min<size_t>(reusable.size(), count));
+  if (static_cast<int>(chosen.size()) < count) {
+    std::vector<std::string> available;
+    for (const auto& [id, health] : devices()) {
+      if (health == "Healthy" &&
+          std::find(m_assigned.begin(), m_assigned.end(), id) == m_assigned.end() &&
+          std::find(chosen.begin(), chosen.end(), id) == chosen.end()) {
+        available.push_back(id);
+      }
+    }
+    if (static_cast<int>(available.size() + chosen.size()) < count) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "not enough healthy devices");
+    }
+    // The kubelet offers the free devices plus those already chosen (which must be included).
+    std::vector<std::string> offered = available;
+    offered.insert(offered.end(), chosen.begin(), chosen.end());
+    std::vector<std::string> preferred;
+    auto st = this->preferred(offered, chosen, count, &preferred);
+    if (!st.ok()) return st;
+    chosen = choose_devices(chosen, available, preferred, count);
+  }
   v1beta1::AllocateResponse resp;
-  st = allocate({chosen}, &resp);
+  auto st = allocate({chosen}, &resp);
   if (!st.ok()) return st;
-  m_assigned.insert(m_assigned.end(), chosen.begin(), chosen.end());
+  if (resp.container_responses_size() != 1)
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        "Allocate answered for " + std::to_string(resp.container_responses_size()) +
+                            " containers, asked for 1");
+  for (const auto& id : chosen) {
+    if (std::find(m_assigned.begin(), m_assigned.end(), id) == m_assigned.end())
+      m_assigned.push_back(id);
+  }
   if (out) *out = resp.container_responses(0);
   if (ids) *ids = chosen;
   return st;
+}
+
+void TestKubelet::assign(const std::vector<std::string>& ids) {
+  for (const auto& id : ids) {
+    if (std::find(m_assigned.begin(), m_assigned.end(), id) == m_assigned.end())
+      m_assigned.push_back(id);
+  }
 }
 
 void TestKubelet::release(const std::vector<std::string>& ids) {

@@ -51,11 +51,17 @@ class TestKubelet {
                          std::vector<std::string>* out);
   grpc::Status allocate(const std::vector<std::vector<std::string>>& containers,
                         v1beta1::AllocateResponse* out);
-  // What the kubelet does to admit one container asking for `count` devices: preferred
-  // allocation among the healthy devices not yet given out, then Allocate.
+  // What the kubelet does to admit one container asking for `count` devices (devicemanager
+  // manager.go devicesToAllocate): first the `reusable` devices (an init container's, for the
+  // containers after it), then GetPreferredAllocation's ids that are still free, then any free
+  // healthy device; then Allocate with the chosen ids.
   grpc::Status admit(int count, v1beta1::ContainerAllocateResponse* out,
-                     std::vector<std::string>* ids = nullptr);
+                     std::vector<std::string>* ids = nullptr,
+                     const std::vector<std::string>& reusable = {});
   void release_all() { m_assigned.clear(); }
+  // Devices the checkpoint says are held (the kubelet's allocatedDevices after a restart).
+  void assign(const std::vector<std::string>& ids);
+  int allocate_calls() const { return m_allocate_calls; }
   // The pod that held `ids` is gone: the kubelet's device manager frees them for the next one.
   void release(const std::vector<std::string>& ids);
 
@@ -72,6 +78,7 @@ class TestKubelet {
   Devices m_devices;
   std::map<std::string, std::vector<long>> m_numa;
   std::vector<std::string> m_assigned;
+  int m_allocate_calls = 0;
 
   std::unique_ptr<RegistrationService> m_service;
   std::unique_ptr<grpc::Server> m_server;
@@ -80,6 +87,15 @@ class TestKubelet {
   std::unique_ptr<grpc::ClientContext> m_stream_ctx;
   std::thread m_stream_thread;
 };
+
+// devicesToAllocate's choice of `count` ids, given the devices a container may reuse, the free
+// healthy ones (`available`, in the kubelet's order) and the plugin's preferred ids: reusable
+// first, then preferred ids that are free (preferred.Intersection(available)), then the rest of
+// `available` when the plugin named too few or named devices that are not free. Empty when
+// `available` and `reusable` together hold fewer than `count`.
+std::vector<std::string> choose_devices(const std::vector<std::string>& reusable,
+                                        const std::vector<std::string>& available,
+                                        const std::vector<std::string>& preferred, int count);
 
 // A child process (the real plugin binary) that tests can signal and wait for.
 class Subprocess {
