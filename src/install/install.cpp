@@ -24,6 +24,7 @@ struct Run {
   InstallReport& report;
   NodeLayout layout;
   std::string binary_target;  // host path of the versioned shim the link points at
+  bool restart_attempted = false;
 
   void step(std::string name, Outcome outcome, std::string detail) {
     report.steps.push_back({std::move(name), outcome, std::move(detail)});
@@ -152,6 +153,36 @@ Result<Holds> classify(const HostFs& host, const InstallState::ManagedFile& f) {
 
 void unlink_host(const HostFs& host, const std::string& path) {
   if (!path.empty()) ::unlink(host.resolve(path).c_str());
+}
+
+// Temporary files a killed run left beside `path`: write_file_atomic's
+// ".<name>.gpufence-<pid>-<n>" and the link swap's ".<name>.tmp-<pid>". Never active config:
+// neither ends in .toml, so no import glob of containerd's picks one up.
+void remove_stale_temps(const HostFs& host, const std::string& path) {
+  if (path.empty()) return;
+  fs::path p(path);
+  auto names = host.list(p.parent_path().string());
+  if (!names) return;
+  const std::string name = p.filename().string();
+  for (const auto& n : *names) {
+    if (n.starts_with("." + name + ".gpufence-") || n.starts_with("." + name + ".tmp-"))
+      ::unlink(host.resolve((p.parent_path() / n).string()).c_str());
+  }
+}
+
+// Every temporary file a killed run of install could have left, by the record.
+void remove_stale_temps(const HostFs& host, const InstallState& state,
+                        const std::string& state_file) {
+  remove_stale_temps(host, state_file);
+  for (const auto& f : state.config_files) remove_stale_temps(host, f.path);
+  if (state.cdi_spec) remove_stale_temps(host, state.cdi_spec->path);
+  if (state.runtime_config_path) remove_stale_temps(host, *state.runtime_config_path);
+  remove_stale_temps(host, state.binary_link);
+  if (auto names = host.list(state.versions_dir)) {
+    for (const auto& n : *names)
+      if (n.starts_with(".gpufence-runtime-"))
+        ::unlink(host.resolve(state.versions_dir + "/" + n).c_str());
+  }
 }
 
 // Directories install created, deepest first, while empty.
@@ -476,6 +507,7 @@ bool has_handler(const std::vector<LoadedRuntime>& loaded, const std::string& na
 }
 
 Status restart_containerd(Run& r) {
+  r.restart_attempted = true;
   auto argv = host_command(r.opt.host_exec, r.layout.restart, r.opt.host_pid);
   auto res = r.env.runner.run(argv);
   if (!res) return std::unexpected(res.error());
@@ -497,9 +529,18 @@ void undo_run(Run& r, const InstallPlan& plan, const InstallState& prior, bool h
     ok = false;
     r.report.notes.push_back(cat("ROLLBACK FAILED: ", what, ": ", e.message));
   };
+  // Only the files this run did write (a write that failed half-way, as a read-only root file,
+  // left the rest as it was): their backups go with them.
+  bool restored_config = false;
   if (config_written) {
     for (size_t i = plan.config.changes.size(); i-- > 0;) {
       const auto& c = plan.config.changes[i];
+      auto cur = read_host(host, c.path);
+      bool written = cur && cur->has_value() && **cur == c.new_text;
+      if (!written) {
+        if (cur && cur->value_or("") == c.old_text) unlink_host(host, plan.backups[i]);
+        continue;
+      }
       Status st = c.existed ? write_host(host, c.path, c.old_text)
                             : (::unlink(host.resolve(c.path).c_str()) == 0 || errno == ENOENT
                                    ? Status{}
@@ -512,6 +553,7 @@ void undo_run(Run& r, const InstallPlan& plan, const InstallState& prior, bool h
             st.error());
         continue;
       }
+      restored_config = true;
       unlink_host(host, plan.backups[i]);
       r.report.notes.push_back(c.existed ? cat("restored the previous ", c.path)
                                          : cat("removed ", c.path, " (install created it)"));
@@ -547,9 +589,9 @@ void undo_run(Run& r, const InstallPlan& plan, const InstallState& prior, bool h
     unlink_host(host, r.opt.state_file);
   }
   remove_created_dirs(host, plan.new_dirs);
-  if (ok && !plan.config.changes.empty() && config_written)
-    r.report.notes.push_back("this run's files are taken back");
-  if (!config_written) return;
+  if (ok) r.report.notes.push_back("this run's files are taken back");
+  // containerd read the config only if this run restarted it (or tried to).
+  if (!restored_config || !r.restart_attempted) return;
   if (auto rs = restart_containerd(r); !rs) {
     r.report.notes.push_back("restart after rollback failed: " + rs.error().message);
   } else if (auto ready = wait_ready(r); !ready) {
@@ -614,6 +656,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   // refusal here changes nothing on the host.
   if (!find_layout(r)) return finish();
   InstallState state = prior;
+  if (had_state) remove_stale_temps(env.host, prior, opt.state_file);
   if (auto st = forget_what_is_the_users(env.host, state); !st) {
     r.failed("state", st.error().message);
     return finish();
@@ -729,6 +772,10 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
     return finish();
   }
   if (!st->has_value()) {
+    // An install killed while writing its very first record leaves only that record's
+    // temporary file.
+    remove_stale_temps(env.host, opt.state_file);
+    ::rmdir(env.host.resolve(fs::path(opt.state_file).parent_path().string()).c_str());
     r.step("state", Outcome::unchanged, cat("no ", opt.state_file, ": nothing installed"));
     return finish();
   }
@@ -869,6 +916,7 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
              *state.runtime_config_path + " edited since install: kept");
     }
   }
+  remove_stale_temps(env.host, state, opt.state_file);
   BinaryInstallOptions bin = opt.binary;
   bin.link = state.binary_link;
   bin.versions_dir = state.versions_dir;
