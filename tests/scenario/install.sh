@@ -221,6 +221,47 @@ case $case_name in
       done
     done
     ;;
+  k3s-template)
+    # k3s on this containerd line, stood in for by its renderer: at every (re)start k3s renders
+    # config-v3.toml.tmpl (containerd 2.x; else config.toml.tmpl) into config.toml, the base
+    # template being its own default config (here: this containerd's, with the private paths),
+    # and starts containerd on it. The user's template only calls base and adds a comment.
+    kdir=$host/var/lib/rancher/k3s/agent/etc/containerd
+    mkdir -p "$kdir" "$host/etc/systemd/system" && touch "$host/etc/systemd/system/k3s.service"
+    if [ "$line" = 1.6 ]; then tmpl=config.toml.tmpl; else tmpl=config-v3.toml.tmpl; fi
+    printf '{{ template "base" . }}\n\n# the user'"'"'s own addition: keep it\n' > "$kdir/$tmpl"
+    cp "$kdir/$tmpl" "$work/template.orig"
+    cp "$cfg" "$work/base.toml"
+    cat > "$work/k3s-restart.sh" <<SH
+#!/bin/sh
+t="$kdir/config.toml.tmpl"
+[ "$line" != 1.6 ] && [ -f "$kdir/config-v3.toml.tmpl" ] && t="$kdir/config-v3.toml.tmpl"
+if [ -f "\$t" ]; then
+  awk -v base="$work/base.toml" '/\{\{ template "base" \. \}\}/ { while ((getline l < base) > 0) print l; next } { gsub(/\{\{ \.SystemdCgroup \}\}/, "false"); print }' "\$t" > "$kdir/config.toml"
+else
+  cp "$work/base.toml" "$kdir/config.toml"
+fi
+cp "$kdir/config.toml" "$cfg.rendered"
+exec sh "$work/restart.sh"
+SH
+    # restart.sh starts containerd on $cfg: point it at what k3s rendered.
+    sed -i "s|containerd --config \"$cfg\"|containerd --config \"$kdir/config.toml\"|; s|containerd --config $cfg |containerd --config $kdir/config.toml |" "$work/restart.sh"
+    sh "$work/k3s-restart.sh"; sleep 1
+    before=$(snap)
+    out=$("$gf" --host-root "$host" install --distribution k3s --host-exec direct --containerd-socket /run/containerd/containerd.sock \
+      --restart-command "$work/k3s-restart.sh" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install succeeds under k3s's stand-in on containerd $line" test "$rc" = 0
+    check "the template k3s renders on this line ($tmpl) is the one edited" grep -q "containerd config  changed  /var/lib/rancher/k3s/agent/etc/containerd/$tmpl" <<<"$out"
+    check "no other template was created" bash -c "ls '$kdir' | grep -c 'tmpl\$' | grep -qx 1"
+    check "the user's template is kept byte for byte ahead of the block" bash -c "head -c $(stat -c %s "$work/template.orig") '$kdir/$tmpl' | cmp -s - '$work/template.orig'"
+    check "the running containerd has the handler" grep -q "containerd runs handler nvidia" <<<"$out"
+    out=$("$gf" --host-root "$host" uninstall --host-exec direct --containerd-socket /run/containerd/containerd.sock \
+      --restart-command "$work/k3s-restart.sh" --ready-timeout 20 2>&1); rc=$?
+    echo "$out"
+    check "uninstall succeeds" test "$rc" = 0
+    check "the template is the user's again" cmp -s "$kdir/$tmpl" "$work/template.orig"
+    ;;
   version3)
     out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
     echo "$out"
