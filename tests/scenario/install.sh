@@ -246,7 +246,7 @@ exec sh "$work/restart.sh"
 SH
     # restart.sh starts containerd on $cfg: point it at what k3s rendered.
     sed -i "s|containerd --config \"$cfg\"|containerd --config \"$kdir/config.toml\"|; s|containerd --config $cfg |containerd --config $kdir/config.toml |" "$work/restart.sh"
-    sh "$work/k3s-restart.sh"; sleep 1
+    chmod +x "$work/k3s-restart.sh"; sh "$work/k3s-restart.sh"; sleep 1
     before=$(snap)
     out=$("$gf" --host-root "$host" install --distribution k3s --host-exec direct --containerd-socket /run/containerd/containerd.sock \
       --restart-command "$work/k3s-restart.sh" --ready-timeout $ready 2>&1); rc=$?
@@ -261,6 +261,18 @@ SH
     echo "$out"
     check "uninstall succeeds" test "$rc" = 0
     check "the template is the user's again" cmp -s "$kdir/$tmpl" "$work/template.orig"
+    # No user template: the one this line's k3s reads is created (and removed by uninstall).
+    rm -f "$kdir"/*.tmpl; sh "$work/k3s-restart.sh"; sleep 1
+    out=$("$gf" --host-root "$host" install --distribution k3s --host-exec direct --containerd-socket /run/containerd/containerd.sock \
+      --restart-command "$work/k3s-restart.sh" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "without a template, install succeeds" test "$rc" = 0
+    check "it created $tmpl" test -f "$kdir/$tmpl"
+    check "and the running containerd has the handler" grep -q "containerd runs handler nvidia" <<<"$out"
+    check "and only that one" bash -c "ls '$kdir' | grep -c 'tmpl\$' | grep -qx 1"
+    out=$("$gf" --host-root "$host" uninstall --host-exec direct --containerd-socket /run/containerd/containerd.sock \
+      --restart-command "$work/k3s-restart.sh" --ready-timeout 20 2>&1); rc=$?
+    check "uninstall removes it" bash -c "test $rc = 0 && ! ls '$kdir'/*.tmpl 2>/dev/null"
     ;;
   version3)
     out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
