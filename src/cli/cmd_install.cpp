@@ -214,8 +214,9 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
       ->add_option("--driver-root", in->driver_root,
                    "Host path where the driver lives (GPU Operator: /run/nvidia/driver)")
       ->capture_default_str();
-  install->add_option("--config-version", in->config_version,
-                      "Version for a new containerd config (2 or 3)");
+  install->add_option(
+      "--config-version", in->config_version,
+      "Version for a new containerd config (1 to 4; default: what the running containerd writes)");
   install->add_flag("--watch", in->watch,
                     "Stay up: serve /healthz and re-install when containerd loses the handler");
   // Loopback by default: run on a host, the port is no one else's business. In a pod (the chart's

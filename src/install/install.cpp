@@ -469,7 +469,8 @@ bool edit_containerd_config(Run& r, const InstallPlan& plan) {
     return true;
   }
   if (auto st = apply_setup_plan_with(plan.config, r.env.host, plan.backups); !st)
-    return r.failed("containerd config", st.error().message);
+    return r.failed("containerd config",
+                    cat(st.error().message, "; the previous config is left in place"));
   for (size_t i = 0; i < plan.config.changes.size(); ++i) {
     const auto& c = plan.config.changes[i];
     r.step("containerd config", Outcome::changed,
@@ -671,7 +672,10 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
       plan.config.changes.empty() && state.config_path == r.layout.config_path;
   // Journal first: the record names every file and directory before any of them changes.
   InstallState journal = journal_for(r, state, plan);
-  if (nothing_to_write) journal = prior;
+  if (nothing_to_write) {
+    journal = prior;
+    journal.steps = {"journal"};
+  }
   if (nothing_to_write) {
     // Only the pieces that are already in place: report them as such.
     r.step("runtime binary", Outcome::unchanged, cat(opt.binary.link, " -> ", plan.binary_target));
