@@ -214,8 +214,9 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
       ->add_option("--driver-root", in->driver_root,
                    "Host path where the driver lives (GPU Operator: /run/nvidia/driver)")
       ->capture_default_str();
-  install->add_option("--config-version", in->config_version,
-                      "Version for a new containerd config (2 or 3)");
+  install->add_option(
+      "--config-version", in->config_version,
+      "Version for a new containerd config (1 to 4; default: what the running containerd writes)");
   install->add_flag("--watch", in->watch,
                     "Stay up: serve /healthz and re-install when containerd loses the handler");
   // Loopback by default: run on a host, the port is no one else's business. In a pod (the chart's
@@ -228,11 +229,12 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
   install->add_option("--interval", in->interval, "--watch: seconds between checks")
       ->capture_default_str();
   install->footer(
-      "Steps: detect the distribution; copy gpufence-runtime (versioned file + atomic link);\n"
-      "write runtime.toml if absent; generate the CDI spec; add the handler to containerd's\n"
-      "config (setup containerd, with a backup); restart containerd only if needed; verify the\n"
-      "running containerd has the handler (CRI status). Any failure: exit 1, previous config "
-      "back.\n"
+      "Steps: plan everything (a refusal changes nothing); write the record naming every file\n"
+      "it will touch; copy gpufence-runtime (versioned file + atomic link); write runtime.toml\n"
+      "if absent; generate the CDI spec; add the handler to containerd's config (setup\n"
+      "containerd, with a backup; config versions 1-4); restart containerd only if needed;\n"
+      "verify the running containerd has the handler (CRI status). Any failure: exit 1, this\n"
+      "run's changes taken back. After a kill, the next install finishes, uninstall undoes.\n"
       "Examples:\n"
       "  gpufence install\n"
       "  gpufence --host-root /host install --distribution microk8s --watch   # in a DaemonSet");

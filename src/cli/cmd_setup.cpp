@@ -89,9 +89,9 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
                  "Path of gpufence-runtime on the node (default: the one beside this gpufence)")
       ->capture_default_str();
   sc->add_option("--config-version", args->version,
-                 "Config version for a new file or a k3s template (1, 2 or 3)");
+                 "Config version for a new file or a k3s template (1 to 4)");
   sc->add_option("--drop-in", args->drop_in,
-                 "Version 3 only: drop-in path (default <config dir>/conf.d/99-gpufence.toml)");
+                 "Versions 3-4 only: drop-in path (default <config dir>/conf.d/99-gpufence.toml)");
   sc->add_flag("--set-as-default", args->set_as_default,
                "Also make it containerd's default runtime (needs --include-node-agents)");
   sc->add_flag("--include-node-agents", args->include_node_agents,
@@ -104,7 +104,8 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
       "  gpufence setup containerd --dry-run\n"
       "  gpufence setup containerd --flavor microk8s --runtime-name nvidia\n"
       "Versions 1 and 2 are edited in place (containerd 1.x replaces whole plugin sections from\n"
-      "imports); version 3 gets a drop-in listed in imports. Only the lines it adds change; a\n"
+      "imports); versions 3 and 4 get a drop-in of the root file's version, listed in imports\n"
+      "unless an import glob already matches it. Only the lines it adds change; a\n"
       "backup is kept (never overwritten); a symlinked config stays a symlink; running twice\n"
       "changes nothing. k3s/rke2: a block in config.toml.tmpl (config-v3.toml.tmpl for\n"
       "containerd 2.x), renamed when k3s renders a runtime of that name itself. Prints the\n"

@@ -51,6 +51,9 @@ void deep_merge(toml::table& to, const toml::table& from) {
 std::string cri_plugin_name(int version) {
   if (version <= 1) return "cri";
   if (version == 2) return "io.containerd.grpc.v1.cri";
+  // Version 4 (containerd 2.3) moved only the server's own settings (grpc, ttrpc, debug,
+  // metrics) into plugins (serviceMigrate, cmd/containerd/server/config/config.go); the CRI
+  // tables keep their version 3 names.
   return "io.containerd.cri.v1.runtime";
 }
 
@@ -70,11 +73,20 @@ Result<ContainerdConfig> parse_containerd_config(std::string_view text, std::str
     return fail(Errc::parse, origin, ":", where.line, ":", where.column, ": ", e.description());
   }
   if (auto v = cfg.doc["version"].value<int64_t>()) {
-    if (*v < 1 || *v > 3)
-      return fail(Errc::parse, origin, ": unsupported config version ", *v, " (1, 2 or 3)");
+    if (*v < 1 || *v > kMaxConfigVersion)
+      return fail(Errc::parse, origin, ": unsupported config version ", *v, " (1 to ",
+                  kMaxConfigVersion, ")");
     cfg.version = static_cast<int>(*v);
   } else if (cfg.doc.contains("version")) {
     return fail(Errc::parse, origin, ": version must be an integer");
+  } else if (!table_at(cfg.doc, {"plugins", "cri"}) &&
+             table_at(cfg.doc, {"plugins", "io.containerd.grpc.v1.cri"})) {
+    // No version line, but the CRI plugin under its fully qualified name (NVIDIA's toolkit
+    // writes such files): containerd's version-1 migration keeps a name that has a dot
+    // (v1MigratePluginName, cmd/containerd/server/config/config.go), so its runtimes are the
+    // version 2 tables, and the default runtime a handler must inherit from lives there.
+    cfg.version = 2;
+    cfg.implicit_version = true;
   }
   return cfg;
 }

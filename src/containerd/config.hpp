@@ -1,13 +1,19 @@
-// containerd's configuration as the CRI plugin reads it: versions 1, 2 and 3, their CRI tables,
+// containerd's configuration as the CRI plugin reads it: versions 1 to 4, their CRI tables,
 // imports, and the runtime handlers a RuntimeClass can name.
 //
 // Facts (containerd 1.6.20 measured here; nvidia-container-toolkit engine/containerd):
-// - CRI plugin table by version: 1 "cri", 2 "io.containerd.grpc.v1.cri", 3
+// - CRI plugin table by version: 1 "cri", 2 "io.containerd.grpc.v1.cri", 3 and 4
 //   "io.containerd.cri.v1.runtime"; runtimes live under <cri>.containerd.runtimes.<name>.
+//   Version 4 (containerd 2.3) differs from 3 only outside the CRI plugin (the server's grpc,
+//   ttrpc, debug and metrics settings moved into plugins: serviceMigrate in
+//   cmd/containerd/server/config/config.go, v2.3.4).
+// - containerd 2.x refuses a drop-in whose version is higher than the root file's ("drop-in
+//   config version %d higher than root config version %d", LoadConfigWithPlugins) and migrates
+//   a lower one: a drop-in is written in the root file's version.
 // - containerd 1.x merges an imported file by *replacing* each top-level plugin section it
 //   defines: a drop-in holding only runtimes.nvidia wipes the main file's CRI settings (runc
 //   runtime, sandbox image) — seen with `containerd config dump`. So version 1 and 2 configs are
-//   edited in place, and only version 3 (containerd 2.x) gets a drop-in.
+//   edited in place, and only versions 3 and 4 (containerd 2.x) get a drop-in.
 #pragma once
 
 #include <toml++/toml.h>
@@ -23,9 +29,15 @@
 
 namespace gpufence {
 
+// The newest config version read and written: containerd 2.3's (`containerd config default`
+// of v2.3.4 starts `version = 4`).
+inline constexpr int kMaxConfigVersion = 4;
+
 struct ContainerdConfig {
   std::string path;
   int version = 1;  // containerd 1.x reads a file without "version" as version 1
+  // No version line, yet read as version 2: the file names the CRI plugin by its full name.
+  bool implicit_version = false;
   toml::table doc;
 };
 

@@ -1,11 +1,15 @@
 #include "containerd/setup.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <set>
 #include <sstream>
 
 #include "common/file.hpp"
+#include "common/go_match.hpp"
 #include "common/strings.hpp"
 #include "containerd/toml_text.hpp"
 
@@ -288,11 +292,17 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
   int rendered_version = 0;  // 0: none rendered yet, or no version line
   if (rendered->has_value()) rendered_version = version_line(**rendered).value_or(0);
 
+  // What the node runs decides, when known: k3s on containerd 2.x renders its version 3 base
+  // template and reads config-v3.toml.tmpl first, on 1.x config.toml.tmpl (k3s
+  // pkg/agent/containerd/config_linux.go, setupContainerdConfig); else the config k3s rendered
+  // last says which line it is.
+  int node_line = opt.node_version ? (*opt.node_version >= 3 ? 3 : 2) : rendered_version;
   std::string path = opt.config_path;
   std::optional<std::string> existing;
   if (path.empty()) {
-    // k3s reads config-v3.toml.tmpl for containerd 2.x (version 3), config.toml.tmpl otherwise.
-    for (const std::string& candidate : {dir + "/config-v3.toml.tmpl", dir + "/config.toml.tmpl"}) {
+    std::vector<std::string> candidates = {dir + "/config-v3.toml.tmpl", dir + "/config.toml.tmpl"};
+    if (node_line == 2) std::swap(candidates[0], candidates[1]);  // 1.x never reads the v3 one
+    for (const std::string& candidate : candidates) {
       auto r = read(candidate);
       if (!r) return std::unexpected(r.error());
       if (r->has_value()) {
@@ -301,8 +311,7 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
         break;
       }
     }
-    if (path.empty())
-      path = dir + (rendered_version == 3 ? "/config-v3.toml.tmpl" : "/config.toml.tmpl");
+    if (path.empty()) path = dir + (node_line == 3 ? "/config-v3.toml.tmpl" : "/config.toml.tmpl");
   } else {
     auto r = read(path);
     if (!r) return std::unexpected(r.error());
@@ -314,22 +323,40 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
                                       : without_gpufence_block(old_text, path, st);
   if (!st) return std::unexpected(st.error());
 
-  // The template's version: the flag; its own `version =` line; the CRI plugin it names; the
-  // version k3s rendered last time (a template of only `base` follows k3s's containerd); its name.
+  // The template's version: the flag; its own `version =` line; the CRI plugin it names; what
+  // the node runs (a template that only calls `base` renders k3s's base template, version 3 on
+  // containerd 2.x, 2 on 1.x); the version k3s rendered last time; its name.
   int version = 2;
   std::string version_why = "default";
+  const bool calls_base = text.find("template \"base\"") != std::string::npos;
   if (opt.version) {
     version = *opt.version;
     version_why = "--config-version";
   } else if (auto v = version_line(text)) {
     version = *v;
     version_why = "the template's version line";
+  } else if (!calls_base && !trim(text).empty()) {
+    // The user's additions alone, without k3s's base template: the rendered file has no
+    // version line. containerd 1.x and 2.3 read it as version 1 and find a handler under
+    // plugins.cri (v1MigratePluginName); 2.0-2.2 ignore the runtimes of such a file (measured
+    // with 2.1.9's `config dump`), so there the template needs a version line of its own.
+    if (opt.node_version == 3)
+      return fail(Errc::invalid_argument, path,
+                  ": this template does not call k3s's base template and has no version line, so "
+                  "the config k3s renders from it has none, and containerd 2.0-2.2 ignore the "
+                  "runtimes of such a file: add `version = 3` as its first line, then run again");
+    version = 1;
+    version_why = "the template has no version line and does not call k3s's base template";
   } else if (text.find("io.containerd.cri.v1.runtime") != std::string::npos) {
     version = 3;
     version_why = "the template names io.containerd.cri.v1.runtime";
   } else if (text.find("io.containerd.grpc.v1.cri") != std::string::npos) {
     version = 2;
     version_why = "the template names io.containerd.grpc.v1.cri";
+  } else if (opt.node_version) {
+    version = node_line;
+    version_why = cat("k3s's base template for the containerd the node runs (its config version ",
+                      *opt.node_version, ")");
   } else if (rendered_version != 0) {
     version = rendered_version;
     version_why = "the config k3s rendered last (" + rendered_path + ")";
@@ -337,8 +364,9 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
     version = 3;
     version_why = "the template's name";
   }
-  if (version < 2 || version > 3)
-    return fail(Errc::invalid_argument, path, ": k3s templates are version 2 or 3, not ", version);
+  if (version < 1 || version > kMaxConfigVersion)
+    return fail(Errc::invalid_argument, path, ": k3s templates are version 1 to ",
+                kMaxConfigVersion, ", not ", version);
 
   // Names already taken: tables in the template itself, tables in the rendered config outside
   // our block (k3s's own), and the runtimes k3s renders when it finds their binary. A second
@@ -378,14 +406,15 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
                              name, "'; point the RuntimeClass at handler ", name));
   }
   plan.handler_name = name;
+  plan.config_path = path;
 
   std::string block = k3s_block(version, name, opt.binary);
   text = with_newline(text) + block;
   // The block alone, with k3s's variable filled in, must be valid TOML with the handler in it.
   std::string probe = block;
   probe.replace(probe.find("{{ .SystemdCgroup }}"), 20, "false");
-  if (auto v = verify(cat("version = ", version, "\n", probe), path, version, opt, name, true,
-                      DefaultRuntimeCheck::no);
+  if (auto v = verify(version == 1 ? probe : cat("version = ", version, "\n", probe), path, version,
+                      opt, name, true, DefaultRuntimeCheck::no);
       !v) {
     return std::unexpected(v.error());
   }
@@ -474,24 +503,40 @@ Status plan_drop_in(const SetupOptions& opt, const std::string& path, const Cont
           : opt.drop_in_path;
   auto old_drop = read(drop_in);
   if (!old_drop) return std::unexpected(old_drop.error());
+  // The root file's version: containerd refuses a drop-in of a higher one (LoadConfigWithPlugins,
+  // "drop-in config version %d higher than root config version %d").
+  const int version = cfg.version;
   toml::table drop;
-  drop.insert_or_assign("version", 3);
+  drop.insert_or_assign("version", version);
   std::string base_name;
   const toml::table* base = inherit_base_runtime(cfg, name, &base_name);
-  ensure_table(cri_containerd(drop, 3), "runtimes")
+  ensure_table(cri_containerd(drop, version), "runtimes")
       .insert_or_assign(name, handler_table(base, base_name, opt.binary, plan.notes));
-  if (opt.set_as_default) cri_containerd(drop, 3).insert_or_assign("default_runtime_name", name);
+  if (opt.set_as_default)
+    cri_containerd(drop, version).insert_or_assign("default_runtime_name", name);
   std::string drop_text = cat("# Written by gpufence setup containerd (listed in ", path,
                               "'s imports).\n", serialize(drop));
-  if (auto st = verify(drop_text, drop_in, 3, opt, name, true, DefaultRuntimeCheck::no); !st)
+  if (auto st = verify(drop_text, drop_in, version, opt, name, true, DefaultRuntimeCheck::no); !st)
     return st;
   if (drop_text != old_drop->value_or(""))
     plan.changes.push_back({drop_in, old_drop->has_value(), old_drop->value_or(""), drop_text});
 
+  // Already imported: the path itself, or a glob of the user's that matches it (containerd 2.3's
+  // default `imports = ['/etc/containerd/conf.d/*.toml']`; resolveImports expands globs with
+  // filepath.Glob, relative entries against the root file's directory). Then the root file is
+  // not touched at all.
   const toml::array* imports = cfg.doc.get_as<toml::array>("imports");
   bool listed = false;
   if (imports) {
-    for (const auto& i : *imports) listed |= i.value<std::string>() == drop_in;
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    for (const auto& i : *imports) {
+      auto entry = i.value<std::string>();
+      if (!entry) continue;
+      std::string full =
+          std::filesystem::path(*entry).is_absolute() ? *entry : (dir / *entry).string();
+      auto match = go_path_match(full, drop_in);
+      listed |= *entry == drop_in || (match && *match);
+    }
   }
   if (listed) return {};
   toml::table expected = cfg.doc;
@@ -508,7 +553,7 @@ Status plan_drop_in(const SetupOptions& opt, const std::string& path, const Cont
                              ": imports could not be edited line by line, so the file was "
                              "re-serialised: its comments are gone (the backup keeps them)"));
   }
-  if (auto st = verify(text, path, 3, opt, name, false); !st) return st;
+  if (auto st = verify(text, path, version, opt, name, false); !st) return st;
   plan.changes.push_back({path, existed, old_text, text});
   return {};
 }
@@ -565,6 +610,7 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
   plan.handler_name = opt.runtime_name;
   const std::string path =
       opt.config_path.empty() ? default_config_path(opt.flavor) : opt.config_path;
+  plan.config_path = path;
   auto existing = read(path);
   if (!existing) return std::unexpected(existing.error());
   const std::string old_text = existing->value_or("");
@@ -575,7 +621,7 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
   ContainerdConfig cfg;
   if (old_text.empty()) {
     cfg.path = path;
-    cfg.version = opt.version.value_or(2);
+    cfg.version = opt.version.value_or(opt.node_version.value_or(2));
     cfg.doc.insert_or_assign("version", cfg.version);
   } else {
     auto parsed = parse_containerd_config(old_text, path);
@@ -586,7 +632,7 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
     plan.notes.push_back(cat("already in ", path, " (left alone): ", f.summary, "; fix: ", f.fix));
   }
   // containerd 1.x replaces whole plugin sections from imports, so versions 1-2 are edited in
-  // place; version 3 (containerd 2.x merges imports deeply) gets a drop-in.
+  // place; versions 3-4 (containerd 2.x merges imports deeply) get a drop-in.
   Status st = cfg.version <= 2 || opt.flavor == Flavor::microk8s
                   ? plan_in_place(opt, path, cfg, old_text, existing->has_value(), plan)
                   : plan_drop_in(opt, path, cfg, old_text, existing->has_value(), read, plan);
@@ -598,9 +644,47 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
   return plan;
 }
 
-Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const HostFs& host) {
-  std::vector<std::string> backups;
+std::optional<int> config_version_of_release(std::string_view release) {
+  release = trim(release);
+  if (release.starts_with("v")) release.remove_prefix(1);
+  auto dot = release.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  auto major = parse_number<int>(release.substr(0, dot));
+  std::string_view rest = release.substr(dot + 1);
+  size_t end = 0;
+  while (end < rest.size() && rest[end] >= '0' && rest[end] <= '9') ++end;
+  auto minor = parse_number<int>(rest.substr(0, end));
+  if (!major || !minor) return std::nullopt;
+  if (*major <= 1) return 2;
+  if (*major == 2 && *minor < 3) return 3;
+  return 4;
+}
+
+std::vector<std::string> choose_backup_paths(const SetupPlan& plan, const HostFs& host) {
   const std::string stamp = utc_stamp();
+  std::vector<std::string> out;
+  for (const auto& change : plan.changes) {
+    if (!change.existed) {
+      out.emplace_back();
+      continue;
+    }
+    std::string base = cat(change.path, ".bak-", stamp);
+    for (int n = 0;; ++n) {
+      std::string name = n == 0 ? base : cat(base, ".", n);
+      bool taken = host.exists(name) || std::find(out.begin(), out.end(), name) != out.end();
+      if (!taken) {
+        out.push_back(name);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+Status apply_setup_plan_with(const SetupPlan& plan, const HostFs& host,
+                             const std::vector<std::string>& backups) {
+  if (backups.size() != plan.changes.size())
+    return fail(Errc::internal, "apply_setup_plan: one backup path per change");
   // Every file is checked before the first is written (a version 3 plan writes two): a conflict
   // found half-way would leave a drop-in without its import, or the reverse.
   std::vector<std::filesystem::path> targets;
@@ -622,17 +706,34 @@ Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const H
     const auto* target = &targets[i];
     std::error_code ec;
     std::filesystem::create_directories(target->parent_path(), ec);
-    if (change.existed) {
+    if (!backups[i].empty()) {
+      // write_backup_exclusive names the file "<file>.bak-<stamp>[.N]": the stamp is the chosen
+      // name's suffix, and a different name back means the chosen one was taken meanwhile.
+      const std::string prefix = change.path + ".bak-";
+      if (!backups[i].starts_with(prefix))
+        return fail(Errc::internal, backups[i], ": not a backup name of ", change.path);
+      std::string stamp = backups[i].substr(prefix.size());
       auto backup = write_backup_exclusive(local, change.old_text, stamp);
       if (!backup) return std::unexpected(backup.error().wrap("backup"));
-      std::string shown = backup->native();
-      if (host.root().native() != "/") shown = shown.substr(host.root().native().size());
-      backups.push_back(shown);
+      if (*backup != host.resolve(backups[i])) {
+        ::unlink(backup->c_str());
+        return fail(Errc::conflict, "backup ", backups[i],
+                    " was taken after it was chosen: nothing more written");
+      }
     }
     if (auto st = write_file_atomic(*target, change.new_text); !st)
       return std::unexpected(st.error());
   }
-  return backups;
+  return {};
+}
+
+Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const HostFs& host) {
+  auto backups = choose_backup_paths(plan, host);
+  if (auto st = apply_setup_plan_with(plan, host, backups); !st) return std::unexpected(st.error());
+  std::vector<std::string> out;
+  for (const auto& b : backups)
+    if (!b.empty()) out.push_back(b);
+  return out;
 }
 
 std::string runtime_class_manifest(const std::string& handler) {

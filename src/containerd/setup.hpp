@@ -31,8 +31,17 @@ struct SetupOptions {
   bool set_as_default = false;
   DefaultForNodeAgents node_agents = DefaultForNodeAgents::refuse;
   std::optional<int> version;  // for a new file or a k3s template (default: detected, else 2)
-  std::string drop_in_path;    // version 3: default <config dir>/conf.d/99-gpufence.toml
+  // The config version the node's containerd itself writes (1.x: 2, 2.0-2.2: 3, 2.3: 4), when
+  // known (install asks the running containerd): a new file and a k3s template that does not
+  // say follow it, and k3s's template file is the one that containerd line renders.
+  std::optional<int> node_version;
+  std::string drop_in_path;  // versions 3-4: default <config dir>/conf.d/99-gpufence.toml
 };
+
+// The config version `containerd config default` of a containerd release writes: 2 for 1.x, 3
+// for 2.0 to 2.2, 4 from 2.3 (version.ConfigVersion). `release` as CRI's runtime_version or
+// `containerd --version` print it ("v2.3.4", "1.6.20~ds1", "v2.0.4-k3s2"); nullopt when unreadable.
+std::optional<int> config_version_of_release(std::string_view release);
 
 struct FileChange {
   std::string path;
@@ -42,6 +51,7 @@ struct FileChange {
 };
 
 struct SetupPlan {
+  std::string config_path;          // the file the node's containerd reads (k3s: the template)
   std::string handler_name;         // the handler written (k3s: may differ from the one asked for)
   std::vector<FileChange> changes;  // only files whose text changes; empty = already configured
   std::vector<std::string> notes;   // things the user should know (pre-existing problems, restarts)
@@ -64,6 +74,16 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& options, const ReadF
 // symlink: its target is what gets replaced. Refuses a file that changed since it was planned.
 Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan,
                                                   const HostFs& host = HostFs("/"));
+
+// The same with the backups' host paths chosen beforehand (install records them in its journal
+// before the first byte changes): `backups[i]` for plan.changes[i], empty for none. Each is
+// created exclusively; a name taken since it was chosen fails before its file is written.
+Status apply_setup_plan_with(const SetupPlan& plan, const HostFs& host,
+                             const std::vector<std::string>& backups);
+
+// A backup host path for each change that replaces an existing file ("" for a new file), free
+// now: "<file>.bak-<UTC time>[.N]".
+std::vector<std::string> choose_backup_paths(const SetupPlan& plan, const HostFs& host);
 
 std::string runtime_class_manifest(const std::string& handler);
 

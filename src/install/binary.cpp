@@ -64,13 +64,37 @@ std::string content_tag(std::string_view bytes) {
   return out;
 }
 
-Result<BinaryInstall> install_binary(const HostFs& host, const BinaryInstallOptions& opt) {
+namespace {
+
+Result<std::string> read_source(const BinaryInstallOptions& opt) {
   auto bytes = read_file(opt.source);
   if (!bytes) return std::unexpected(bytes.error().wrap("read gpufence-runtime to install"));
   if (bytes->size() < 4 || bytes->compare(0, 4,
                                           "\x7f"
                                           "ELF") != 0)
     return fail(Errc::invalid_argument, opt.source, " is not an ELF executable");
+  return bytes;
+}
+
+}  // namespace
+
+Result<std::string> planned_binary_target(const BinaryInstallOptions& opt) {
+  auto bytes = read_source(opt);
+  if (!bytes) return std::unexpected(bytes.error());
+  return cat(opt.versions_dir, "/", kPrefix, content_tag(*bytes));
+}
+
+std::optional<std::string> binary_link_target(const HostFs& host, const std::string& link) {
+  return link_target(host, link);
+}
+
+Status point_binary_link(const HostFs& host, const std::string& link, const std::string& target) {
+  return swap_link(host, link, target);
+}
+
+Result<BinaryInstall> install_binary(const HostFs& host, const BinaryInstallOptions& opt) {
+  auto bytes = read_source(opt);
+  if (!bytes) return std::unexpected(bytes.error());
   BinaryInstall out;
   out.target = cat(opt.versions_dir, "/", kPrefix, content_tag(*bytes));
   fs::path real_target = host.resolve(out.target);

@@ -4,6 +4,7 @@
 // path containerd's BinaryName names is a symlink swapped with rename(2), which is atomic.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,15 @@ struct BinaryInstall {
 std::string content_tag(std::string_view bytes);
 
 Result<BinaryInstall> install_binary(const HostFs& host, const BinaryInstallOptions& opt);
+
+// The versioned host path install_binary would point the link at, without touching the host:
+// fails when the source is unreadable or not an ELF executable (a refusal: nothing written).
+Result<std::string> planned_binary_target(const BinaryInstallOptions& opt);
+
+// The host path the stable link names now (nullopt: no link there).
+std::optional<std::string> binary_link_target(const HostFs& host, const std::string& link);
+// Points the stable link at `target` in one rename (a failed re-install puts the old one back).
+Status point_binary_link(const HostFs& host, const std::string& link, const std::string& target);
 
 // Removes the link (only if it points into versions_dir) and every versioned file. Returns what
 // it removed, as host paths.

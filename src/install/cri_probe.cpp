@@ -40,7 +40,62 @@ class CriProbe final : public RuntimeProbe {
     return std::unexpected(last);
   }
 
+  Result<std::string> runtime_version(const std::string& socket,
+                                      std::chrono::milliseconds timeout) override {
+    auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
+    Error last{Errc::rpc, ""};
+    for (const char* method :
+         {"/runtime.v1.RuntimeService/Version", "/runtime.v1alpha2.RuntimeService/Version"}) {
+      runtime::v1::VersionRequest req;
+      auto bytes = call(channel, method, req, timeout);
+      if (!bytes) {
+        last = bytes.error();
+        if (bytes.error().code == Errc::unsupported) continue;
+        return std::unexpected(bytes.error());
+      }
+      runtime::v1::VersionResponse resp;
+      if (!resp.ParseFromString(*bytes))
+        return fail(Errc::parse, "CRI ", method, ": answer is not a VersionResponse");
+      return resp.runtime_version();
+    }
+    return std::unexpected(last);
+  }
+
  private:
+  // One unary call through the generic stub: the answer's bytes.
+  static Result<std::string> call(const std::shared_ptr<grpc::Channel>& channel,
+                                  const std::string& method,
+                                  const google::protobuf::MessageLite& req,
+                                  std::chrono::milliseconds timeout) {
+    auto request = serialize(req);
+    if (!request) return std::unexpected(request.error());
+    grpc::GenericStub stub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+    grpc::CompletionQueue cq;
+    auto c = stub.PrepareUnaryCall(&ctx, method, *request, &cq);
+    c->StartCall();
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    c->Finish(&response, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    cq.Next(&tag, &ok);
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED)
+      return fail(Errc::unsupported, method, ": ", status.error_message());
+    if (!status.ok())
+      return fail(Errc::rpc, "CRI ", method, ": ", status.error_message(), " (code ",
+                  static_cast<int>(status.error_code()), ")");
+    std::vector<grpc::Slice> slices;
+    if (!response.Dump(&slices).ok()) return fail(Errc::rpc, "CRI ", method, ": unreadable answer");
+    std::string bytes;
+    for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    return bytes;
+  }
+
   static Result<std::map<std::string, std::string>> status_info(
       const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
       std::chrono::milliseconds timeout) {

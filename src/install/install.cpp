@@ -24,6 +24,7 @@ struct Run {
   InstallReport& report;
   NodeLayout layout;
   std::string binary_target;  // host path of the versioned shim the link points at
+  bool restart_attempted = false;
 
   void step(std::string name, Outcome outcome, std::string detail) {
     report.steps.push_back({std::move(name), outcome, std::move(detail)});
@@ -70,15 +71,20 @@ bool find_layout(Run& r) {
     d = *detected;
   }
   r.layout = layout_for(d, r.env.host);
-  if (!r.opt.config_path.empty()) r.layout.config_path = r.opt.config_path;
+  if (!r.opt.config_path.empty())
+    r.layout.config_path = r.opt.config_path;
+  else if (d == Distribution::k3s || d == Distribution::rke2)
+    r.layout.config_path.clear();  // the planner picks the template this node's k3s renders
   if (!r.opt.socket.empty()) r.layout.socket = r.opt.socket;
   if (!r.opt.restart_command.empty()) r.layout.restart = r.opt.restart_command;
   r.report.distribution = std::string(distribution_name(d));
   r.report.config_path = r.layout.config_path;
   r.report.socket = r.layout.socket;
-  r.step(
-      "distribution", Outcome::unchanged,
-      cat(distribution_name(d), ": config ", r.layout.config_path, ", socket ", r.layout.socket));
+  r.step("distribution", Outcome::unchanged,
+         cat(distribution_name(d), ": config ",
+             r.layout.config_path.empty() ? std::string("the template k3s renders")
+                                          : r.layout.config_path,
+             ", socket ", r.layout.socket));
   return true;
 }
 
@@ -112,68 +118,198 @@ bool smoke_test_binary(Run& r) {
   return true;
 }
 
-// Step: the shim's config, only when the node has none (a user's file is never replaced).
-bool put_runtime_config(Run& r, InstallState& state) {
-  auto existing = read_host(r.env.host, r.opt.runtime_config);
-  if (!existing) return r.failed("runtime config", existing.error().message);
-  if (existing->has_value()) {
-    bool ours = state.runtime_config_written && **existing == *state.runtime_config_written;
-    r.step("runtime config", Outcome::unchanged,
-           cat(r.opt.runtime_config, ours ? " (written by an earlier install)" : " (kept as is)"));
-    return true;
-  }
-  if (auto st = write_host(r.env.host, r.opt.runtime_config, kDefaultRuntimeToml); !st)
-    return r.failed("runtime config", st.error().message);
-  state.runtime_config_path = r.opt.runtime_config;
-  state.runtime_config_written = std::string(kDefaultRuntimeToml);
-  r.step("runtime config", Outcome::changed, r.opt.runtime_config + " (defaults)");
-  return true;
-}
+// ---- what a recorded file holds now ----
 
-// Step: the CDI spec for this node's GPUs, rewritten only when it differs.
-bool put_cdi_spec(Run& r, InstallState& state) {
-  if (r.opt.cdi == CdiMode::skip || !r.env.cdi_spec) {
-    r.step("CDI spec", Outcome::skipped, "--cdi skip");
-    return true;
-  }
-  auto text = r.env.cdi_spec(r.opt.binary.link);
-  if (!text) return r.failed("CDI spec", text.error().message);
-  auto existing = read_host(r.env.host, r.opt.cdi_output);
-  if (!existing) return r.failed("CDI spec", existing.error().message);
-  if (existing->has_value() && **existing == *text) {
-    r.step("CDI spec", Outcome::unchanged, r.opt.cdi_output);
-    return true;
-  }
-  if (auto st = write_host(r.env.host, r.opt.cdi_output, *text); !st)
-    return r.failed("CDI spec", st.error().message);
-  // A spec that was there before install is the user's (or the GPU Operator's): not ours to
-  // remove on uninstall.
-  if (!existing->has_value() || state.cdi_spec_path) state.cdi_spec_path = r.opt.cdi_output;
-  r.step("CDI spec", Outcome::changed, r.opt.cdi_output);
-  return true;
-}
-
-// What install wrote to containerd's config: the file, and for version 3 the drop-in too.
-struct ConfigEdit {
-  struct File {
-    std::string path;
-    bool existed = false;
-    std::string old_text, new_text, backup;
-  };
-  std::vector<File> files;  // in the order setup wrote them
-  bool changed() const { return !files.empty(); }
+enum class Holds {
+  user,         // the user's bytes (or absent, for a file install created): nothing to undo
+  ours,         // a text install wrote: undo restores the backup or removes the file
+  edited,       // something else: edited since install, left alone
+  backup_gone,  // install's text, but the user's bytes are nowhere
 };
 
-// Step: the runtime handler in containerd's config, through `setup containerd`'s planner, on
-// host paths read and written under the host root as `gpufence setup --host-root` does.
-bool edit_containerd_config(Run& r, ConfigEdit& edit) {
+bool contains(const std::vector<std::string>& texts, const std::string& text) {
+  return std::find(texts.begin(), texts.end(), text) != texts.end();
+}
+
+// The backup is written before the file (apply_setup_plan_with), so a file whose backup is
+// absent was never written by the run that recorded it.
+Result<Holds> classify(const HostFs& host, const InstallState::ManagedFile& f) {
+  auto cur = read_host(host, f.path);
+  if (!cur) return std::unexpected(cur.error());
+  bool ours = cur->has_value() && contains(f.written, **cur);
+  if (!f.existed) {
+    if (!cur->has_value()) return Holds::user;
+    if (f.written.empty()) return Holds::ours;  // an older record: the file install created
+    return ours ? Holds::ours : Holds::edited;
+  }
+  auto backup = read_host(host, f.backup);
+  if (!backup) return std::unexpected(backup.error());
+  if (backup->has_value()) {
+    if (cur->has_value() && **cur == **backup) return Holds::user;
+    return ours ? Holds::ours : Holds::edited;
+  }
+  return ours ? Holds::backup_gone : Holds::user;
+}
+
+void unlink_host(const HostFs& host, const std::string& path) {
+  if (!path.empty()) ::unlink(host.resolve(path).c_str());
+}
+
+// Temporary files a killed run left beside `path`: write_file_atomic's
+// ".<name>.gpufence-<pid>-<n>" and the link swap's ".<name>.tmp-<pid>". Never active config:
+// neither ends in .toml, so no import glob of containerd's picks one up.
+void remove_stale_temps(const HostFs& host, const std::string& path) {
+  if (path.empty()) return;
+  fs::path p(path);
+  auto names = host.list(p.parent_path().string());
+  if (!names) return;
+  const std::string name = p.filename().string();
+  for (const auto& n : *names) {
+    if (n.starts_with("." + name + ".gpufence-") || n.starts_with("." + name + ".tmp-"))
+      ::unlink(host.resolve((p.parent_path() / n).string()).c_str());
+  }
+}
+
+// Every temporary file a killed run of install could have left, by the record.
+void remove_stale_temps(const HostFs& host, const InstallState& state,
+                        const std::string& state_file) {
+  remove_stale_temps(host, state_file);
+  for (const auto& f : state.config_files) remove_stale_temps(host, f.path);
+  if (state.cdi_spec) remove_stale_temps(host, state.cdi_spec->path);
+  if (state.runtime_config_path) remove_stale_temps(host, *state.runtime_config_path);
+  remove_stale_temps(host, state.binary_link);
+  if (auto names = host.list(state.versions_dir)) {
+    for (const auto& n : *names)
+      if (n.starts_with(".gpufence-runtime-"))
+        ::unlink(host.resolve(state.versions_dir + "/" + n).c_str());
+  }
+}
+
+// Directories install created, deepest first, while empty.
+void remove_created_dirs(const HostFs& host, const std::vector<std::string>& dirs) {
+  for (auto d = dirs.rbegin(); d != dirs.rend(); ++d) ::rmdir(host.resolve(*d).c_str());
+}
+
+// The recorded files that hold the user's bytes again (a run killed before writing them, or an
+// uninstall killed after restoring them) leave the record: their backups equal them.
+Status forget_what_is_the_users(const HostFs& host, InstallState& state) {
+  std::vector<InstallState::ManagedFile> kept;
+  for (const auto& f : state.config_files) {
+    auto h = classify(host, f);
+    if (!h) return std::unexpected(h.error());
+    if (*h == Holds::user) {
+      unlink_host(host, f.backup);
+      continue;
+    }
+    kept.push_back(f);
+  }
+  state.config_files = std::move(kept);
+  if (state.config_files.empty()) state.config_changed = false;
+  if (state.cdi_spec) {
+    auto h = classify(host, *state.cdi_spec);
+    if (!h) return std::unexpected(h.error());
+    if (*h == Holds::user) {
+      unlink_host(host, state.cdi_spec->backup);
+      state.cdi_spec.reset();
+    }
+  }
+  if (state.runtime_config_path) {
+    auto cur = read_host(host, *state.runtime_config_path);
+    if (!cur) return std::unexpected(cur.error());
+    if (!cur->has_value()) {
+      state.runtime_config_path.reset();
+      state.runtime_config_written.reset();
+    }
+  }
+  return {};
+}
+
+// Host directories that do not exist yet on the way to `path`, parents first.
+void missing_parents(const HostFs& host, const std::string& path, std::vector<std::string>& out) {
+  std::vector<std::string> chain;
+  for (fs::path d = fs::path(path).parent_path(); !d.empty() && d != d.root_path();
+       d = d.parent_path()) {
+    if (host.exists(d.string())) break;
+    chain.push_back(d.string());
+  }
+  for (auto c = chain.rbegin(); c != chain.rend(); ++c)
+    if (!contains(out, *c)) out.push_back(*c);
+}
+
+Result<InstallState> load_state(const HostFs& host, const std::string& path) {
+  auto text = read_host(host, path);
+  if (!text) return std::unexpected(text.error());
+  if (!text->has_value()) return InstallState{};
+  return parse_install_state(**text, path);
+}
+
+// ---- install: the plan ----
+
+// Everything install will do, worked out before the first byte changes.
+struct InstallPlan {
+  std::string binary_target;
+  std::optional<std::string> previous_link;  // what the stable link named before this run
+  bool target_existed = false;
+  bool create_runtime_config = false;
+  std::optional<std::string> cdi_text;  // set: the spec is (re)written
+  std::optional<std::string> cdi_old;   // its text before this run
+  std::string cdi_backup;               // set: the user's spec is backed up here first
+  SetupPlan config;
+  std::vector<std::string> backups;  // per config change: "" for a file already recorded
+  std::vector<std::string> new_dirs;
+};
+
+std::string cdi_backup_path(const HostFs& host, const std::string& path,
+                            const std::string& old_text) {
+  SetupPlan p;
+  p.changes.push_back({path, true, old_text, ""});
+  return choose_backup_paths(p, host).front();
+}
+
+bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
   const HostFs& host = r.env.host;
+  // The shim: readable and an executable, or nothing is done.
+  auto target = planned_binary_target(r.opt.binary);
+  if (!target) return r.failed("runtime binary", target.error().message);
+  plan.binary_target = *target;
+  plan.previous_link = binary_link_target(host, r.opt.binary.link);
+  plan.target_existed = host.exists(*target);
+
+  auto rc = read_host(host, r.opt.runtime_config);
+  if (!rc) return r.failed("runtime config", rc.error().message);
+  plan.create_runtime_config = !rc->has_value();
+
+  if (r.opt.cdi == CdiMode::generate && r.env.cdi_spec) {
+    auto text = r.env.cdi_spec(r.opt.binary.link);
+    if (!text) return r.failed("CDI spec", text.error().message);
+    auto existing = read_host(host, r.opt.cdi_output);
+    if (!existing) return r.failed("CDI spec", existing.error().message);
+    if (!existing->has_value() || **existing != *text) {
+      plan.cdi_text = *text;
+      plan.cdi_old = *existing;
+      bool recorded = state.cdi_spec && state.cdi_spec->path == r.opt.cdi_output;
+      if (existing->has_value() && !recorded) {
+        plan.cdi_backup = cdi_backup_path(host, r.opt.cdi_output, **existing);
+      }
+    }
+  }
+
+  // The handler in containerd's config, through `setup containerd`'s planner, on host paths.
   SetupOptions so;
   so.flavor = r.layout.flavor;
   so.config_path = r.layout.config_path;
   so.runtime_name = r.opt.runtime_name;
   so.binary = r.opt.binary.link;  // the host path containerd will exec
   so.version = r.opt.config_version;
+  // What the node runs, when its containerd answers: the version a new file is written in, and
+  // the template k3s renders.
+  if (auto release =
+          r.env.probe.runtime_version(host.resolve(r.layout.socket).string(), milliseconds(2000))) {
+    so.node_version = config_version_of_release(*release);
+    if (so.node_version)
+      r.report.notes.push_back(
+          cat("the running containerd is ", *release, " (config version ", *so.node_version, ")"));
+  }
   ReadFile read = [&host](const std::string& path) { return read_host(host, path); };
   // k3s renders runtimes of its own for the binaries it finds (setup avoids their names).
   IsExecutable executable = [&host](const std::string& path) {
@@ -182,39 +318,165 @@ bool edit_containerd_config(Run& r, ConfigEdit& edit) {
            (info->type == FileType::symlink ||
             (info->type != FileType::directory && ::access(host.resolve(path).c_str(), X_OK) == 0));
   };
-  auto plan = plan_containerd_setup(so, read, executable);
-  if (!plan) return r.failed("containerd config", plan.error().message);
+  auto config = plan_containerd_setup(so, read, executable);
+  if (!config) return r.failed("containerd config", config.error().message);
+  plan.config = std::move(*config);
+  r.layout.config_path = plan.config.config_path;
+  r.report.config_path = r.layout.config_path;
   // What setup saw already wrong in the file (left alone) is worth a line; its advice to
   // restart is not: install restarts containerd itself.
-  for (const auto& note : plan->notes) {
+  for (const auto& note : plan.config.notes) {
     if (note.starts_with("restart ")) continue;
     r.report.notes.push_back(note);
   }
   // The RuntimeClass names the handler install was asked for: one setup had to rename (k3s
   // renders a runtime of that name itself) would send GPU pods to a runtime that is not ours.
-  if (plan->handler_name != r.opt.runtime_name)
+  if (plan.config.handler_name != r.opt.runtime_name)
     return r.failed("containerd config",
                     cat(r.layout.config_path, ": handler '", r.opt.runtime_name,
-                        "' is taken on this node (setup would name it '", plan->handler_name,
+                        "' is taken on this node (setup would name it '", plan.config.handler_name,
                         "'); pick another --runtime-name and the RuntimeClass handler to match"));
-  if (plan->changes.empty()) {
+  // A file an earlier install already wrote keeps that install's backup (the user's bytes).
+  plan.backups = choose_backup_paths(plan.config, host);
+  for (size_t i = 0; i < plan.config.changes.size(); ++i) {
+    const auto& path = plan.config.changes[i].path;
+    if (state.config_changed && state.config_path == r.layout.config_path &&
+        std::any_of(state.config_files.begin(), state.config_files.end(),
+                    [&](const InstallState::ManagedFile& f) { return f.path == path; }))
+      plan.backups[i].clear();
+  }
+
+  for (const std::string& p :
+       {r.opt.state_file, r.opt.binary.link, plan.binary_target, r.opt.runtime_config})
+    missing_parents(host, p, plan.new_dirs);
+  if (plan.cdi_text) missing_parents(host, r.opt.cdi_output, plan.new_dirs);
+  for (const auto& c : plan.config.changes) missing_parents(host, c.path, plan.new_dirs);
+  return true;
+}
+
+// The journal: the record as it will be, with every text this run is about to write.
+InstallState journal_for(const Run& r, const InstallState& state, const InstallPlan& plan) {
+  InstallState j = state;
+  j.phase = "installing";
+  j.steps = {"journal"};
+  j.distribution = r.report.distribution;
+  j.runtime_name = r.opt.runtime_name;
+  j.socket = r.layout.socket;
+  j.restart = r.layout.restart;
+  j.binary_link = r.opt.binary.link;
+  j.versions_dir = r.opt.binary.versions_dir;
+  for (const auto& d : plan.new_dirs)
+    if (!contains(j.created_dirs, d)) j.created_dirs.push_back(d);
+  if (plan.create_runtime_config && !j.runtime_config_path) {
+    j.runtime_config_path = r.opt.runtime_config;
+    j.runtime_config_written = std::string(kDefaultRuntimeToml);
+  }
+  if (plan.cdi_text) {
+    if (j.cdi_spec && j.cdi_spec->path == r.opt.cdi_output) {
+      j.cdi_spec->written.push_back(*plan.cdi_text);
+    } else {
+      j.cdi_spec = InstallState::ManagedFile{
+          r.opt.cdi_output, plan.cdi_old.has_value(), plan.cdi_backup, {*plan.cdi_text}};
+    }
+  }
+  if (!plan.config.changes.empty()) {
+    // A second install that changes the config again keeps the first one's record of each file
+    // (was it there, its backup: the user's text), so uninstall still restores the file as it
+    // was before any install.
+    if (!j.config_changed || j.config_path != r.layout.config_path) j.config_files.clear();
+    j.config_path = r.layout.config_path;
+    j.config_changed = true;
+    for (size_t i = 0; i < plan.config.changes.size(); ++i) {
+      const auto& c = plan.config.changes[i];
+      auto known =
+          std::find_if(j.config_files.begin(), j.config_files.end(),
+                       [&](const InstallState::ManagedFile& f) { return f.path == c.path; });
+      if (known == j.config_files.end())
+        j.config_files.push_back({c.path, c.existed, plan.backups[i], {c.new_text}});
+      else
+        known->written.push_back(c.new_text);
+    }
+  } else if (j.config_path != r.layout.config_path) {
+    // Already configured before any install of ours: uninstall leaves it alone.
+    j.config_path = r.layout.config_path;
+    j.config_changed = false;
+    j.config_files.clear();
+  }
+  return j;
+}
+
+bool save_state(Run& r, const InstallState& state) {
+  std::string text = install_state_to_json(state);
+  auto existing = read_host(r.env.host, r.opt.state_file);
+  if (existing && existing->has_value() && **existing == text) return true;
+  if (auto st = write_host(r.env.host, r.opt.state_file, text); !st)
+    return r.failed("state", st.error().message);
+  return true;
+}
+
+// Records a finished step in the journal.
+bool record(Run& r, InstallState& journal, std::string step) {
+  journal.steps.push_back(step);
+  if (!save_state(r, journal)) return false;
+  if (r.env.checkpoint) r.env.checkpoint(step);
+  return true;
+}
+
+// ---- install: the steps ----
+
+bool put_runtime_config(Run& r, const InstallPlan& plan, const InstallState& journal) {
+  if (!plan.create_runtime_config) {
+    bool ours = journal.runtime_config_written &&
+                read_host(r.env.host, r.opt.runtime_config).value_or(std::nullopt) ==
+                    journal.runtime_config_written;
+    r.step("runtime config", Outcome::unchanged,
+           cat(r.opt.runtime_config, ours ? " (written by an earlier install)" : " (kept as is)"));
+    return true;
+  }
+  if (auto st = write_host(r.env.host, r.opt.runtime_config, kDefaultRuntimeToml); !st)
+    return r.failed("runtime config", st.error().message);
+  r.step("runtime config", Outcome::changed, r.opt.runtime_config + " (defaults)");
+  return true;
+}
+
+bool put_cdi_spec(Run& r, const InstallPlan& plan) {
+  if (r.opt.cdi == CdiMode::skip || !r.env.cdi_spec) {
+    r.step("CDI spec", Outcome::skipped, "--cdi skip");
+    return true;
+  }
+  if (!plan.cdi_text) {
+    r.step("CDI spec", Outcome::unchanged, r.opt.cdi_output);
+    return true;
+  }
+  if (!plan.cdi_backup.empty()) {
+    auto b = write_backup_exclusive(
+        r.env.host.resolve(r.opt.cdi_output), *plan.cdi_old,
+        plan.cdi_backup.substr(r.opt.cdi_output.size() + std::string_view(".bak-").size()));
+    if (!b) return r.failed("CDI spec", b.error().message);
+  }
+  if (auto st = write_host(r.env.host, r.opt.cdi_output, *plan.cdi_text); !st)
+    return r.failed("CDI spec", st.error().message);
+  r.step("CDI spec", Outcome::changed,
+         plan.cdi_backup.empty() ? r.opt.cdi_output
+                                 : cat(r.opt.cdi_output, " (backup ", plan.cdi_backup, ")"));
+  return true;
+}
+
+bool edit_containerd_config(Run& r, const InstallPlan& plan) {
+  if (plan.config.changes.empty()) {
     r.step("containerd config", Outcome::unchanged,
            cat(r.layout.config_path, " already has runtime ", r.opt.runtime_name));
     return true;
   }
-  auto backups = apply_setup_plan(*plan, host);  // host paths back: <file>.bak-<UTC time>[.N]
-  if (!backups)
+  if (auto st = apply_setup_plan_with(plan.config, r.env.host, plan.backups); !st)
     return r.failed("containerd config",
-                    cat(backups.error().message, "; the previous config is left in place"));
-  // One backup per file that existed, in the plan's order (version 3: the drop-in, then the
-  // main config's imports).
-  size_t next_backup = 0;
-  for (const auto& c : plan->changes) {
-    ConfigEdit::File f{c.path, c.existed, c.old_text, c.new_text, ""};
-    if (c.existed && next_backup < backups->size()) f.backup = (*backups)[next_backup++];
+                    cat(st.error().message, "; the previous config is left in place"));
+  for (size_t i = 0; i < plan.config.changes.size(); ++i) {
+    const auto& c = plan.config.changes[i];
     r.step("containerd config", Outcome::changed,
-           cat(c.path, c.existed ? cat(" (backup ", f.backup, ")") : std::string(" (created)")));
-    edit.files.push_back(std::move(f));
+           cat(c.path, !c.existed                ? std::string(" (created)")
+                       : plan.backups[i].empty() ? std::string(" (updated)")
+                                                 : cat(" (backup ", plan.backups[i], ")")));
   }
   return true;
 }
@@ -246,6 +508,7 @@ bool has_handler(const std::vector<LoadedRuntime>& loaded, const std::string& na
 }
 
 Status restart_containerd(Run& r) {
+  r.restart_attempted = true;
   auto argv = host_command(r.opt.host_exec, r.layout.restart, r.opt.host_pid);
   auto res = r.env.runner.run(argv);
   if (!res) return std::unexpected(res.error());
@@ -256,31 +519,80 @@ Status restart_containerd(Run& r) {
   return {};
 }
 
-bool save_state(Run& r, const InstallState& state);
-
-// After a failed restart or verification: every file this install wrote back as it was (the
-// last written first), containerd restarted on them, and the record of the config as it was
-// before this run (a first install's withdrawn: uninstall must not "restore" it).
-void roll_back(Run& r, const ConfigEdit& edit, InstallState& state, const InstallState& prior) {
-  for (auto f = edit.files.rbegin(); f != edit.files.rend(); ++f) {
-    Status st = f->existed ? write_host(r.env.host, f->path, f->old_text)
-                           : (::unlink(r.env.host.resolve(f->path).c_str()) == 0 || errno == ENOENT
-                                  ? Status{}
-                                  : fail_errno("unlink", f->path));
-    if (!st) {
-      r.report.notes.push_back(cat("ROLLBACK FAILED: ", st.error().message, "; restore ", f->path,
-                                   f->existed ? " from " + f->backup : std::string(" (remove it)"),
-                                   " by hand"));
-      return;
+// After a failed step: every file this run wrote back as it was (the last written first), the
+// record as it was before this run (none, for a first install), and containerd restarted on the
+// previous config when this run had changed it. Nothing this run created is left behind.
+void undo_run(Run& r, const InstallPlan& plan, const InstallState& prior, bool had_state,
+              bool config_written) {
+  const HostFs& host = r.env.host;
+  bool ok = true;
+  auto note_fail = [&](const std::string& what, const Error& e) {
+    ok = false;
+    r.report.notes.push_back(cat("ROLLBACK FAILED: ", what, ": ", e.message));
+  };
+  // Only the files this run did write (a write that failed half-way, as a read-only root file,
+  // left the rest as it was): their backups go with them.
+  bool restored_config = false;
+  if (config_written) {
+    for (size_t i = plan.config.changes.size(); i-- > 0;) {
+      const auto& c = plan.config.changes[i];
+      auto cur = read_host(host, c.path);
+      bool written = cur && cur->has_value() && **cur == c.new_text;
+      if (!written) {
+        if (cur && cur->value_or("") == c.old_text) unlink_host(host, plan.backups[i]);
+        continue;
+      }
+      Status st = c.existed ? write_host(host, c.path, c.old_text)
+                            : (::unlink(host.resolve(c.path).c_str()) == 0 || errno == ENOENT
+                                   ? Status{}
+                                   : fail_errno("unlink", c.path));
+      if (!st) {
+        note_fail(
+            cat("restore ", c.path,
+                plan.backups[i].empty() ? std::string()
+                                        : cat(" (the user's bytes are in ", plan.backups[i], ")")),
+            st.error());
+        continue;
+      }
+      restored_config = true;
+      unlink_host(host, plan.backups[i]);
+      r.report.notes.push_back(c.existed ? cat("restored the previous ", c.path)
+                                         : cat("removed ", c.path, " (install created it)"));
     }
-    r.report.notes.push_back(f->existed ? cat("restored the previous ", f->path)
-                                        : cat("removed ", f->path, " (install created it)"));
-    if (!f->backup.empty()) ::unlink(r.env.host.resolve(f->backup).c_str());  // == the file
   }
-  if (!prior.config_path.empty()) state.config_path = prior.config_path;
-  state.config_changed = prior.config_changed;
-  state.config_files = prior.config_files;
-  save_state(r, state);
+  if (plan.cdi_text) {
+    auto cur = read_host(host, r.opt.cdi_output);
+    if (cur && cur->has_value() && **cur == *plan.cdi_text) {
+      if (plan.cdi_old)
+        (void)write_host(host, r.opt.cdi_output, *plan.cdi_old);
+      else
+        unlink_host(host, r.opt.cdi_output);
+    }
+    unlink_host(host, plan.cdi_backup);
+  }
+  if (plan.create_runtime_config) {
+    auto cur = read_host(host, r.opt.runtime_config);
+    if (cur && cur->has_value() && **cur == kDefaultRuntimeToml)
+      unlink_host(host, r.opt.runtime_config);
+  }
+  if (binary_link_target(host, r.opt.binary.link) == plan.binary_target) {
+    if (plan.previous_link) {
+      if (auto st = point_binary_link(host, r.opt.binary.link, *plan.previous_link); !st)
+        note_fail("point " + r.opt.binary.link + " back", st.error());
+    } else {
+      unlink_host(host, r.opt.binary.link);
+    }
+  }
+  if (!plan.target_existed) unlink_host(host, plan.binary_target);
+  if (had_state) {
+    save_state(r, prior);
+  } else {
+    unlink_host(host, r.opt.state_file);
+  }
+  remove_created_dirs(host, plan.new_dirs);
+  if (ok) r.report.notes.push_back("this run's files are taken back");
+  // containerd read the config only if this run restarted it (or tried to).
+  if (!restored_config || !r.restart_attempted) return;
   if (auto rs = restart_containerd(r); !rs) {
     r.report.notes.push_back("restart after rollback failed: " + rs.error().message);
   } else if (auto ready = wait_ready(r); !ready) {
@@ -288,22 +600,6 @@ void roll_back(Run& r, const ConfigEdit& edit, InstallState& state, const Instal
   } else {
     r.report.notes.push_back("containerd is running again on the previous config");
   }
-}
-
-Result<InstallState> load_state(const HostFs& host, const std::string& path) {
-  auto text = read_host(host, path);
-  if (!text) return std::unexpected(text.error());
-  if (!text->has_value()) return InstallState{};
-  return parse_install_state(**text, path);
-}
-
-bool save_state(Run& r, const InstallState& state) {
-  std::string text = install_state_to_json(state);
-  auto existing = read_host(r.env.host, r.opt.state_file);
-  if (existing && existing->has_value() && **existing == text) return true;
-  if (auto st = write_host(r.env.host, r.opt.state_file, text); !st)
-    return r.failed("state", st.error().message);
-  return true;
 }
 
 }  // namespace
@@ -350,59 +646,78 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     r.failed("state", previous.error().message);
     return finish();
   }
-  InstallState state = *previous;
+  const bool had_state = !previous->binary_link.empty();
+  InstallState prior = *previous;
+  if (had_state && prior.phase == "installing")
+    report.notes.push_back(cat(opt.state_file, ": an earlier install stopped after step '",
+                               prior.steps.empty() ? std::string("?") : prior.steps.back(),
+                               "'; this run finishes it"));
 
-  // Step 1: where this node's containerd keeps its config and socket.
+  // Plan: where containerd keeps its config and socket, and everything that will change. A
+  // refusal here changes nothing on the host.
   if (!find_layout(r)) return finish();
-  // Step 2: the shim on the host first: the config about to name it must never dangle.
-  if (!put_binary(r) || !smoke_test_binary(r)) return finish();
-  // Step 3: its config, if the node has none.
-  if (!put_runtime_config(r, state)) return finish();
-  // Step 4: the CDI spec the shim and containerd read device edits from.
-  if (!put_cdi_spec(r, state)) return finish();
-  // Step 5: the handler in containerd's config (backup kept by setup).
-  ConfigEdit edit;
-  if (!edit_containerd_config(r, edit)) return finish();
-
-  state.distribution = report.distribution;
-  state.runtime_name = opt.runtime_name;
-  state.socket = r.layout.socket;
-  state.restart = r.layout.restart;
-  state.binary_link = opt.binary.link;
-  state.versions_dir = opt.binary.versions_dir;
-  const InstallState prior = state;
-  // Backups this run made of text an earlier install wrote: not the user's, dropped once verified.
-  std::vector<std::string> superseded;
-  if (edit.changed()) {
-    // A second install that changes the config again keeps the first one's record of each file
-    // (was it there, its backup: the user's text) and only the text it now holds, so uninstall
-    // still restores the file as it was before any install.
-    if (!state.config_changed || state.config_path != r.layout.config_path)
-      state.config_files.clear();
-    state.config_path = r.layout.config_path;
-    state.config_changed = true;
-    for (const auto& f : edit.files) {
-      auto known =
-          std::find_if(state.config_files.begin(), state.config_files.end(),
-                       [&](const InstallState::ConfigFile& c) { return c.path == f.path; });
-      if (known == state.config_files.end()) {
-        state.config_files.push_back({f.path, f.existed, f.backup, f.new_text});
-      } else {
-        known->written = f.new_text;
-        if (!f.backup.empty()) superseded.push_back(f.backup);
-      }
-    }
-  } else if (state.config_path != r.layout.config_path) {
-    // Already configured before any install of ours: uninstall leaves it alone.
-    state.config_path = r.layout.config_path;
-    state.config_changed = false;
-    state.config_files.clear();
+  InstallState state = prior;
+  if (had_state) remove_stale_temps(env.host, prior, opt.state_file);
+  if (auto st = forget_what_is_the_users(env.host, state); !st) {
+    r.failed("state", st.error().message);
+    return finish();
   }
-  if (!save_state(r, state)) return finish();
+  InstallPlan plan;
+  if (!plan_install(r, state, plan)) return finish();
 
-  // Step 6: restart only when the config changed or the running containerd lacks the handler.
+  // Nothing to write (a second install): no journal either, only the running containerd's check.
+  const bool nothing_to_write =
+      had_state && prior.phase == "installed" && plan.previous_link == plan.binary_target &&
+      plan.target_existed && !plan.create_runtime_config && !plan.cdi_text &&
+      plan.config.changes.empty() && state.config_path == r.layout.config_path;
+  // Journal first: the record names every file and directory before any of them changes.
+  InstallState journal = journal_for(r, state, plan);
+  if (nothing_to_write) {
+    journal = prior;
+    journal.steps = {"journal"};
+  }
+  if (nothing_to_write) {
+    // Only the pieces that are already in place: report them as such.
+    r.step("runtime binary", Outcome::unchanged, cat(opt.binary.link, " -> ", plan.binary_target));
+    r.step("runtime config", Outcome::unchanged, opt.runtime_config + " (kept as is)");
+    r.step("CDI spec", opt.cdi == CdiMode::skip ? Outcome::skipped : Outcome::unchanged,
+           opt.cdi == CdiMode::skip ? std::string("--cdi skip") : opt.cdi_output);
+    r.step("containerd config", Outcome::unchanged,
+           cat(r.layout.config_path, " already has runtime ", opt.runtime_name));
+    auto now_loaded = probe_once(r, milliseconds(2000));
+    if (now_loaded && has_handler(*now_loaded, opt.runtime_name, opt.binary.link)) {
+      r.step("restart", Outcome::unchanged, "not needed: containerd already runs the handler");
+      r.step("verify", Outcome::unchanged,
+             cat("containerd runs handler ", opt.runtime_name, " -> ", opt.binary.link));
+      return finish();
+    }
+  }
+  if (!save_state(r, journal)) {
+    remove_created_dirs(env.host, plan.new_dirs);
+    return finish();
+  }
+  if (env.checkpoint) env.checkpoint("journal");
+  auto undo = [&](bool config_written) {
+    undo_run(r, plan, prior, had_state, config_written);
+    return finish();
+  };
+
+  // Step 1: the shim on the host first: the config about to name it must never dangle.
+  if (!put_binary(r) || !smoke_test_binary(r)) return undo(false);
+  if (!record(r, journal, "runtime binary")) return undo(false);
+  // Step 2: its config, if the node has none.
+  if (!put_runtime_config(r, plan, journal) || !record(r, journal, "runtime config"))
+    return undo(false);
+  // Step 3: the CDI spec the shim and containerd read device edits from.
+  if (!put_cdi_spec(r, plan) || !record(r, journal, "CDI spec")) return undo(false);
+  // Step 4: the handler in containerd's config (the user's bytes backed up first).
+  if (!edit_containerd_config(r, plan)) return undo(true);
+  if (!record(r, journal, "containerd config")) return undo(true);
+  const bool changed = !plan.config.changes.empty();
+
+  // Step 5: restart only when the config changed or the running containerd lacks the handler.
   bool loaded = false;
-  if (!edit.changed()) {
+  if (!changed) {
     auto now_loaded = probe_once(r, milliseconds(2000));
     loaded = now_loaded && has_handler(*now_loaded, opt.runtime_name, opt.binary.link);
   }
@@ -412,19 +727,18 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     auto rs = restart_containerd(r);
     if (!rs) {
       r.failed("restart", rs.error().message);
-      if (edit.changed()) roll_back(r, edit, state, prior);
-      return finish();
+      return undo(changed);
     }
     r.step("restart", Outcome::changed,
            shell_words(host_command(opt.host_exec, r.layout.restart, opt.host_pid)));
+    if (!record(r, journal, "restart")) return undo(changed);
   }
 
-  // Step 7: the running containerd, not the file, is the proof.
+  // Step 6: the running containerd, not the file, is the proof.
   auto running = wait_ready(r);
   if (!running) {
     r.failed("verify", running.error().message);
-    if (edit.changed()) roll_back(r, edit, state, prior);
-    return finish();
+    return undo(changed);
   }
   if (!has_handler(*running, opt.runtime_name, opt.binary.link)) {
     std::vector<std::string> names;
@@ -432,12 +746,18 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     r.failed("verify", cat("containerd at ", r.layout.socket, " has no runtime ", opt.runtime_name,
                            " with BinaryName ", opt.binary.link, " (it has: ", join(names, ", "),
                            "); is ", r.layout.config_path, " the file it reads?"));
-    if (edit.changed()) roll_back(r, edit, state, prior);
-    return finish();
+    return undo(changed);
   }
   r.step("verify", Outcome::unchanged,
          cat("containerd runs handler ", opt.runtime_name, " -> ", opt.binary.link));
-  for (const auto& b : superseded) ::unlink(env.host.resolve(b).c_str());
+  // Installed: each file is install's in the text it holds now.
+  journal.phase = "installed";
+  for (auto& f : journal.config_files)
+    if (f.written.size() > 1) f.written.erase(f.written.begin(), f.written.end() - 1);
+  if (journal.cdi_spec && journal.cdi_spec->written.size() > 1)
+    journal.cdi_spec->written.erase(journal.cdi_spec->written.begin(),
+                                    journal.cdi_spec->written.end() - 1);
+  record(r, journal, "verify");
   return finish();
 }
 
@@ -456,6 +776,10 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
     return finish();
   }
   if (!st->has_value()) {
+    // An install killed while writing its very first record leaves only that record's
+    // temporary file.
+    remove_stale_temps(env.host, opt.state_file);
+    ::rmdir(env.host.resolve(fs::path(opt.state_file).parent_path().string()).c_str());
     r.step("state", Outcome::unchanged, cat("no ", opt.state_file, ": nothing installed"));
     return finish();
   }
@@ -471,18 +795,24 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
   r.layout.config_path = state.config_path;
   r.layout.socket = report.socket;
   r.layout.restart = opt.restart_command.empty() ? state.restart : opt.restart_command;
+  if (state.phase == "installing")
+    report.notes.push_back(cat("the recorded install stopped after step '",
+                               state.steps.empty() ? std::string("?") : state.steps.back(),
+                               "': taking back what it did"));
 
   // Step 1: the config as it was before install, only if nobody edited any of its files since:
-  // all of them are checked before the first is touched.
+  // all of them are judged before the first is touched. A file that holds the user's bytes
+  // already (never written, or restored by an uninstall that was stopped) needs nothing.
   bool restored = false;
   if (state.config_changed) {
+    std::vector<Holds> holds;
     for (const auto& f : state.config_files) {
-      auto current = read_host(env.host, f.path);
-      if (!current) {
-        r.failed("containerd config", current.error().message);
+      auto h = classify(env.host, f);
+      if (!h) {
+        r.failed("containerd config", h.error().message);
         return finish();
       }
-      if (current->value_or("") != f.written) {
+      if (*h == Holds::edited) {
         r.failed("containerd config",
                  cat(f.path, " was edited after install; left alone, as the rest of the config (",
                      f.existed ? "the pre-install file is " + f.backup
@@ -490,41 +820,53 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
                      ")"));
         return finish();
       }
+      if (*h == Holds::backup_gone) {
+        r.failed("containerd config",
+                 cat("backup ", f.backup, " is gone; ", f.path, " left as it is"));
+        return finish();
+      }
+      holds.push_back(*h);
+    }
+    for (size_t i = state.config_files.size(); i-- > 0;) {
+      const auto& f = state.config_files[i];
+      if (holds[i] == Holds::user) {
+        r.step("containerd config", Outcome::unchanged, f.path + " holds the user's bytes");
+        continue;
+      }
       if (f.existed) {
         auto backup = read_host(env.host, f.backup);
-        if (!backup || !backup->has_value()) {
-          r.failed("containerd config",
-                   cat("backup ", f.backup, " is gone; ", f.path, " left as it is"));
-          return finish();
-        }
-      }
-    }
-    for (auto f = state.config_files.rbegin(); f != state.config_files.rend(); ++f) {
-      if (f->existed) {
-        auto backup = read_host(env.host, f->backup);
-        Status w = backup ? write_host(env.host, f->path, backup->value_or(""))
+        Status w = backup ? write_host(env.host, f.path, backup->value_or(""))
                           : Status(std::unexpected(backup.error()));
         if (!w) {
           r.failed("containerd config", w.error().message);
           return finish();
         }
-        r.step("containerd config", Outcome::changed, cat(f->path, " restored from ", f->backup));
+        r.step("containerd config", Outcome::changed, cat(f.path, " restored from ", f.backup));
       } else {
-        if (::unlink(env.host.resolve(f->path).c_str()) != 0 && errno != ENOENT) {
-          r.failed("containerd config", fail_errno("unlink", f->path).error().message);
+        if (::unlink(env.host.resolve(f.path).c_str()) != 0 && errno != ENOENT) {
+          r.failed("containerd config", fail_errno("unlink", f.path).error().message);
           return finish();
         }
-        r.step("containerd config", Outcome::changed, f->path + " removed (install created it)");
+        r.step("containerd config", Outcome::changed, f.path + " removed (install created it)");
       }
+      restored = true;
     }
-    restored = true;
   } else {
     r.step("containerd config", Outcome::unchanged,
            state.config_path + " had the handler before install: left alone");
   }
 
-  // Step 2: containerd on the restored config, and proof the handler is gone.
-  if (restored) {
+  // Step 2: containerd on the restored config, and proof the handler is gone. With nothing to
+  // restore (an uninstall stopped after restoring), the running containerd still decides: one
+  // that kept the handler is restarted.
+  bool need_restart = restored;
+  if (!restored && state.config_changed) {
+    auto now = probe_once(r, milliseconds(2000));
+    need_restart = now && std::any_of(now->begin(), now->end(), [&](const LoadedRuntime& l) {
+                     return l.name == state.runtime_name && l.binary_name == state.binary_link;
+                   });
+  }
+  if (need_restart) {
     if (auto rs = restart_containerd(r); !rs) {
       r.failed("restart", rs.error().message);
       return finish();
@@ -544,15 +886,29 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
       return finish();
     }
     r.step("verify", Outcome::unchanged, "containerd no longer has handler " + state.runtime_name);
-    // The backups' text is the config again: the copies install made are no longer needed.
-    for (const auto& f : state.config_files)
-      if (f.existed) ::unlink(env.host.resolve(f.backup).c_str());
   }
+  // The backups' text is the config again: the copies install made are no longer needed.
+  for (const auto& f : state.config_files)
+    if (f.existed) unlink_host(env.host, f.backup);
 
-  // Step 3: the files install created.
-  if (state.cdi_spec_path) {
-    if (::unlink(env.host.resolve(*state.cdi_spec_path).c_str()) == 0)
-      r.step("CDI spec", Outcome::changed, *state.cdi_spec_path + " removed");
+  // Step 3: the files install created or changed besides the config.
+  if (state.cdi_spec) {
+    const auto& f = *state.cdi_spec;
+    auto h = classify(env.host, f);
+    if (h && *h == Holds::ours) {
+      auto backup =
+          f.existed ? read_host(env.host, f.backup) : Result<std::optional<std::string>>{};
+      if (f.existed && backup && backup->has_value()) {
+        (void)write_host(env.host, f.path, **backup);
+        r.step("CDI spec", Outcome::changed, f.path + " restored from " + f.backup);
+      } else if (!f.existed) {
+        unlink_host(env.host, f.path);
+        r.step("CDI spec", Outcome::changed, f.path + " removed");
+      }
+    } else if (h && *h == Holds::edited) {
+      r.step("CDI spec", Outcome::unchanged, f.path + " edited since install: kept");
+    }
+    if (f.existed && (!h || *h != Holds::edited)) unlink_host(env.host, f.backup);
   }
   if (state.runtime_config_path) {
     auto current = read_host(env.host, *state.runtime_config_path);
@@ -564,6 +920,7 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
              *state.runtime_config_path + " edited since install: kept");
     }
   }
+  remove_stale_temps(env.host, state, opt.state_file);
   BinaryInstallOptions bin = opt.binary;
   bin.link = state.binary_link;
   bin.versions_dir = state.versions_dir;
@@ -575,6 +932,7 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
   r.step("runtime binary", removed->empty() ? Outcome::unchanged : Outcome::changed,
          removed->empty() ? "nothing to remove" : join(*removed, ", ") + " removed");
   ::unlink(env.host.resolve(opt.state_file).c_str());
+  remove_created_dirs(env.host, state.created_dirs);
   ::rmdir(env.host.resolve(fs::path(opt.state_file).parent_path().string()).c_str());
   return finish();
 }

@@ -1,6 +1,8 @@
 // `gpufence install` / `gpufence uninstall`: put gpufence onto a node, by hand as root or from a
-// privileged DaemonSet with the host's root at /host. Each step is a function; the flow stops at
-// the first failure, says why, and leaves the previous containerd config in place.
+// privileged DaemonSet with the host's root at /host. Everything is planned first (a refusal
+// changes nothing), then the journal (state.hpp) names every file the run will touch before the
+// first one changes, and each step is recorded after it is done. A failure undoes this run; a
+// kill leaves the journal, from which the next install finishes and uninstall takes all back.
 #pragma once
 
 #include <chrono>
@@ -48,6 +50,8 @@ struct InstallEnv {
   CdiSpecSource cdi_spec;
   std::function<void(std::chrono::milliseconds)> sleep;
   std::function<std::chrono::steady_clock::time_point()> now;
+  // Called after each journal write with the step just recorded (tests kill the process there).
+  std::function<void(std::string_view step)> checkpoint = {};
 };
 
 enum class Outcome { changed, unchanged, skipped, failed };

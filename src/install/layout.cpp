@@ -103,7 +103,7 @@ NodeLayout layout_for(Distribution d, const HostFs& host) {
       l.kubelet_dir = "/var/lib/kubelet";
       break;
     case Distribution::rke2:
-      l.flavor = Flavor::k3s;  // the same Go template mechanism
+      l.flavor = Flavor::rke2;  // the same Go template mechanism, under rke2's directory
       l.config_path = "/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl";
       l.socket = "/run/k3s/containerd/containerd.sock";
       l.restart = {"systemctl", "restart", rancher_unit(host, "rke2-server", "rke2-agent")};

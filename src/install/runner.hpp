@@ -51,6 +51,13 @@ class RuntimeProbe {
   // has loaded. Fails when it does not answer within `timeout`.
   virtual Result<std::vector<LoadedRuntime>> loaded_runtimes(const std::string& socket,
                                                              std::chrono::milliseconds timeout) = 0;
+  // The release of the containerd answering at `socket` (CRI Version's runtime_version, e.g.
+  // "v2.3.4"): which config version it writes, and which template k3s renders for it.
+  virtual Result<std::string> runtime_version(const std::string& socket,
+                                              std::chrono::milliseconds timeout) {
+    (void)timeout;
+    return fail(Errc::unsupported, "no CRI Version from ", socket);
+  }
 };
 
 // Asks CRI RuntimeService.Status (verbose) over gRPC: containerd's answer carries its live CRI

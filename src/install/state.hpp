@@ -1,6 +1,8 @@
-// What `gpufence install` changed on a node, kept in /etc/gpufence/install-state.json, so that
-// `uninstall` removes exactly that: the containerd config restored from setup's backup (only if
-// nobody edited it since), the files install created (only if they still hold what it wrote).
+// What `gpufence install` changes on a node, kept in /etc/gpufence/install-state.json. It is a
+// journal first: written before the first host byte changes, naming every file and directory the
+// run will create or change and where each original is, then rewritten after every step. So an
+// install killed at any point leaves a record from which `uninstall` takes the node back to the
+// user's bytes and `install` finishes (docs/install.md, "Journal").
 #pragma once
 
 #include <optional>
@@ -12,25 +14,34 @@
 namespace gpufence {
 
 struct InstallState {
+  // "installing": the journal of a run in progress, or of one killed or failed part way;
+  // "installed": the running containerd was seen to serve the handler.
+  std::string phase = "installed";
+  std::vector<std::string> steps;  // the steps the last run completed, in order
   std::string distribution;
   std::string runtime_name;
   std::string socket;
   std::vector<std::string> restart;
-  // The containerd config (host path) and what install did to it: the file itself, and for a
-  // version 3 config also the drop-in setup added to its imports.
-  std::string config_path;
-  bool config_changed = false;  // false: it already had the handler; uninstall leaves it
-  struct ConfigFile {
+  // A file install creates or changes: the containerd config and its drop-in, the CDI spec.
+  struct ManagedFile {
     std::string path;      // host path
-    bool existed = false;  // false: install created it; uninstall removes it
-    std::string backup;    // host path of setup's backup (when it existed)
-    std::string written;   // the text install wrote: uninstall restores only over this
+    bool existed = false;  // false: install created it; undone by removing it
+    std::string backup;    // host path of the user's bytes (when it existed)
+    // Every text an install wrote or is about to write there: the file is install's while it
+    // holds one of them, the user's when it holds the backup's bytes (or is absent, for a file
+    // install created), and edited since install otherwise.
+    std::vector<std::string> written;
   };
-  std::vector<ConfigFile> config_files;  // in the order setup wrote them
+  // The containerd config (host path) and what install did to it.
+  std::string config_path;
+  bool config_changed = false;            // false: it already had the handler; uninstall leaves it
+  std::vector<ManagedFile> config_files;  // in the order they are written
   // Files install created; removed only while they still hold what was written.
   std::optional<std::string> runtime_config_path, runtime_config_written;
-  std::optional<std::string> cdi_spec_path;
+  std::optional<ManagedFile> cdi_spec;  // written empty: a record from before texts were kept
   std::string binary_link, versions_dir;
+  // Directories install creates (parents first): removed on undo when empty again.
+  std::vector<std::string> created_dirs;
 };
 
 std::string install_state_to_json(const InstallState& s);

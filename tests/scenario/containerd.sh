@@ -47,6 +47,32 @@ fi
 stop_containerd
 
 case ${1:?usage: containerd.sh CASE} in
+  check-version4)
+    # containerd 2.3's own default (version 4): check-containerd judges it, setup adds a version-4
+    # drop-in that containerd v2.3.4 itself loads (../shared/tools beside the repository, or
+    # $GPUFENCE_CONTAINERD_23_TARBALL).
+    tarball=${GPUFENCE_CONTAINERD_23_TARBALL:-$src/../shared/tools/containerd-2.3.4-linux-amd64.tar.xz}
+    [ -f "$tarball" ] || skip "containerd 2.3.4: no $tarball (set GPUFENCE_CONTAINERD_23_TARBALL)"
+    d=$build/containerd/2.3
+    [ -x "$d/containerd-2.3.4/containerd" ] || { mkdir -p "$d" && tar -xJf "$tarball" -C "$d"; } || skip "cannot unpack $tarball"
+    c23=$d/containerd-2.3.4/containerd
+    sed "s|'/etc/containerd/conf.d/\*.toml'|'$work/conf.d/*.toml'|" "$src/tests/fixtures/containerd/containerd-2.3-config-default.toml" > "$work/config.toml"
+    cp "$work/config.toml" "$work/original.toml"
+    out=$("$gf" setup check-containerd --config "$work/config.toml" 2>&1)
+    echo "$out"
+    check "check-containerd reads version 4 (no parse refusal)" absent "unsupported config version" "$out"
+    check "and finds the handler missing" grep -q "nvidia" <<<"$out"
+    check "setup containerd succeeds on it" "$gf" setup containerd --config "$work/config.toml" --binary "$build/bin/gpufence-runtime"
+    check "the drop-in is version 4, as the root file" grep -q '^version = 4' "$work/conf.d/99-gpufence.toml"
+    check "the root file is untouched: its glob imports the drop-in" cmp -s "$work/config.toml" "$work/original.toml"
+    dump=$("$c23" --config "$work/config.toml" config dump 2>&1)
+    check "containerd 2.3.4's config dump carries the handler" grep -q "runtimes.nvidia.options\]" <<<"$dump"
+    check "with its BinaryName" grep -q "BinaryName = '$build/bin/gpufence-runtime'" <<<"$dump"
+    out=$("$gf" setup check-containerd --config "$work/config.toml" 2>&1)
+    # Left: only that CDI is on (version 3-4) with no nvidia.com/gpu spec on this machine.
+    check "check-containerd finds the handler now" absent "containerd.handler-" "$out"
+    check "and nothing but the missing CDI spec" bash -c "grep '  id:' <<<\"\$1\" | grep -v containerd.cdi-no-gpu-spec | grep -q . && exit 1 || exit 0" _ "$out"
+    ;;
   setup-default-config)
     # containerd config default has its own [grpc] table: take root/state from our header only.
     { private_header | head -2; containerd config default | grep -vE '^(root|state) = ' | sed 's|/run/containerd/containerd.sock|'"$work"'/containerd.sock|'; } > "$work/config.toml"

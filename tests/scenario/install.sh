@@ -9,18 +9,34 @@ src=${GPUFENCE_SOURCE_DIR:?}
 build=${GPUFENCE_BUILD_DIR:?}
 skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd"
-case_name=${1:?usage: install.sh CASE}
-if [ "$case_name" = version3 ]; then
-  # containerd 2.x (config version 3): install adds a drop-in and lists its host path in
-  # `imports`, which the real containerd resolves in its own root. So this case runs in a private
-  # mount namespace where the fake host's /etc/containerd is /etc/containerd.
-  bash "$src/scripts/fetch-containerd.sh" 2 >/dev/null ||
-    skip "containerd 2: $(cat "$build/containerd/2/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
-  export PATH=$build/containerd/2/root/usr/bin:$PATH
-  if [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
-    unshare -m --propagation private true 2>/dev/null || skip "no private mount namespace here (unshare -m)"
-    GF_INSTALL_PRIVATE_NS=1 exec unshare -m --propagation private bash "$0" "$@"
-  fi
+case_name=${1:?usage: install.sh CASE [LINE]}
+# LINE: the containerd line the private containerd runs: 1.6 (the system's, Debian 12), 2.1
+# (Debian sid, scripts/fetch-containerd.sh) or 2.3 (v2.3.4 built from source: a tarball in
+# ../shared/tools beside the repository, or $GPUFENCE_CONTAINERD_23_TARBALL).
+line=${2:-1.6}
+[ "$case_name" = version3 ] && line=2.1
+case $line in
+  1.6) ;;
+  2.1)
+    bash "$src/scripts/fetch-containerd.sh" 2 >/dev/null ||
+      skip "containerd 2: $(cat "$build/containerd/2/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
+    export PATH=$build/containerd/2/root/usr/bin:$PATH ;;
+  2.3)
+    tarball=${GPUFENCE_CONTAINERD_23_TARBALL:-$src/../shared/tools/containerd-2.3.4-linux-amd64.tar.xz}
+    [ -f "$tarball" ] || skip "containerd 2.3.4: no $tarball (set GPUFENCE_CONTAINERD_23_TARBALL)"
+    d=$build/containerd/2.3
+    if [ ! -x "$d/containerd-2.3.4/containerd" ]; then
+      mkdir -p "$d" && tar -xJf "$tarball" -C "$d" || skip "cannot unpack $tarball"
+    fi
+    export PATH=$d/containerd-2.3.4:$PATH ;;
+  *) echo "unknown containerd line $line (1.6, 2.1, 2.3)"; exit 2 ;;
+esac
+if [ "$line" != 1.6 ] && [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
+  # containerd 2.x (config versions 3-4): install adds a drop-in whose host path the real
+  # containerd resolves in its own root (imports). So these lines run in a private mount
+  # namespace where the fake host's /etc/containerd is /etc/containerd.
+  unshare -m --propagation private true 2>/dev/null || skip "no private mount namespace here (unshare -m)"
+  GF_INSTALL_PRIVATE_NS=1 exec unshare -m --propagation private bash "$0" "$@"
 fi
 command -v containerd >/dev/null || skip "containerd is not installed (apt-get install containerd)"
 command -v ctr >/dev/null || skip "ctr is not installed"
@@ -32,6 +48,8 @@ cfg=$host/etc/containerd/config.toml
 cleanup() {
   [ -f "$work/pid" ] && kill "$(cat "$work/pid")" 2>/dev/null
   sleep 0.2
+  umount "$cfg" 2>/dev/null
+  umount /etc/containerd 2>/dev/null
   umount "$host/etc/containerd" 2>/dev/null
   umount -R "$work/root" 2>/dev/null
   rm -rf "$work"
@@ -59,6 +77,8 @@ fi
 rm -f "$work/pid"
 echo restart >> "$work/restarts"
 [ -f "$work/broken" ] && exit 0
+# SLOW=1 in $work/slow: containerd stays down a while (a kill lands inside the restart).
+[ -f "$work/slow" ] && { touch "$work/restarting"; sleep 2; rm -f "$work/restarting"; }
 # Started from inside a container (the from-image case), leave its cgroups first, as a
 # containerd that systemd starts would not be in them.
 if [ -n "\${GF_ESCAPE_CGROUP:-}" ]; then for f in /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/cgroup.procs; do echo \$\$ > "\$f" 2>/dev/null; done; fi
@@ -72,11 +92,14 @@ restarts() { [ -f "$work/restarts" ] && wc -l < "$work/restarts" || echo 0; }
 # of their own that must survive byte for byte.
 {
   printf '# my own containerd config: keep this comment\nroot = "%s/root"\nstate = "%s/state"\n' "$work" "$work"
-  containerd config default | grep -vE '^(root|state) = ' | sed "s|/run/containerd/containerd.sock|$sock|; s|sandbox_image = .*|sandbox_image = \"registry.example/pause:3.9\"|" |
+  containerd config default | grep -vE '^(root|state) = ' | sed "s|/run/containerd/containerd.sock|$sock|; s|sandbox_image = .*|sandbox_image = \"registry.example/pause:3.9\"|; s|sandbox = '.*'|sandbox = 'registry.example/pause:3.9'|" |
     sed -E "s|socket_path = [\"']/var/run/nri/nri.sock[\"']|socket_path = \"$work/nri.sock\"|"
 } > "$cfg"
 if [ "$case_name" = version3 ]; then
   grep -q '^version = 3' "$cfg" || skip "containerd 2's default config is not version 3: $(grep '^version' "$cfg")"
+fi
+if [ "$line" != 1.6 ]; then
+  mkdir -p /etc/containerd 2>/dev/null
   mount --bind "$host/etc/containerd" /etc/containerd || skip "cannot bind-mount over /etc/containerd here"
 fi
 cp "$cfg" "$work/original.toml"
@@ -89,7 +112,171 @@ install=("$gf" --host-root "$host" install --distribution containerd --host-exec
          --restart-command "$work/restart.sh")
 uninstall=("$gf" --host-root "$host" uninstall --host-exec direct --restart-command "$work/restart.sh" --ready-timeout 20)
 
+
+# Every path under the fake host but the live run/ (the socket), with each file's bytes: a
+# refused install must leave this identical, an uninstall must bring it back.
+snap() { (cd "$host" && find . -path ./run -prune -o -printf '%p %y %l %m\n' | sort && find . -path ./run -prune -o -type f -print0 | sort -z | xargs -0 sha256sum); }
+dropin=$host/etc/containerd/conf.d/99-gpufence.toml
 case $case_name in
+  version4)
+    # containerd 2.3's own default: version 4, imports = ['/etc/containerd/conf.d/*.toml'].
+    grep -q '^version = 4' "$cfg" || skip "containerd $line's default config is not version 4"
+    before=$(snap)
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install succeeds on $(containerd --version | awk '{print $3}')" test "$rc" = 0
+    check "the drop-in is version 4, as the root file" grep -q '^version = 4' "$dropin"
+    check "the user's file is untouched: its own glob imports the drop-in" cmp -s "$cfg" "$work/original.toml"
+    check "the running containerd has the handler (CRI status)" grep -q "containerd runs handler nvidia -> /usr/local/bin/gpufence-runtime" <<<"$out"
+    check "containerd's config dump has it" bash -c "containerd --config '$cfg' config dump 2>/dev/null | grep -q 'runtimes.nvidia.options'"
+    out=$("${uninstall[@]}" 2>&1); rc=$?
+    echo "$out"
+    check "uninstall succeeds" test "$rc" = 0
+    check "and the running containerd no longer has the handler" grep -q "containerd no longer has handler nvidia" <<<"$out"
+    check "the host is as it was, byte for byte" test "$before" = "$(snap)"
+    ;;
+  refused)
+    # The user's file half-edited (containerd still runs on the previous one): install refuses
+    # and changes nothing at all.
+    printf '\n[plugins.broken\n' >> "$cfg"
+    before=$(snap)
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install refuses" test "$rc" != 0
+    check "naming the config" grep -q "FAILED: containerd config: .*config.toml" <<<"$out"
+    check "nothing changed on the host (no binary, link, runtime.toml, CDI spec or state)" test "$before" = "$(snap)"
+    check "containerd was not restarted" test "$(restarts)" = 0
+    out=$("${uninstall[@]}" 2>&1); rc=$?
+    check "uninstall finds nothing installed" bash -c "test $rc = 0 && grep -q 'nothing installed' <<<'$out'"
+    ;;
+  readonly-main)
+    # The root file on a read-only bind mount of its own (rename over it: EBUSY).
+    mount --bind "$cfg" "$cfg" && mount -o remount,ro,bind "$cfg" || skip "cannot make a read-only bind mount here"
+    before=$(snap)
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    if grep -q "^imports = \['/etc/containerd/conf.d/\*.toml'\]" "$cfg"; then
+      # 2.3: the user's glob imports the drop-in, the root file is not written at all.
+      check "install succeeds without writing the root file" test "$rc" = 0
+      check "the root file is untouched" cmp -s "$cfg" "$work/original.toml"
+      check "the drop-in is there and recorded" bash -c "test -f '$dropin' && grep -q 99-gpufence.toml '$host/etc/gpufence/install-state.json'"
+      out=$("${uninstall[@]}" 2>&1); rc=$?
+      echo "$out"
+      check "uninstall succeeds" test "$rc" = 0
+      check "the host is as it was" test "$before" = "$(snap)"
+    else
+      check "install fails" test "$rc" = 1
+      check "no drop-in is left to arm the handler at the next restart" test ! -e "$dropin"
+      check "nothing else is left either (no state, binary, runtime.toml)" test "$before" = "$(snap)"
+      check "containerd was not restarted" test "$(restarts)" = 0
+    fi
+    ;;
+  kill)
+    # SIGKILL at every step boundary: strace kills install at the entry of each rename it makes
+    # (every journal record and every file write ends with one), and once inside a slow restart.
+    # Then uninstall first, or install first (then uninstall): the user's bytes come back.
+    command -v strace >/dev/null || skip "strace is not installed"
+    mkdir -p "$work/pristine" && cp -a "$host/." "$work/pristine/" && rm -rf "$work/pristine/run"
+    before=$(snap)
+    reset_host() {
+      find "$host" -mindepth 1 -maxdepth 1 ! -name run -exec rm -rf {} + 2>/dev/null
+      cp -a "$work/pristine/." "$host/"
+      if [ "$line" != 1.6 ]; then  # the bind mount still names the directory just removed
+        umount /etc/containerd && mount --bind "$host/etc/containerd" /etc/containerd
+      fi
+      start >/dev/null || echo "containerd did not start on the pristine config"
+    }
+    strace -o "$work/renames" -e trace=rename,renameat,renameat2 "${install[@]}" --ready-timeout $ready > "$work/count.out" 2>&1
+    check "an install under strace succeeds" grep -q '^installed in' "$work/count.out" || cat "$work/count.out"
+    "${uninstall[@]}" > /dev/null 2>&1
+    mapfile -t calls < <(grep -oE '^(rename|renameat|renameat2)\(' "$work/renames" | tr -d '(')
+    echo "install makes ${#calls[@]} renames: ${calls[*]}"
+    declare -A seen=()
+    points=()
+    for c in "${calls[@]}"; do seen[$c]=$(( ${seen[$c]:-0} + 1 )); points+=("$c:${seen[$c]}"); done
+    points+=(restart)
+    printf 'kill point | then     | result\n'
+    for p in "${points[@]}"; do
+      for next in uninstall install; do
+        reset_host
+        if [ "$p" = restart ]; then
+          touch "$work/slow"
+          "${install[@]}" --ready-timeout $ready > "$work/killed.out" 2>&1 &
+          ipid=$!
+          for _ in $(seq 100); do [ -f "$work/restarting" ] && break; sleep 0.05; done
+          kill -KILL "$ipid"; wait "$ipid" 2>/dev/null
+          rm -f "$work/slow"; sleep 2.2
+        else
+          strace -o /dev/null -e trace=none -e inject="${p%:*}:signal=KILL:when=${p#*:}" \
+            "${install[@]}" --ready-timeout $ready > "$work/killed.out" 2>&1
+        fi
+        if [ "$next" = install ]; then
+          out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+          [ "$rc" = 0 ] || { echo "$out"; check "install after a kill at $p succeeds" false; }
+        fi
+        out=$("${uninstall[@]}" 2>&1); rc=$?
+        ok=1
+        [ "$rc" = 0 ] || ok=0
+        [ "$before" = "$(snap)" ] || ok=0
+        printf '%-10s | %-8s | %s\n' "$p" "$next" "$([ $ok = 1 ] && echo "user's bytes back" || echo FAILED)"
+        if [ $ok = 0 ]; then echo "$out"; diff <(echo "$before") <(snap) | head; fi
+        check "kill at $p, then $next: uninstall exits 0 with the user's bytes back" test $ok = 1
+      done
+    done
+    ;;
+  k3s-template)
+    # k3s on this containerd line, stood in for by its renderer: at every (re)start k3s renders
+    # config-v3.toml.tmpl (containerd 2.x; else config.toml.tmpl) into config.toml, the base
+    # template being its own default config (here: this containerd's, with the private paths),
+    # and starts containerd on it. The user's template only calls base and adds a comment.
+    kdir=$host/var/lib/rancher/k3s/agent/etc/containerd
+    mkdir -p "$kdir" "$host/etc/systemd/system" && touch "$host/etc/systemd/system/k3s.service"
+    if [ "$line" = 1.6 ]; then tmpl=config.toml.tmpl; else tmpl=config-v3.toml.tmpl; fi
+    printf '{{ template "base" . }}\n\n# the user'"'"'s own addition: keep it\n' > "$kdir/$tmpl"
+    cp "$kdir/$tmpl" "$work/template.orig"
+    cp "$cfg" "$work/base.toml"
+    cat > "$work/k3s-restart.sh" <<SH
+#!/bin/sh
+t="$kdir/config.toml.tmpl"
+[ "$line" != 1.6 ] && [ -f "$kdir/config-v3.toml.tmpl" ] && t="$kdir/config-v3.toml.tmpl"
+if [ -f "\$t" ]; then
+  awk -v base="$work/base.toml" '/\{\{ template "base" \. \}\}/ { while ((getline l < base) > 0) print l; next } { gsub(/\{\{ \.SystemdCgroup \}\}/, "false"); print }' "\$t" > "$kdir/config.toml"
+else
+  cp "$work/base.toml" "$kdir/config.toml"
+fi
+cp "$kdir/config.toml" "$cfg.rendered"
+exec sh "$work/restart.sh"
+SH
+    # restart.sh starts containerd on $cfg: point it at what k3s rendered.
+    sed -i "s|containerd --config \"$cfg\"|containerd --config \"$kdir/config.toml\"|; s|containerd --config $cfg |containerd --config $kdir/config.toml |" "$work/restart.sh"
+    chmod +x "$work/k3s-restart.sh"; sh "$work/k3s-restart.sh"; sleep 1
+    before=$(snap)
+    out=$("$gf" --host-root "$host" install --distribution k3s --host-exec direct --containerd-socket /run/containerd/containerd.sock \
+      --restart-command "$work/k3s-restart.sh" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install succeeds under k3s's stand-in on containerd $line" test "$rc" = 0
+    check "the template k3s renders on this line ($tmpl) is the one edited" grep -q "containerd config  changed  /var/lib/rancher/k3s/agent/etc/containerd/$tmpl" <<<"$out"
+    check "no other template was created" bash -c "ls '$kdir' | grep -c 'tmpl\$' | grep -qx 1"
+    check "the user's template is kept byte for byte ahead of the block" bash -c "head -c $(stat -c %s "$work/template.orig") '$kdir/$tmpl' | cmp -s - '$work/template.orig'"
+    check "the running containerd has the handler" grep -q "containerd runs handler nvidia" <<<"$out"
+    out=$("$gf" --host-root "$host" uninstall --host-exec direct --containerd-socket /run/containerd/containerd.sock \
+      --restart-command "$work/k3s-restart.sh" --ready-timeout 20 2>&1); rc=$?
+    echo "$out"
+    check "uninstall succeeds" test "$rc" = 0
+    check "the template is the user's again" cmp -s "$kdir/$tmpl" "$work/template.orig"
+    # No user template: the one this line's k3s reads is created (and removed by uninstall).
+    rm -f "$kdir"/*.tmpl; sh "$work/k3s-restart.sh"; sleep 1
+    out=$("$gf" --host-root "$host" install --distribution k3s --host-exec direct --containerd-socket /run/containerd/containerd.sock \
+      --restart-command "$work/k3s-restart.sh" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "without a template, install succeeds" test "$rc" = 0
+    check "it created $tmpl" test -f "$kdir/$tmpl"
+    check "and the running containerd has the handler" grep -q "containerd runs handler nvidia" <<<"$out"
+    check "and only that one" bash -c "ls '$kdir' | grep -c 'tmpl\$' | grep -qx 1"
+    out=$("$gf" --host-root "$host" uninstall --host-exec direct --containerd-socket /run/containerd/containerd.sock \
+      --restart-command "$work/k3s-restart.sh" --ready-timeout 20 2>&1); rc=$?
+    check "uninstall removes it" bash -c "test $rc = 0 && ! ls '$kdir'/*.tmpl 2>/dev/null"
+    ;;
   version3)
     out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
     echo "$out"

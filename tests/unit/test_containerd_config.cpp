@@ -803,3 +803,110 @@ TEST(ContainerdConfig, NonAsciiWhereTomlExpectsWhitespaceIsAParseError) {
         << cfg.error().message;
   }
 }
+
+// ---- issue 20 / issue 17 items 8-9: every containerd line ----
+
+// containerd 2.3's own `config default` (v2.3.4): version 4, the CRI tables under their version
+// 3 names, judged by check-containerd like any other (04417a7: "unsupported config version 4").
+TEST(ContainerdVersion4, TheDefaultOfContainerd23ParsesAndIsJudged) {
+  auto cfg = parse(fixture("containerd-2.3-config-default.toml"));
+  EXPECT_EQ(cfg.version, 4);
+  EXPECT_EQ(cri_plugin_name(4), "io.containerd.cri.v1.runtime");
+  auto rts = cri_runtimes(cfg);
+  ASSERT_EQ(rts.size(), 1u);
+  EXPECT_EQ(rts[0].name, "runc");
+  EXPECT_EQ(ids(check_containerd_config(cfg, {{"nvidia"}, nullptr, false})),
+            std::vector<std::string>{"containerd.handler-missing"});
+  EXPECT_FALSE(parse_containerd_config("version = 5\n", "x"));
+}
+
+// The drop-in is the root file's version (containerd refuses a higher one) and, since the
+// default's glob '/etc/containerd/conf.d/*.toml' imports it, the root file is not changed.
+TEST(ContainerdVersion4, DropInOfTheRootVersionAndNoRootChangeWhenAGlobImportsIt) {
+  FakeFiles fs;
+  fs.files["/etc/containerd/config.toml"] = fixture("containerd-2.3-config-default.toml");
+  SetupOptions opt;
+  auto plan = plan_containerd_setup(opt, fs.reader()).value();
+  ASSERT_EQ(plan.changes.size(), 1u);
+  EXPECT_EQ(plan.changes[0].path, "/etc/containerd/conf.d/99-gpufence.toml");
+  auto drop = parse(plan.changes[0].new_text);
+  EXPECT_EQ(drop.version, 4);
+  auto rts = cri_runtimes(drop);
+  const auto& nv = handler_named(rts, "nvidia");
+  EXPECT_EQ(nv.binary_name, "/usr/local/bin/gpufence-runtime");
+  // containerd 2.1's default (version 3, no imports): a version 3 drop-in, listed in imports.
+  FakeFiles v3;
+  v3.files["/etc/containerd/config.toml"] = fixture("containerd-2.1-config-default.toml");
+  auto plan3 = plan_containerd_setup(opt, v3.reader()).value();
+  ASSERT_EQ(plan3.changes.size(), 2u);
+  EXPECT_EQ(parse(plan3.changes[0].new_text).version, 3);
+  EXPECT_EQ(plan3.changes[1].path, "/etc/containerd/config.toml");
+}
+
+// Issue 17 item 8: no version line and no default_runtime_name, the runc runtime under the CRI
+// plugin's full name with SystemdCgroup = true (NVIDIA toolkit test configs): containerd's
+// effective default is that runc, so the handler inherits the systemd driver.
+TEST(ContainerdRealConfigs, ImplicitDefaultRuntimeOfAVersionlessFileIsInherited) {
+  FakeFiles fs;
+  const std::string original =
+      "[plugins]\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n"
+      "    [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
+      "      runtime_type = \"io.containerd.runc.v2\"\n"
+      "      [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n"
+      "        SystemdCgroup = true\n";
+  fs.files["/etc/containerd/config.toml"] = original;
+  SetupOptions opt;
+  auto plan = plan_containerd_setup(opt, fs.reader()).value();
+  ASSERT_EQ(plan.changes.size(), 1u);
+  const auto& text = plan.changes[0].new_text;
+  EXPECT_TRUE(text.starts_with(original));
+  EXPECT_EQ(text.find("plugins.cri."), std::string::npos) << text;
+  auto rts = cri_runtimes(parse(text));
+  const auto& nv = handler_named(rts, "nvidia");
+  EXPECT_TRUE(has(nv.option_keys, "SystemdCgroup")) << text;
+  EXPECT_NE(text.find("SystemdCgroup = true", text.find("runtimes.nvidia")), std::string::npos);
+}
+
+// Issue 17 item 9: k3s on containerd 2.x.
+TEST(ContainerdK3s, WhatTheNodeRunsDecidesTheTemplateAndItsVersion) {
+  const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+  SetupOptions opt;
+  opt.flavor = Flavor::k3s;
+  {
+    // A base-only template and no rendered config yet: the node's containerd 2.x decides.
+    FakeFiles fs;
+    fs.files[dir + "/config.toml.tmpl"] = "{{ template \"base\" . }}\n";
+    opt.node_version = 3;
+    auto plan = plan_containerd_setup(opt, fs.reader()).value();
+    EXPECT_NE(plan.changes.at(0).new_text.find("io.containerd.cri.v1.runtime"), std::string::npos);
+    // Without a template at all: the v3 template is the one k3s on 2.x reads.
+    FakeFiles none;
+    plan = plan_containerd_setup(opt, none.reader()).value();
+    EXPECT_EQ(plan.changes.at(0).path, dir + "/config-v3.toml.tmpl");
+    // On containerd 1.x both present: config.toml.tmpl is the one k3s reads.
+    FakeFiles both;
+    both.files[dir + "/config.toml.tmpl"] = "{{ template \"base\" . }}\n";
+    both.files[dir + "/config-v3.toml.tmpl"] = "{{ template \"base\" . }}\n";
+    opt.node_version = 2;
+    plan = plan_containerd_setup(opt, both.reader()).value();
+    EXPECT_EQ(plan.changes.at(0).path, dir + "/config.toml.tmpl");
+    EXPECT_NE(plan.changes.at(0).new_text.find("io.containerd.grpc.v1.cri"), std::string::npos);
+  }
+  {
+    // The user's additions only (no base call, no version line): the rendered file has no
+    // version, read as version 1 by containerd 1.x and 2.3 (measured with `config dump`): the
+    // block is under plugins.cri; on 2.0-2.2, which ignore such a file's runtimes, refused.
+    FakeFiles fs;
+    const std::string user = "[plugins.cri.registry.mirrors.\"docker.io\"]\n  endpoint = [\"x\"]\n";
+    fs.files[dir + "/config.toml.tmpl"] = user;
+    opt.node_version = 4;
+    auto plan = plan_containerd_setup(opt, fs.reader()).value();
+    const auto& text = plan.changes.at(0).new_text;
+    EXPECT_TRUE(text.starts_with(user));
+    EXPECT_NE(text.find("[plugins.cri.containerd.runtimes.nvidia]"), std::string::npos) << text;
+    opt.node_version = 3;
+    auto refused = plan_containerd_setup(opt, fs.reader());
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().message.find("version = 3"), std::string::npos);
+  }
+}

@@ -56,15 +56,24 @@ TEST(InstallState, RoundTripsAndRejectsMissingFields) {
   s.restart = {"snap", "restart", "microk8s.daemon-containerd"};
   s.config_path = "/var/snap/microk8s/current/args/containerd-template.toml";
   s.config_changed = true;
-  s.config_files = {{s.config_path, true, s.config_path + ".bak-20260101T000000Z", "version = 2\n"},
-                    {"/etc/containerd/conf.d/99-gpufence.toml", false, "", "version = 3\n"}};
-  s.cdi_spec_path = "/etc/cdi/nvidia.yaml";
+  s.config_files = {
+      {s.config_path, true, s.config_path + ".bak-20260101T000000Z", {"version = 2\n"}},
+      {"/etc/containerd/conf.d/99-gpufence.toml", false, "", {"version = 3\n", "version = 3\n#"}}};
+  s.cdi_spec = InstallState::ManagedFile{"/etc/cdi/nvidia.yaml", false, "", {"cdiVersion"}};
+  s.phase = "installing";
+  s.steps = {"journal", "runtime binary"};
+  s.created_dirs = {"/etc/gpufence"};
   s.binary_link = "/usr/local/bin/gpufence-runtime";
   s.versions_dir = "/usr/local/lib/gpufence";
   auto back = parse_install_state(install_state_to_json(s), "state.json");
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(install_state_to_json(*back), install_state_to_json(s));
   EXPECT_FALSE(back->runtime_config_path);
+  EXPECT_EQ(back->phase, "installing");
+  EXPECT_EQ(back->config_files[1].written.size(), 2u);
+  InstallState bad_phase = s;
+  bad_phase.phase = "half";
+  EXPECT_FALSE(parse_install_state(install_state_to_json(bad_phase), "state.json"));
   auto bad = parse_install_state(R"({"distribution": "k3s"})", "/etc/gpufence/install-state.json");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("/etc/gpufence/install-state.json"), std::string::npos);

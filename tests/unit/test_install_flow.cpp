@@ -3,7 +3,9 @@
 // restarted (so a handler the file has but containerd never re-read is caught).
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -46,6 +48,18 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
   bool restart_fails = false;                         // the restart command exits 1
   bool comes_back = true;                             // after a restart, it answers again
   bool ignores_config = false;  // comes back with only runc (reads some other file)
+  std::string release;          // CRI Version's runtime_version ("" = no answer)
+
+  Result<std::string> runtime_version(const std::string& socket,
+                                      std::chrono::milliseconds) override {
+    if (release.empty() || !m_up) return fail(Errc::rpc, "connect ", socket, ": refused");
+    return release;
+  }
+  // What a containerd restarted by a process that was then killed has loaded.
+  void reload() {
+    m_up = true;
+    load();
+  }
 
   Result<ProcessResult> run(const std::vector<std::string>& argv) override {
     if (argv.back() == "--gpufence-help") {  // install's check that the copied shim starts
@@ -80,7 +94,10 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
     for (std::string_view line : std::vector<std::string_view>{*text}) body = line;
     if (auto pos = body.find("{{"); pos != std::string::npos) {
       auto end = body.find('\n', pos);
-      body = "version = 2\n" + body.substr(end == std::string::npos ? body.size() : end + 1);
+      // k3s's base template: version 3 for containerd 2.x (config-v3.toml.tmpl), else 2.
+      bool v3 = m_config.filename().string().find("config-v3") != std::string::npos;
+      body = (v3 ? "version = 3\n" : "version = 2\n") +
+             body.substr(end == std::string::npos ? body.size() : end + 1);
     }
     // k3s fills in the template's variables when it renders it (docs/containerd-setup.md).
     for (std::string var = "{{ .SystemdCgroup }}"; body.find(var) != std::string::npos;)
@@ -531,7 +548,8 @@ TEST(InstallFlow, AnOlderStateRecordStillUninstalls) {
   j["config"].erase("files");
   j["config"]["existed"] = file["existed"];
   j["config"]["backup"] = file["backup"];
-  j["config"]["written"] = file["written"];
+  j["config"]["written"] = file["written"][0];  // one string before every text was kept
+  j["cdiSpec"] = j["cdiSpec"]["path"];          // a path only, before its texts were kept
   n.dir.write("host/etc/gpufence/install-state.json", j.dump(2));
   auto un = run_uninstall(n.options(), n.env());
   ASSERT_TRUE(un.ok()) << render_install_report(un);
@@ -632,16 +650,20 @@ TEST(InstallFlow, AShimTheHostCannotRunIsNeverWiredIn) {
   n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
   n.start_containerd("/etc/containerd/config.toml");
   n.containerd->binary_runs = false;
+  auto before = snapshot(n.host);
   auto report = run_install(n.options(), n.env());
   ASSERT_FALSE(report.ok());
   EXPECT_NE(report.failure->find("does not run on this host"), std::string::npos)
       << *report.failure;
   EXPECT_NE(report.failure->find("GLIBC_2.36"), std::string::npos);
   // Run directly, the shim run is the versioned file, found under the host root.
-  EXPECT_EQ(fs::path(n.containerd->smoke_tests.at(0).at(0)),
-            n.host / fs::read_symlink(n.host / "usr/local/bin/gpufence-runtime").relative_path());
+  EXPECT_EQ(n.containerd->smoke_tests.at(0).at(0).rfind(
+                (n.host / "usr/local/lib/gpufence/gpufence-runtime-").string(), 0),
+            0u);
   EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), kPlainConfig);
   EXPECT_TRUE(n.containerd->commands.empty());
+  // A failed install takes back all it did: no shim, no link, no runtime config, no record.
+  EXPECT_EQ(snapshot(n.host), before);
 }
 
 TEST(InstallFlow, CdiFailureStopsBeforeTheConfigIsTouched) {
@@ -705,6 +727,222 @@ TEST(InstallBinary, RemoveLeavesALinkThatIsNotOurs) {
   ASSERT_TRUE(removed);
   EXPECT_TRUE(removed->empty());
   EXPECT_TRUE(fs::is_symlink(host.resolve("/usr/local/bin/gpufence-runtime")));
+}
+
+// ---- issue 20: every containerd line, a journal before any change, kills anywhere ----
+
+std::string fixture(const std::string& name) {
+  return slurp(test::source_path("tests/fixtures/containerd/" + name));
+}
+
+// containerd 2.3's own default (version 4, imports = ['/etc/containerd/conf.d/*.toml']): the
+// drop-in is version 4 like the root file, and the root file is not touched at all, since the
+// user's glob already imports the drop-in (on 04417a7: "unsupported config version 4").
+TEST(InstallJournal, Version4DefaultGetsAVersion4DropInAndTheRootFileStaysAsItIs) {
+  Node n;
+  const std::string root = fixture("containerd-2.3-config-default.toml");
+  n.dir.write("host/etc/containerd/config.toml", root);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "v2.3.4";
+  auto before = snapshot(n.host);
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), root);
+  auto drop = slurp(n.host / kDropIn);
+  EXPECT_NE(drop.find("version = 4"), std::string::npos) << drop;
+  auto cfg = parse_containerd_config(drop, "drop-in");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  EXPECT_EQ(cfg->version, 4);
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+}
+
+// A new config on a node whose containerd is 2.3 is written in version 4, on 2.1 in version 3.
+TEST(InstallJournal, ANewConfigIsWrittenInTheVersionOfTheRunningContainerd) {
+  for (auto [release, version] : {std::pair{"v2.3.4", 4}, {"v2.1.9", 3}, {"1.6.20~ds1", 2}}) {
+    Node n;
+    n.start_containerd("/etc/containerd/config.toml");
+    n.containerd->release = release;
+    auto report = run_install(n.options(Distribution::containerd), n.env());
+    ASSERT_TRUE(report.ok()) << release << "\n" << render_install_report(report);
+    auto cfg = parse_containerd_config(slurp(n.host / "etc/containerd/config.toml"), "new");
+    ASSERT_TRUE(cfg);
+    EXPECT_EQ(cfg->version, version) << release;
+  }
+}
+
+TEST(InstallJournal, ReleaseToConfigVersion) {
+  EXPECT_EQ(config_version_of_release("1.6.20~ds1"), 2);
+  EXPECT_EQ(config_version_of_release("v1.7.24"), 2);
+  EXPECT_EQ(config_version_of_release("v2.0.4-k3s2"), 3);
+  EXPECT_EQ(config_version_of_release("2.1.9+ds1-5"), 3);
+  EXPECT_EQ(config_version_of_release("v2.3.4"), 4);
+  EXPECT_EQ(config_version_of_release("garbage"), std::nullopt);
+}
+
+// A refusal changes nothing at all: no binary, no link, no runtime.toml, no CDI spec, no record
+// (on 04417a7 the binary, its link and runtime.toml stayed, with no state to remove them).
+TEST(InstallJournal, ARefusedInstallChangesNothing) {
+  for (std::string config :
+       {std::string("version = 5\n"), std::string("version = 2\n[[broken\n")}) {
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", config);
+    n.start_containerd("/etc/containerd/config.toml");
+    auto before = snapshot(n.host);
+    auto report = run_install(n.options(), n.env());
+    ASSERT_FALSE(report.ok());
+    EXPECT_EQ(snapshot(n.host), before) << render_install_report(report);
+    auto un = run_uninstall(n.options(), n.env());
+    EXPECT_TRUE(un.ok());
+  }
+}
+
+// A failed first install (containerd did not come back) takes back everything, not only the
+// config (04417a7 left the binary, the link, runtime.toml and the state).
+TEST(InstallJournal, AFailedFirstInstallLeavesTheNodeAsItWas) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->comes_back = false;
+  auto before = snapshot(n.host);
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(report);
+}
+
+// The journal is on disk before the first host byte changes, and names every file.
+TEST(InstallJournal, TheRecordNamesEveryFileBeforeTheFirstChanges) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto before = snapshot(n.host);
+  auto env = n.env();
+  std::string journal;
+  std::map<std::string, std::string> at_journal;
+  env.checkpoint = [&](std::string_view step) {
+    if (step != "journal") return;
+    journal = slurp(n.host / "etc/gpufence/install-state.json");
+    at_journal = snapshot(n.host);
+  };
+  ASSERT_TRUE(run_install(n.options(), env).ok());
+  at_journal.erase((n.host / "etc/gpufence/install-state.json").string());
+  EXPECT_EQ(at_journal, before);
+  for (const char* named : {"\"installing\"", "/etc/containerd/config.toml.bak-",
+                            "/etc/containerd/conf.d/99-gpufence.toml", "/etc/cdi/nvidia.yaml",
+                            "/etc/gpufence/runtime.toml", "/usr/local/bin/gpufence-runtime",
+                            "\"/usr/local/lib/gpufence\"", "\"/etc/containerd/conf.d\""})
+    EXPECT_NE(journal.find(named), std::string::npos) << named << "\n" << journal;
+}
+
+// SIGKILL at every step boundary of a first install, then uninstall first or install first:
+// either way the node ends with the user's bytes, or a complete recorded install that
+// uninstalls to them (04417a7: a kill after the config write left no record, and uninstall
+// said "nothing installed" with the handler in the config).
+enum class Next { uninstall, install };
+
+void kill_then(const std::string& config, const std::string& kill_at, Next next) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", config);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto before = snapshot(n.host);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto env = n.env();
+    env.checkpoint = [&](std::string_view step) {
+      if (step == kill_at) ::raise(SIGKILL);
+    };
+    run_install(n.options(), env);
+    ::_exit(3);  // the kill point was never reached
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << kill_at;
+  // containerd as the killed run left it: restarted on the new config from "restart" on.
+  if (kill_at == "restart") n.containerd->reload();
+  std::string where = "killed after '" + kill_at + "'";
+  if (next == Next::install) {
+    auto again = run_install(n.options(), n.env());
+    ASSERT_TRUE(again.ok()) << where << "\n" << render_install_report(again);
+    auto state = slurp(n.host / "etc/gpufence/install-state.json");
+    EXPECT_NE(state.find("\"phase\": \"installed\""), std::string::npos) << where;
+  }
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << where << "\n" << render_install_report(un);
+  EXPECT_EQ(snapshot(n.host), before) << where << "\n" << render_install_report(un);
+  auto loaded = n.containerd->loaded_runtimes("s", std::chrono::milliseconds(1));
+  ASSERT_TRUE(loaded);
+  for (const auto& l : *loaded) EXPECT_NE(l.name, "nvidia") << where;
+}
+
+const char* const kKillPoints[] = {"journal",  "runtime binary",    "runtime config",
+                                   "CDI spec", "containerd config", "restart"};
+
+TEST(InstallJournal, KillAtEveryStepThenUninstall) {
+  for (const auto& config : {kPlainConfig, kVersion3Config})
+    for (const char* at : kKillPoints) kill_then(config, at, Next::uninstall);
+}
+
+TEST(InstallJournal, KillAtEveryStepThenInstallThenUninstall) {
+  for (const auto& config : {kPlainConfig, kVersion3Config})
+    for (const char* at : kKillPoints) kill_then(config, at, Next::install);
+}
+
+// An uninstall stopped after restoring the config (before it removed the record): the next
+// uninstall sees the user's bytes, restarts the containerd that still runs the handler, and
+// finishes with exit 0; an install instead starts afresh.
+TEST(InstallJournal, AnUninstallStoppedHalfWayIsFinishedByTheNextOne) {
+  for (Next next : {Next::uninstall, Next::install}) {
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+    n.start_containerd("/etc/containerd/config.toml");
+    auto before = snapshot(n.host);
+    ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+    // What the stopped uninstall did: the config restored from its backup, nothing else.
+    n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+    if (next == Next::install) {
+      ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+    }
+    auto un = run_uninstall(n.options(), n.env());
+    ASSERT_TRUE(un.ok()) << render_install_report(un);
+    EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+    auto loaded = n.containerd->loaded_runtimes("s", std::chrono::milliseconds(1));
+    ASSERT_TRUE(loaded);
+    for (const auto& l : *loaded) EXPECT_NE(l.name, "nvidia");
+  }
+}
+
+// k3s on containerd 2.x: the user's config-v3.toml.tmpl is the file edited, kept byte for byte
+// ahead of the block (04417a7 wrote a new config.toml.tmpl beside it, which k3s never read).
+TEST(InstallJournal, K3sOnContainerd2EditsTheUsersV3Template) {
+  Node n;
+  const std::string dir = "host/var/lib/rancher/k3s/agent/etc/containerd/";
+  const std::string user = "{{ template \"base\" . }}\n\n# my registry mirror\n";
+  n.dir.write(dir + "config-v3.toml.tmpl", user);
+  n.start_containerd("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl");
+  n.containerd->release = "v2.0.4-k3s2";
+  auto report = run_install(n.options(Distribution::k3s), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_FALSE(fs::exists(n.dir / (dir + "config.toml.tmpl")));
+  auto text = slurp(n.dir / (dir + "config-v3.toml.tmpl"));
+  EXPECT_EQ(text.substr(0, user.size()), user);
+  EXPECT_NE(text.find("io.containerd.cri.v1.runtime"), std::string::npos) << text;
+}
+
+// Without a user template, on containerd 2.x: config-v3.toml.tmpl, with a version 3 block
+// decided from what the node runs.
+TEST(InstallJournal, K3sOnContainerd2WithoutATemplateWritesTheV3One) {
+  Node n;
+  const std::string dir = "host/var/lib/rancher/k3s/agent/etc/containerd/";
+  n.dir.write(dir + ".keep", "");
+  n.start_containerd("/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl");
+  n.containerd->release = "v2.0.4-k3s2";
+  auto report = run_install(n.options(Distribution::k3s), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_FALSE(fs::exists(n.dir / (dir + "config.toml.tmpl")));
+  auto text = slurp(n.dir / (dir + "config-v3.toml.tmpl"));
+  EXPECT_NE(text.find("io.containerd.cri.v1.runtime"), std::string::npos) << text;
 }
 
 }  // namespace
