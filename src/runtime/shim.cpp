@@ -316,15 +316,10 @@ Status write_spec(const std::filesystem::path& spec_path, const Json& spec) {
   return write_file_atomic(spec_path, out);
 }
 
-Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx) {
-  ShimDecision decision;
-  decision.container_id = inv.container_id;
-  const auto spec_path = std::filesystem::path(inv.bundle) / "config.json";
+Result<bool> edit_spec(Json& spec_in, ShimContext& ctx, ShimDecision& decision,
+                       std::string_view where) {
   const HostFs host(ctx.config.device_root);
-
-  // 1. Read the spec and check the type of every field we read: nothing runs on a guess.
-  auto spec = read_spec(spec_path);
-  if (!spec) return std::unexpected(spec.error());
+  Json* spec = &spec_in;
 
   // 2. What each allocation channel says; only the kubelet's count.
   decision.privileged = admits_by_wildcard(*spec);
@@ -333,7 +328,7 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   if (channels->empty() && decision.privileged &&
       ctx.config.privileged_policy == PrivilegedPolicy::passthrough) {
     decision.passthrough = true;
-    return decision;
+    return false;
   }
 
   // 3. Resolve against the node's GPUs and decide.
@@ -345,8 +340,11 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   decision.ignored = allocation->ignored;
   for (const auto& g : allocation->granted) decision.granted.push_back(g.uuid);
 
-  // 4. CDI edits for CDI-named devices (driver files, env, hooks).
-  auto extra = apply_cdi(*spec, *channels, *allocation, host, ctx, decision);
+  // 4. CDI edits for CDI-named devices (driver files, env, hooks), unless the runtime already
+  //    injected them (containerd's CRI does, before NRI sees the spec).
+  Result<std::vector<DeviceNode>> extra = std::vector<DeviceNode>{};
+  if (ctx.cdi_edits == CdiEdits::apply)
+    extra = apply_cdi(*spec, *channels, *allocation, host, ctx, decision);
   if (!extra) return std::unexpected(extra.error());
 
   // 4b. No bind mount, the pod's or a CDI spec's, may hand an unprivileged container a cgroup
@@ -367,7 +365,7 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   for (const auto& n : plan->grant)
     decision.granted_nodes.push_back(cat(n.path, "=c", n.major, ":", n.minor));
   auto result = isolate_spec(*spec, *plan);
-  if (!result) return std::unexpected(result.error().wrap(spec_path.native()));
+  if (!result) return std::unexpected(result.error().wrap(where));
   decision.removed_nodes = result->removed_nodes;
   decision.whitelisted = result->whitelisted;
   bool changed = result->changed || propagation_pinned;
@@ -391,10 +389,25 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
 
   // 7b. No hook runs with the container's environment or without a time limit.
   changed |= pin_hook_environments(*spec);
+  decision.spec_changed = changed;
+  return changed;
+}
+
+Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx) {
+  ShimDecision decision;
+  decision.container_id = inv.container_id;
+  const auto spec_path = std::filesystem::path(inv.bundle) / "config.json";
+
+  // 1. Read the spec and check the type of every field we read: nothing runs on a guess.
+  auto spec = read_spec(spec_path);
+  if (!spec) return std::unexpected(spec.error());
+
+  // 2-7. The decision and the edit, shared with gpufence-nri.
+  auto changed = edit_spec(*spec, ctx, decision, spec_path.native());
+  if (!changed) return std::unexpected(changed.error());
 
   // 8. Write only when something changed: an untouched spec stays byte-for-byte identical.
-  decision.spec_changed = changed;
-  if (changed) {
+  if (*changed) {
     if (auto st = write_spec(spec_path, *spec); !st) return std::unexpected(st.error());
   }
   return decision;
