@@ -9,8 +9,20 @@
 . "$src/scripts/lib/bundle.sh"
 . "$src/scripts/lib/images.sh"
 skip() { echo "SKIP: $*"; exit 77; }
-# Which containerd: the system's for 1.6, a fetched one otherwise.
+# Which containerd: the system's for 1.6, a fetched one for 1.7 and 2, for 2.3 the build of
+# v2.3.4 kept beside the repository ($GPUFENCE_TEST_TOOLS, default ../shared/tools: NRI API
+# v0.12, the first line here whose NRI applies device cgroup rules; docs/nri.md).
 case $line in
+  2.3)
+    tools=${GPUFENCE_TEST_TOOLS:-$src/../shared/tools}
+    tarball=$tools/containerd-2.3.4-linux-amd64.tar.xz
+    bin=$build/containerd/2.3/containerd-2.3.4
+    if [ ! -x "$bin/containerd" ]; then
+      [ -f "$tarball" ] || skip "containerd 2.3.4: $tarball is absent (set GPUFENCE_TEST_TOOLS)"
+      mkdir -p "$build/containerd/2.3" && tar -xJf "$tarball" -C "$build/containerd/2.3" ||
+        skip "containerd 2.3.4: cannot unpack $tarball"
+    fi
+    ;;
   1.6)
     bin=$(dirname "$(command -v containerd 2>/dev/null || echo /usr/bin/containerd)")
     [ -x "$bin/containerd" ] || skip "containerd 1.6: not installed (apt-get install containerd)"
@@ -84,6 +96,9 @@ GPU=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05
 # that keep this instance private (paths, socket, NRI) and let it run in this VM.
 cfg=$work/config.toml
 "$bin/containerd" config default > "$cfg"
+# containerd 2.3 writes config version 4, which gpufence setup does not read yet (versions 1-3);
+# its tables are version 3's for everything edited here, and 2.3 migrates a version 3 file.
+[ "$line" = 2.3 ] && sed -i 's/^version = 4$/version = 3/' "$cfg"
 handler_binary=${GF_CRI_HANDLER_BINARY:-$build/bin/gpufence-runtime}
 "$build/bin/gpufence" setup containerd --config "$cfg" --runtime-name gpufence \
   --binary "$handler_binary" > "$work/setup.log" 2>&1 || { cat "$work/setup.log"; echo "gpufence setup containerd failed"; exit 1; }
@@ -140,6 +155,14 @@ if [ -n "${GF_CRI_ENABLE_CDI:-}" ]; then
   sed -i -E "s|enable_cdi = .*|enable_cdi = $GF_CRI_ENABLE_CDI|" "$cfg"
   grep -q "enable_cdi = $GF_CRI_ENABLE_CDI" "$cfg" || { echo "containerd $line has no enable_cdi"; exit 2; }
 fi
+
+# NRI (docs/nri.md): GF_CRI_NRI=1 turns it on where it is off by default (1.7: disable = true).
+if [ -n "${GF_CRI_NRI:-}" ]; then
+  sed -i -E '/io\.containerd\.nri\.v1\.nri/,/disable_connections/ s/^( *)disable = true/\1disable = false/' "$cfg"
+  grep -A1 'io.containerd.nri.v1.nri' "$cfg" | grep -q 'disable = false' || { echo "containerd $line: cannot enable NRI"; exit 2; }
+fi
+# A sourcing script's own last edits of the config (gf_cri_edit_config CFG), if it defines them.
+if declare -F gf_cri_edit_config >/dev/null; then gf_cri_edit_config "$cfg" || exit 2; fi
 
 PATH=$bin:$PATH "$bin/containerd" --config "$cfg" > "$work/containerd.log" 2>&1 &
 cd_pid=$!
