@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "common/escape.hpp"
 #include "common/strings.hpp"
@@ -207,6 +209,29 @@ Status diff_hooks(const Json& before, const Json& after, api::ContainerAdjustmen
   return {};
 }
 
+// Whether `after` takes any access away that `before` gave, probed at every device number either
+// list names (and at the wildcard of each major): adding allows, as NRI does itself for the nodes
+// an adjustment adds, is not narrowing.
+bool rules_narrowed(const std::vector<DeviceRule>& before, const std::vector<DeviceRule>& after) {
+  std::set<std::tuple<char, std::optional<unsigned>, std::optional<unsigned>>> probes;
+  for (const auto* list : {&before, &after})
+    for (const auto& r : *list)
+      for (char t : {'c', 'b'})
+        if (r.type == 'a' || r.type == t) {
+          probes.emplace(t, r.major, r.minor);
+          probes.emplace(t, r.major, std::nullopt);
+        }
+  for (unsigned major : {unsigned{kNvidiaMajor}, unsigned{kDrmMajor}})
+    probes.emplace('c', major, std::nullopt);
+  for (const auto& [type, major, minor] : probes) {
+    std::string was = effective_access(before, type, major, minor);
+    std::string now = effective_access(after, type, major, minor);
+    for (char bit : was)
+      if (now.find(bit) == std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Json container_spec(const api::PodSandbox& pod, const api::Container& container) {
@@ -266,7 +291,9 @@ Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Cont
   // 2. The shim's decision and edit.
   Json after = before;
   auto changed = edit_spec(after, ctx, out.shim, where);
-  if (!changed) return std::unexpected(changed.error());
+  if (!changed)
+    return std::unexpected(
+        changed.error().message.starts_with(where) ? changed.error() : changed.error().wrap(where));
   out.rules = "unchanged";
   if (!*changed) return out;
 
@@ -298,7 +325,8 @@ Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Cont
   // 5. What could not be carried. Without rules a removed node or narrowed rule stays: refused
   //    for an unprivileged container (it would keep a GPU it was not given), logged as the gap
   //    for a privileged one (docs/nri.md: pair it with the shim there).
-  bool narrowed = rules_changed || !removed.empty();
+  bool narrowed =
+      !removed.empty() || (rules_changed && rules_narrowed(*before_rules, *after_rules));
   if (narrowed && !runtime.device_rules) {
     std::string gap = cat("NRI ", runtime.nri_text(), " (", runtime.name, " ", runtime.version,
                           ") applies no device cgroup rules: ",

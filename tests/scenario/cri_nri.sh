@@ -15,7 +15,8 @@
 #   restart    containerd restarts under a running gpufence-nri: it reconnects, and the next
 #              pods are isolated again.
 #   required   (2.3) default_validator.required_plugins = ["gpufence-nri"]: with the plugin
-#              down every GPU pod's create fails; with it up they run.
+#              down every GPU pod's create fails; with it up they run; killed mid-run, the next
+#              create fails again.
 # Usage: cri_nri.sh LINE CASE    LINE = 1.7 | 2 | 2.3
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,9 +53,10 @@ start_nri() {
   GPUFENCE_RUNTIME_CONFIG=$work/nri.toml "$build/bin/gpufence-nri" --socket "$work/nri/nri.sock" \
     --hook-binary "$build/bin/gpufence-runtime" 2>> "$work/nri.stderr" &
   nri_pid=$!
-  local seen=${1:-0} _
+  local seen=${1:-0} n _
   for _ in $(seq 100); do
-    [ "$(grep -c 'nri.synchronized' "$work/nri.log" 2>/dev/null)" -gt "$seen" ] && return 0
+    n=$(grep -c 'nri.synchronized' "$work/nri.log" 2>/dev/null)
+    [ "${n:-0}" -gt "$seen" ] && return 0
     sleep 0.1
   done
   echo "gpufence-nri did not register:"; cat "$work/nri.stderr" "$work/nri.log" 2>/dev/null | tail -5
@@ -156,6 +158,11 @@ case $case_name in
     echo "== gpufence-nri up: they run, isolated"
     run_pods up "" 2 --privileged
     isolated up
+    echo "== gpufence-nri killed mid-run: the next GPU pod must not be created"
+    kill -KILL "$nri_pid"; wait "$nri_pid" 2>/dev/null; nri_pid=""
+    run_pods died "" 1 --privileged
+    check "died: the pod's create failed" test "$(cat "$work/died.rc")" != 0
+    check "died: containerd names the missing plugin" grep -q 'required plugin "gpufence-nri" not present' "$work/died.out"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac

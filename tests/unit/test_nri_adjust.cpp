@@ -123,9 +123,13 @@ TEST_F(NriDecide, UnprivilegedGetsItsGpuControlNodesAndEnv) {
   auto env = env_of(d->adjust);
   EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], kUuid1);
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], kUuid1);
-  ASSERT_EQ(d->adjust.linux().devices_size(), 1);
-  EXPECT_EQ(d->adjust.linux().devices(0).path(), "/dev/nvidiactl");
-  EXPECT_EQ(d->adjust.linux().devices(0).minor(), 255);
+  bool ctl = false;
+  for (const auto& dev : d->adjust.linux().devices()) {
+    EXPECT_NE(dev.path(), "/dev/nvidia0");
+    EXPECT_FALSE(dev.path().starts_with("-"));  // nothing to take away
+    if (dev.path() == "/dev/nvidiactl") ctl = dev.major() == 195 && dev.minor() == 255;
+  }
+  EXPECT_TRUE(ctl);
   // The appended list starts by denying everything, so it alone decides.
   const auto& rules = d->adjust.linux().resources().devices();
   ASSERT_GE(rules.size(), 2);
@@ -147,7 +151,10 @@ TEST_F(NriDecide, BelowV010OnlyAddingAllowsIsFine) {
 }
 
 TEST_F(NriDecide, PrivilegedIsWhitelistedOnV010AndAGapBelow) {
-  auto d = decide(privileged(0), "v0.12.0");
+  // A privileged spec lists every host GPU: only the device plugin's annotation says which.
+  api::Container c = privileged(0);
+  (*c.mutable_annotations())["cdi.k8s.io/gpufence_x"] = std::string("nvidia.com/gpu=") + kUuid0;
+  auto d = decide(c, "v0.12.0");
   ASSERT_TRUE(d) << d.error().message;
   EXPECT_TRUE(d->shim.privileged);
   EXPECT_TRUE(d->shim.whitelisted);
@@ -170,7 +177,7 @@ TEST_F(NriDecide, PrivilegedIsWhitelistedOnV010AndAGapBelow) {
   for (const auto& dev : d->adjust.linux().devices()) removal |= dev.path() == "-/dev/nvidia1";
   EXPECT_TRUE(removal);
 
-  auto old = decide(privileged(0), "v0.8.0");
+  auto old = decide(c, "v0.8.0");
   ASSERT_TRUE(old) << old.error().message;
   EXPECT_EQ(old->rules, "not-applied");
   ASSERT_FALSE(old->gaps.empty());
@@ -219,7 +226,8 @@ TEST_F(NriDecide, CriCdiDeviceNamesAreTheKubeletsChannel) {
 
 TEST_F(NriDecide, UnknownGpuIdsAreRefused) {
   api::Container c = unprivileged(-1);
-  (*c.mutable_annotations())["cdi.k8s.io/x"] = "nvidia.com/gpu=GPU-00000000-0000-0000-0000-00000000dead";
+  (*c.mutable_annotations())["cdi.k8s.io/x"] =
+      "nvidia.com/gpu=GPU-00000000-0000-0000-0000-00000000dead";
   auto d = decide(c, "v0.12.0");
   ASSERT_FALSE(d);
   EXPECT_NE(d.error().message.find("container app"), std::string::npos) << d.error().message;

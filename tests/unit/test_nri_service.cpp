@@ -126,7 +126,8 @@ TEST(NriService, CreateContainerAdjustsOrFailsTheCreate) {
 TEST(NriService, UnknownMethodsAndGarbageAreAnsweredNotCrashed) {
   FakeHandler h;
   api::Empty e;
-  EXPECT_EQ(response_of(answer_request(call(1, kPluginService, "Frobnicate", e), h)).status().code(), 12);
+  EXPECT_EQ(
+      response_of(answer_request(call(1, kPluginService, "Frobnicate", e), h)).status().code(), 12);
   EXPECT_EQ(response_of(answer_request(call(1, "x.Other", "Configure", e), h)).status().code(), 12);
   // Lifecycle events a v0.12 runtime may call are answered OK (Unimplemented would switch it to
   // StateChange for this plugin).
@@ -134,7 +135,8 @@ TEST(NriService, UnknownMethodsAndGarbageAreAnsweredNotCrashed) {
     auto r = response_of(answer_request(call(1, kPluginService, method, e), h));
     EXPECT_FALSE(r.has_status()) << method;
   }
-  EXPECT_EQ(response_of(answer_request(TtrpcMessage{1, 1, 0, "\xff\xff\xff"}, h)).status().code(), 3);
+  EXPECT_EQ(response_of(answer_request(TtrpcMessage{1, 1, 0, "\xff\xff\xff"}, h)).status().code(),
+            3);
   api::CreateContainerRequest bad;
   TtrpcMessage m = call(1, kPluginService, "CreateContainer", bad);
   ::ttrpc::Request r;
@@ -169,7 +171,8 @@ TEST(NriSession, ConfigureBeforeTheRegisterReplyThenCreateThenClose) {
     }
   };
   auto send = [&](uint32_t conn, const TtrpcMessage& m) {
-    for (const auto& f : encode_ttrpc_frames(conn, m).value())
+    auto frames = encode_ttrpc_frames(conn, m).value();
+    for (const auto& f : frames)
       ASSERT_EQ(::write(sv[1], f.data(), f.size()), static_cast<ssize_t>(f.size()));
   };
 
@@ -216,10 +219,11 @@ TEST(NriSession, ARefusedRegistrationAndGarbageEndTheSessionWithAnError) {
       ::ttrpc::Response refused;
       refused.mutable_status()->set_code(3);
       refused.mutable_status()->set_message("invalid plugin name");
-      for (const auto& f : encode_ttrpc_frames(2, TtrpcMessage{1, 2, 0, refused.SerializeAsString()}).value())
-        ASSERT_GT(::write(sv[1], f.data(), f.size()), 0);
+      auto frames =
+          encode_ttrpc_frames(2, TtrpcMessage{1, 2, 0, refused.SerializeAsString()}).value();
+      for (const auto& f : frames) ASSERT_GT(::write(sv[1], f.data(), f.size()), 0);
     } else {
-      std::string junk = "\0\0\0\0garbage!";
+      std::string junk("\0\0\0\0garbage!", 12);  // conn 0: refused
       ASSERT_GT(::write(sv[1], junk.data(), junk.size()), 0);
     }
     plugin.join();

@@ -91,10 +91,11 @@ TEST(NriTtrpc, SmallMessagesGoInOneFrameLargeOnesHeaderFirst) {
 
 TEST(NriTtrpc, MessagesReassembleAcrossAnySplit) {
   std::string wire;
-  std::vector<TtrpcMessage> sent = {{1, 1, 0, "first"}, {3, 2, 0, std::string(70000, 'q')},
-                                    {5, 1, 0, ""}};
+  std::vector<TtrpcMessage> sent = {
+      {1, 1, 0, "first"}, {3, 2, 0, std::string(70000, 'q')}, {5, 1, 0, ""}};
   for (const auto& m : sent) {
-    for (const auto& frame : encode_ttrpc_frames(1, m).value()) {
+    auto frames = encode_ttrpc_frames(1, m).value();
+    for (const auto& frame : frames) {
       MuxReader mux;
       mux.feed(frame);
       wire += drain(mux).at(0).payload;
@@ -162,5 +163,12 @@ TEST(NriTtrpc, RegisterPluginBytesMatchTheWorkedExample) {
   std::string payload = "0a07" + hex("gpu-iso") + "1202" + hex("10") + "1a07" + hex("v0.12.0");
   std::string request = "0a1c" + hex("nri.pkg.api.v1alpha1.Runtime") + "120e" +
                         hex("RegisterPlugin") + "1a16" + payload;
-  EXPECT_EQ(hex(frames[0]), "00000002" "00000050" "00000046" "00000001" "01" "00" + request);
+  EXPECT_EQ(hex(frames[0]),
+            "00000002"
+            "00000050"
+            "00000046"
+            "00000001"
+            "01"
+            "00" +
+                request);
 }
