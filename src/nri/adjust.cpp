@@ -1,6 +1,7 @@
 #include "nri/adjust.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <tuple>
@@ -343,7 +344,19 @@ Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Cont
 
 namespace gpufence::nri {
 
-void GpufenceHandler::configured(const RuntimeInfo& runtime) {
+Status GpufenceHandler::configured(const RuntimeInfo& runtime) {
+  if (!runtime.config.empty()) {
+    auto config = parse_runtime_config(runtime.config, "the NRI plugin config");
+    if (!config) {
+      m_ctx.log.error("nri.bad_config", {{"error", config.error().message}});
+      return std::unexpected(config.error());
+    }
+    m_ctx.config = *config;
+    if (!m_ctx.config.log_file.empty()) {
+      if (auto st = m_ctx.log.open_file(m_ctx.config.log_file); !st)
+        m_ctx.log.warn("nri.log_file_unavailable", {{"error", st.error().message}});
+    }
+  }
   m_runtime = runtime;
   m_ctx.log.info("nri.configured",
                  {{"runtime", runtime.name},
@@ -356,6 +369,7 @@ void GpufenceHandler::configured(const RuntimeInfo& runtime) {
                      "NRI below v0.10 applies no device cgroup rules: a privileged "
                      "container keeps every device; pair gpufence-nri with the "
                      "gpufence-runtime handler for privileged GPU pods"}});
+  return {};
 }
 
 void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
@@ -366,7 +380,11 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
 
 Result<api::ContainerAdjustment> GpufenceHandler::create_container(
     const api::PodSandbox& pod, const api::Container& container) {
+  const auto start = std::chrono::steady_clock::now();
   auto decision = decide_container(pod, container, m_runtime, m_ctx);
+  const auto took_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
   if (!decision) {
     m_ctx.log.error("nri.refused", {{"container", container.id()},
                                     {"pod", cat(pod.namespace_(), "/", pod.name())},
@@ -390,7 +408,8 @@ Result<api::ContainerAdjustment> GpufenceHandler::create_container(
                                   {"rules", decision->rules},
                                   {"gpus_from", d.inventory_source},
                                   {"nodes", join(d.granted_nodes, ",")},
-                                  {"gaps", join(decision->gaps, "; ")}});
+                                  {"gaps", join(decision->gaps, "; ")},
+                                  {"took_us", std::to_string(took_us)}});
   return std::move(decision->adjust);
 }
 

@@ -56,7 +56,9 @@ namespace gpufence::nri {
 class GpufenceHandler : public PluginHandler {
  public:
   explicit GpufenceHandler(ShimContext& ctx) : m_ctx(ctx) {}
-  void configured(const RuntimeInfo& runtime) override;
+  // A non-empty plugin config (containerd-launched: plugin_config_path/NN-name.conf) is a
+  // runtime.toml and replaces the one read at start.
+  Status configured(const RuntimeInfo& runtime) override;
   void synchronized(const api::SynchronizeRequest& request) override;
   Result<api::ContainerAdjustment> create_container(const api::PodSandbox& pod,
                                                     const api::Container& container) override;

@@ -107,6 +107,7 @@ RuntimeInfo runtime_info(const api::ConfigureRequest& request) {
   // version is taken as one that ignores them.
   info.device_rules = info.nri && *info.nri >= NriVersion{0, 10, 0};
   if (request.request_timeout() > 0) info.request_timeout_ms = request.request_timeout();
+  info.config = request.config();
   return info;
 }
 
@@ -127,7 +128,8 @@ TtrpcMessage answer_request(const TtrpcMessage& message, PluginHandler& handler)
   if (method == "Configure") {
     api::ConfigureRequest in;
     if (!decode(payload, in)) return error(stream, StatusCode::invalid_argument, "Configure");
-    handler.configured(runtime_info(in));
+    if (auto st = handler.configured(runtime_info(in)); !st)
+      return error(stream, StatusCode::failed_precondition, st.error().message);
     api::ConfigureResponse out;
     out.set_events(static_cast<int32_t>(subscribed_events()));
     return ok(stream, out);

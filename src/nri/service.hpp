@@ -50,6 +50,7 @@ struct RuntimeInfo {
   std::optional<NriVersion> nri;
   bool device_rules = false;  // linux.resources.devices adjustments applied: NRI >= v0.10
   int64_t request_timeout_ms = 2000;
+  std::string config;  // a launched plugin's NN-name.conf from plugin_config_path, verbatim
   std::string nri_text() const;
 };
 
@@ -65,7 +66,8 @@ inline constexpr uint32_t event_bit(api::Event e) {
 class PluginHandler {
  public:
   virtual ~PluginHandler() = default;
-  virtual void configured(const RuntimeInfo& runtime) = 0;
+  // An error fails Configure: the runtime drops the plugin (and kills a launched one).
+  virtual Status configured(const RuntimeInfo& runtime) = 0;
   virtual void synchronized(const api::SynchronizeRequest& request) = 0;
   // The adjustment for a container being created; an error fails the creation (containerd:
   // "failed to get NRI adjustment for container"), its message is what the user sees.

@@ -14,6 +14,8 @@
 #              the test fails without gpufence-nri. A plain pod (no GPU) gets no adjustment.
 #   restart    containerd restarts under a running gpufence-nri: it reconnects, and the next
 #              pods are isolated again.
+#   launched   containerd starts gpufence-nri itself (plugin_path/10-gpufence-nri, fd 3 in
+#              NRI_PLUGIN_SOCKET, its runtime.toml as the plugin config from conf.d): same checks.
 #   required   (2.3) default_validator.required_plugins = ["gpufence-nri"]: with the plugin
 #              down every GPU pod's create fails; with it up they run; killed mid-run, the next
 #              create fails again.
@@ -34,6 +36,13 @@ if [ "$case_name" = required ]; then
       s/^( *)enable = false/\1enable = true/
       s/^( *)required_plugins = \[\]/\1required_plugins = ['gpufence-nri']/ }" "$1"
     grep -q "required_plugins = \['gpufence-nri'\]" "$1"
+  }
+fi
+if [ "$case_name" = launched ]; then
+  gf_cri_edit_config() {  # containerd starts plugin_path/NN-name with fd 3, conf from conf.d
+    mkdir -p "$work/nri/plugins" "$work/nri/conf.d"
+    ln -s "$build/bin/gpufence-nri" "$work/nri/plugins/10-gpufence-nri"
+    sed "s|^file = .*|file = \"$work/nri.log\"|" "$work/runtime.toml" > "$work/nri/conf.d/10-gpufence-nri.conf"
   }
 fi
 # shellcheck source=scripts/lib/cri_node.sh disable=SC2034,SC2154
@@ -147,6 +156,17 @@ case $case_name in
     check "gpufence-nri reconnected and synchronized again" test "$(grep -c 'nri.synchronized' "$work/nri.log")" -ge 2
     run_pods after-restart "" 2 --privileged
     if $rules_apply; then isolated after-restart; else check "after-restart: decided" test "$(decisions)" -ge 2; fi
+    ;;
+
+  launched)
+    echo "== gpufence-nri started by containerd from plugin_path (fd 3), its config from conf.d"
+    for _ in $(seq 100); do grep -q 'nri.synchronized' "$work/nri.log" 2>/dev/null && break; sleep 0.1; done
+    check "containerd launched gpufence-nri, which took its conf.d config" grep -q 'nri.configured runtime=containerd' "$work/nri.log"
+    run_pods launched-unpriv "" 2
+    isolated launched-unpriv
+    run_pods launched-priv "" 2 --privileged
+    if $rules_apply; then isolated launched-priv; else leaks launched-priv; fi
+    check "launched: every pod decided" test "$(decisions)" -ge 4
     ;;
 
   required)

@@ -16,7 +16,11 @@ namespace {
 
 class FakeHandler : public PluginHandler {
  public:
-  void configured(const RuntimeInfo& r) override { runtime = r; }
+  Status configured(const RuntimeInfo& r) override {
+    if (r.config == "broken") return fail(Errc::parse, "broken config");
+    runtime = r;
+    return {};
+  }
   void synchronized(const api::SynchronizeRequest& r) override { synced += r.containers_size(); }
   Result<api::ContainerAdjustment> create_container(const api::PodSandbox&,
                                                     const api::Container& c) override {
@@ -87,6 +91,10 @@ TEST(NriService, ConfigureSubscribesToCreateContainerOnly) {
   ASSERT_TRUE(out.ParseFromString(r.payload()));
   EXPECT_EQ(out.events(), 0x8);  // CREATE_CONTAINER; valid on 0x7FF runtimes (1.7, 2.1)
   EXPECT_EQ(h.runtime.version, "v2.1.9");
+  // A config the plugin cannot use fails Configure, so the runtime drops the plugin.
+  c.set_config("broken");
+  EXPECT_EQ(response_of(answer_request(call(3, kPluginService, "Configure", c), h)).status().code(),
+            9);
 }
 
 TEST(NriService, SplitSynchronizeIsAnsweredMoreWithoutUpdates) {
