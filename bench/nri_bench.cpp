@@ -37,9 +37,9 @@ void make_node_root(const std::filesystem::path& root) {
     std::string bus = cat("0000:0", i + 1, ":00.0");
     auto dir = root / "proc/driver/nvidia/gpus" / bus;
     std::filesystem::create_directories(dir);
-    std::ofstream(dir / "information") << "Model: \t\t Fake\nGPU UUID: \t " << kUuid[i]
-                                       << "\nBus Location: \t " << bus << "\nDevice Minor: \t "
-                                       << i << "\n";
+    std::ofstream(dir / "information")
+        << "Model: \t\t Fake\nGPU UUID: \t " << kUuid[i] << "\nBus Location: \t " << bus
+        << "\nDevice Minor: \t " << i << "\n";
   }
   ::mknod((root / "dev/nvidiactl").c_str(), S_IFCHR | 0666, makedev(195, 255));
   std::ofstream(root / "proc/devices")
@@ -82,9 +82,10 @@ int main(int argc, char** argv) {
   config.device_root = root.string();
   config.procfs_gpus_dir = "/nonexistent";
   Logger log(LogLevel::off);
-  ShimContext ctx{config, log,
-                  []() -> Result<std::unique_ptr<GpuInventory>> { return fail(Errc::nvml, "none"); },
-                  "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
+  ShimContext ctx{
+      config, log,
+      []() -> Result<std::unique_ptr<GpuInventory>> { return fail(Errc::nvml, "none"); },
+      "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
   GpufenceHandler handler(ctx);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
@@ -134,8 +135,8 @@ int main(int argc, char** argv) {
       *req.mutable_container() = container(privileged, i);
       auto t0 = std::chrono::steady_clock::now();
       auto reply = call("CreateContainer", req);
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                       .count());
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
       ::ttrpc::Response resp;
       if (!resp.ParseFromString(reply.data) || resp.has_status()) {
         std::cerr << "CreateContainer failed: " << resp.status().message() << "\n";
@@ -143,10 +144,11 @@ int main(int argc, char** argv) {
       }
     }
     std::sort(us.begin(), us.end());
-    std::printf("%s GPU container: CreateContainer round trip median %.1f us, p99 %.1f us (n=%d); "
-                "RSS after %d: %s\n",
-                privileged ? "privileged" : "unprivileged", us[us.size() / 2],
-                us[us.size() * 99 / 100], n, n, rss().c_str());
+    std::printf(
+        "%s GPU container: CreateContainer round trip median %.1f us, p99 %.1f us (n=%d); "
+        "RSS after %d: %s\n",
+        privileged ? "privileged" : "unprivileged", us[us.size() / 2], us[us.size() * 99 / 100], n,
+        n, rss().c_str());
   }
   ::close(sv[1]);
   plugin.join();

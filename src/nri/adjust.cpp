@@ -396,20 +396,25 @@ Result<api::ContainerAdjustment> GpufenceHandler::create_container(
   const ShimDecision& d = decision->shim;
   if (!d.ignored.empty())
     m_ctx.log.info("nri.ignored", {{"container", d.container_id}, {"what", join(d.ignored, "; ")}});
-  m_ctx.log.info("nri.decision", {{"container", d.container_id},
-                                  {"pod", cat(pod.namespace_(), "/", pod.name())},
-                                  {"name", container.name()},
-                                  {"channel", std::string(channel_name(d.channel))},
-                                  {"privileged", d.privileged ? "true" : "false"},
-                                  {"passthrough", d.passthrough ? "true" : "false"},
-                                  {"granted", join(d.granted, ",")},
-                                  {"removed", join(d.removed_nodes, ",")},
-                                  {"whitelist", d.whitelisted ? "true" : "false"},
-                                  {"rules", decision->rules},
-                                  {"gpus_from", d.inventory_source},
-                                  {"nodes", join(d.granted_nodes, ",")},
-                                  {"gaps", join(decision->gaps, "; ")},
-                                  {"took_us", std::to_string(took_us)}});
+  m_ctx.log.info("nri.decision",
+                 {{"container", d.container_id},
+                  {"pod", cat(pod.namespace_(), "/", pod.name())},
+                  {"name", container.name()},
+                  {"channel", std::string(channel_name(d.channel))},
+                  {"privileged", d.privileged ? "true" : "false"},
+                  {"passthrough", d.passthrough ? "true" : "false"},
+                  {"granted", join(d.granted, ",")},
+                  {"removed", join(d.removed_nodes, ",")},
+                  {"whitelist", d.whitelisted ? "true" : "false"},
+                  {"rules", decision->rules},
+                  {"adjusted", decision->adjust.ByteSizeLong() > 0 ? "true" : "false"},
+                  {"gpus_from", d.inventory_source},
+                  {"nodes", join(d.granted_nodes, ",")},
+                  {"gaps", join(decision->gaps, "; ")},
+                  {"took_us", std::to_string(took_us)}});
+  if (m_ctx.log.enabled(LogLevel::debug))
+    m_ctx.log.debug("nri.adjustment", {{"container", d.container_id},
+                                       {"adjust", decision->adjust.ShortDebugString()}});
   return std::move(decision->adjust);
 }
 

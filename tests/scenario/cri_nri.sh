@@ -11,7 +11,8 @@
 #              measured answer to "does an appended deny beat a privileged container's
 #              allow-all with runc"); below v0.10 (1.7, 2) the documented gap: they still reach
 #              it, and gpufence-nri logs the gap. The same pods with no plugin running leak, so
-#              the test fails without gpufence-nri. A plain pod (no GPU) gets no adjustment.
+#              the test fails without gpufence-nri. A plain pod (no GPU) gets only the
+#              cgroup-mounts check hook every unprivileged container gets from the shim too.
 #   restart    containerd restarts under a running gpufence-nri: it reconnects, and the next
 #              pods are isolated again.
 #   launched   containerd starts gpufence-nri itself (plugin_path/10-gpufence-nri, fd 3 in
@@ -55,7 +56,8 @@ rules_apply=false
 [ "$line" = 2.3 ] && rules_apply=true
 
 # gpufence-nri's own config: the node's, logging to its own file.
-sed "s|^file = .*|file = \"$work/nri.log\"|" "$work/runtime.toml" > "$work/nri.toml"
+# (debug: each adjustment is logged too, for a failing run to show what was sent)
+sed "s|^file = .*|file = \"$work/nri.log\"\nlevel = \"debug\"|" "$work/runtime.toml" > "$work/nri.toml"
 grep -q "^file = \"$work/nri.log\"" "$work/nri.toml" || { echo "cannot point gpufence-nri's log"; exit 2; }
 nri_pid=""
 start_nri() {
@@ -134,10 +136,17 @@ case $case_name in
       check "gpufence-nri logged the privileged gap" grep -q 'nri.decision .*privileged=true .*rules=not-applied .*gaps=' "$work/nri.log"
     fi
 
-    echo "== a plain pod (no GPU, unprivileged): no adjustment"
+    echo "== a plain pod (no GPU, unprivileged): nothing granted or denied"
     RUN_EXEC='echo CVD=$CUDA_VISIBLE_DEVICES' run_pods plain "" 1 --gpus 0
     check "plain: the pod ran" test "$(cat "$work/plain.rc")" = 0
-    check "plain: gpufence-nri left it unchanged" grep -qE 'nri.decision .*pod=default/plain-0 .*granted="" .*rules=unchanged' "$work/nri.log"
+    # No GPU, nothing granted, no rule, node or env touched; the one addition is the shim's
+    # cgroup-mounts check hook, which every unprivileged container gets (CRI mounts a cgroupfs
+    # in each): docs/nri.md.
+    check "plain: gpufence-nri granted nothing and left the rules" grep -qE 'nri.decision .*pod=default/plain-0 .*granted="" .*rules=unchanged' "$work/nri.log"
+    id=$(grep -E 'nri.decision .*pod=default/plain-0 ' "$work/nri.log" | sed -E 's/.* container=([0-9a-f]+) .*/\1/')
+    adj=$(grep "nri.adjustment container=$id " "$work/nri.log")
+    check "plain: its adjustment is the cgroup-mounts hook alone" \
+      bash -c '[[ "$1" == *"hook\\x22 args: \\x22cgroup-mounts"* && "$1" != *"env {"* && "$1" != *"linux {"* && "$1" != *"mounts {"* ]]' _ "$adj"
 
     stop_nri
     echo "== the same privileged pods with gpufence-nri NOT running (must leak)"
