@@ -114,6 +114,8 @@ case $case_name in
 
     echo "== privileged GPU pods (the seed's), gpufence-nri on"
     run_pods priv "" 2 --privileged
+    echo "== privileged GPU pods with both GPUs' nodes in their /dev (the seed's host /dev), gpufence-nri on"
+    run_pods hostdev "" 2 --privileged "${host_dev[@]}"
     echo "== privileged pods, no GPU, NVIDIA_VISIBLE_DEVICES=all in their env, gpufence-nri on"
     run_pods envall "" 2 --privileged --gpus 0 --env NVIDIA_VISIBLE_DEVICES=all
     if $rules_apply; then
@@ -126,10 +128,20 @@ case $case_name in
             test "$(result envall $p /tmp/n$m)" = EPERM
         done
       done
+      for p in 0 1; do
+        own=$(gpu_of hostdev $p); other=$((1 - ${own/\?/0}))
+        check "hostdev: pod $p opens its GPU $own" test "$(result hostdev $p /dev/nvidia$own)" = ENXIO
+        # The node stays (NRI does not forward a device removal); the appended rules deny it.
+        check "hostdev: pod $p's node of GPU $other is denied (EPERM)" test "$(result hostdev $p /dev/nvidia$other)" = EPERM
+      done
       check "priv: gpufence-nri appended the whitelist" grep -q 'nri.decision .*privileged=true .*whitelist=true rules=appended' "$work/nri.log"
     else
       # NRI < v0.10 ignores device rules: the documented limit, shown.
       leaks priv
+      for p in 0 1; do
+        own=$(gpu_of hostdev $p); other=$((1 - ${own/\?/0}))
+        check "hostdev: pod $p still opens GPU $other's node (NRI < v0.10: the gap)" test "$(result hostdev $p /dev/nvidia$other)" = ENXIO
+      done
       for p in 0 1; do
         check "envall: pod $p still reaches GPU 0 (NRI < v0.10: the privileged gap)" test "$(result envall $p /tmp/n0)" = ENXIO
       done
