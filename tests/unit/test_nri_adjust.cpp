@@ -239,3 +239,39 @@ TEST_F(NriDecide, APlainContainerIsLeftAlone) {
   EXPECT_EQ(d->rules, "unchanged");
   EXPECT_EQ(d->adjust.ByteSizeLong(), 0u);
 }
+
+TEST_F(NriDecide, AnAllowRuleForAnotherGpuIsDeniedOnV010AndRefusedBelow) {
+  // CRI's rules let GPU 1 through (mknod would open it) though only GPU 0 is allocated.
+  api::Container c = unprivileged(0);
+  auto* allow = c.mutable_linux()->mutable_resources()->add_devices();
+  allow->set_allow(true);
+  allow->set_type("c");
+  allow->mutable_major()->set_value(195);
+  allow->mutable_minor()->set_value(1);
+  allow->set_access("rwm");
+  auto d = decide(c, "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->rules, "appended");
+  for (const auto& r : d->adjust.linux().resources().devices())
+    EXPECT_FALSE(r.allow() && r.has_minor() && r.minor().value() == 1);
+  // NRI v0.8 would leave that rule in place: the create fails instead.
+  auto old = decide(c, "v0.8.0");
+  ASSERT_FALSE(old);
+  EXPECT_NE(old.error().message.find("applies no device cgroup rules"), std::string::npos)
+      << old.error().message;
+}
+
+TEST_F(NriDecide, AHookWithoutAFixedEnvironmentIsRefused) {
+  // The shim gives such a hook (a CDI spec's) a fixed env and timeout; NRI cannot edit a hook
+  // the runtime already put in the spec, so the container is refused rather than run it.
+  api::Container c = unprivileged(0);
+  auto* hook = c.mutable_hooks()->add_create_container();
+  hook->set_path("/usr/bin/nvidia-cdi-hook");
+  hook->add_args("nvidia-cdi-hook");
+  auto d = decide(c, "v0.12.0");
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("nvidia-cdi-hook"), std::string::npos) << d.error().message;
+  hook->add_env("PATH=/usr/bin");
+  hook->mutable_timeout()->set_value(30);
+  EXPECT_TRUE(decide(c, "v0.12.0"));
+}
