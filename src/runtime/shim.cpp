@@ -316,14 +316,13 @@ Status write_spec(const std::filesystem::path& spec_path, const Json& spec) {
   return write_file_atomic(spec_path, out);
 }
 
-Result<bool> edit_spec(Json& spec_in, ShimContext& ctx, ShimDecision& decision,
+Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
                        std::string_view where) {
   const HostFs host(ctx.config.device_root);
-  Json* spec = &spec_in;
 
   // 2. What each allocation channel says; only the kubelet's count.
-  decision.privileged = admits_by_wildcard(*spec);
-  auto channels = read_allocation_channels(*spec, ctx.config, decision.privileged);
+  decision.privileged = admits_by_wildcard(spec);
+  auto channels = read_allocation_channels(spec, ctx.config, decision.privileged);
   if (!channels) return std::unexpected(channels.error());
   if (channels->empty() && decision.privileged &&
       ctx.config.privileged_policy == PrivilegedPolicy::passthrough) {
@@ -344,7 +343,7 @@ Result<bool> edit_spec(Json& spec_in, ShimContext& ctx, ShimDecision& decision,
   //    injected them (containerd's CRI does, before NRI sees the spec).
   Result<std::vector<DeviceNode>> extra = std::vector<DeviceNode>{};
   if (ctx.cdi_edits == CdiEdits::apply)
-    extra = apply_cdi(*spec, *channels, *allocation, host, ctx, decision);
+    extra = apply_cdi(spec, *channels, *allocation, host, ctx, decision);
   if (!extra) return std::unexpected(extra.error());
 
   // 4b. No bind mount, the pod's or a CDI spec's, may hand an unprivileged container a cgroup
@@ -353,18 +352,18 @@ Result<bool> edit_spec(Json& spec_in, ShimContext& ctx, ShimDecision& decision,
   //     Nothing the host mounts later may reach it either: no bind receives host mounts.
   bool propagation_pinned = false;
   if (!decision.privileged) {
-    if (auto st = refuse_cgroupfs_binds_on_host(*spec); !st) return std::unexpected(st.error());
-    auto pinned = pin_private_propagation(*spec);
+    if (auto st = refuse_cgroupfs_binds_on_host(spec); !st) return std::unexpected(st.error());
+    auto pinned = pin_private_propagation(spec);
     if (!pinned) return std::unexpected(pinned.error());
     propagation_pinned = *pinned;
   }
 
   // 5. Plan and apply the isolation: nodes, device cgroup rules, cgroupfs, env.
-  auto plan = plan_isolation(*spec, allocation->granted, *extra, host, ctx.config);
+  auto plan = plan_isolation(spec, allocation->granted, *extra, host, ctx.config);
   if (!plan) return std::unexpected(plan.error());
   for (const auto& n : plan->grant)
     decision.granted_nodes.push_back(cat(n.path, "=c", n.major, ":", n.minor));
-  auto result = isolate_spec(*spec, *plan);
+  auto result = isolate_spec(spec, *plan);
   if (!result) return std::unexpected(result.error().wrap(where));
   decision.removed_nodes = result->removed_nodes;
   decision.whitelisted = result->whitelisted;
@@ -373,7 +372,7 @@ Result<bool> edit_spec(Json& spec_in, ShimContext& ctx, ShimDecision& decision,
   // 6. The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
   if ((!allocation->granted.empty() || decision.privileged) &&
       host.exists(ctx.config.procfs_gpus_dir)) {
-    ensure_array(ensure_object(*spec, "hooks"), "createContainer")
+    ensure_array(ensure_object(spec, "hooks"), "createContainer")
         .push_back(
             driver_procfs_hook(ctx.self_exe, ctx.config.procfs_gpus_dir, allocation->granted));
     changed = true;
@@ -381,14 +380,14 @@ Result<bool> edit_spec(Json& spec_in, ShimContext& ctx, ShimDecision& decision,
 
   // 7. The last createContainer hook checks the container's own mount table after runc made
   //    every mount: a volume's source swapped after 4b cannot slip a cgroup filesystem in.
-  if (!decision.privileged && may_mount_a_cgroupfs(*spec)) {
-    ensure_array(ensure_object(*spec, "hooks"), "createContainer")
+  if (!decision.privileged && may_mount_a_cgroupfs(spec)) {
+    ensure_array(ensure_object(spec, "hooks"), "createContainer")
         .push_back(cgroup_mounts_hook(ctx.self_exe));
     changed = true;
   }
 
   // 7b. No hook runs with the container's environment or without a time limit.
-  changed |= pin_hook_environments(*spec);
+  changed |= pin_hook_environments(spec);
   decision.spec_changed = changed;
   return changed;
 }
