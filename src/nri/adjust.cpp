@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "common/escape.hpp"
@@ -378,10 +382,50 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
                                       {"more", request.more() ? "true" : "false"}});
 }
 
+// A runtime that times out on a plugin (plugin_request_timeout, 2 s by default) drops it and
+// creates the container as if it had answered nothing, and required_plugins still counts it as
+// present for that call (docs/nri.md): a hung decision (NVML, a stuck filesystem) would let the
+// container through unadjusted. So the decision runs on its own thread with a budget of 3/4 of
+// the runtime's timeout, and a decision that does not come in time is a refusal. The thread owns
+// copies of everything it reads (the Logger is thread-safe), so one left hanging shares nothing
+// mutable with later calls.
+Result<NriDecision> GpufenceHandler::decide_within_budget(const api::PodSandbox& pod,
+                                                          const api::Container& container) {
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    Result<NriDecision> result = fail(Errc::internal, "no decision");
+  };
+  auto shared = std::make_shared<Shared>();
+  auto work = [shared, pod, container, runtime = m_runtime,
+               ctx = std::make_shared<ShimContext>(m_ctx)]() mutable {
+    auto result = decide_container(pod, container, runtime, *ctx);
+    std::lock_guard lock(shared->mutex);
+    shared->result = std::move(result);
+    shared->done = true;
+    shared->done_cv.notify_one();
+  };
+  try {
+    std::thread(std::move(work)).detach();
+  } catch (const std::system_error& e) {
+    return fail(Errc::internal, "cannot start the decision: ", e.what());
+  }
+  const auto budget =
+      std::chrono::milliseconds(std::max<int64_t>(m_runtime.request_timeout_ms * 3 / 4, 100));
+  std::unique_lock lock(shared->mutex);
+  if (!shared->done_cv.wait_for(lock, budget, [&] { return shared->done; }))
+    return fail(Errc::denied, "container ", escape_text(container.name()), " of pod ",
+                escape_text(pod.namespace_()), "/", escape_text(pod.name()),
+                ": no decision within ", budget.count(),
+                " ms (the runtime would create it unadjusted after its request timeout)");
+  return std::move(shared->result);
+}
+
 Result<api::ContainerAdjustment> GpufenceHandler::create_container(
     const api::PodSandbox& pod, const api::Container& container) {
   const auto start = std::chrono::steady_clock::now();
-  auto decision = decide_container(pod, container, m_runtime, m_ctx);
+  auto decision = decide_within_budget(pod, container);
   const auto took_us = std::chrono::duration_cast<std::chrono::microseconds>(
                            std::chrono::steady_clock::now() - start)
                            .count();

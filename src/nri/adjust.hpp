@@ -65,6 +65,8 @@ class GpufenceHandler : public PluginHandler {
   const RuntimeInfo& runtime() const { return m_runtime; }
 
  private:
+  Result<NriDecision> decide_within_budget(const api::PodSandbox& pod,
+                                           const api::Container& container);
   ShimContext& m_ctx;
   RuntimeInfo m_runtime;
 };

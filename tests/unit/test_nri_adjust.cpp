@@ -7,6 +7,8 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "common/strings.hpp"
 #include "nri/adjust.hpp"
 #include "support/fake_node.hpp"
@@ -274,4 +276,31 @@ TEST_F(NriDecide, AHookWithoutAFixedEnvironmentIsRefused) {
   hook->add_env("PATH=/usr/bin");
   hook->mutable_timeout()->set_value(30);
   EXPECT_TRUE(decide(c, "v0.12.0"));
+}
+
+TEST_F(NriDecide, ADecisionThatHangsIsARefusalBeforeTheRuntimeGivesUp) {
+  // An index needs NVML; this NVML hangs past the budget (3/4 of the runtime's request
+  // timeout). containerd would otherwise drop the plugin and create the container unadjusted.
+  ShimContext ctx{m_config, m_log,
+                  []() -> Result<std::unique_ptr<GpuInventory>> {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+                    return fail(Errc::nvml, "hung");
+                  },
+                  "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
+  GpufenceHandler handler(ctx);
+  api::ConfigureRequest configure;
+  configure.set_runtime_name("containerd");
+  configure.set_nri_version("v0.12.0");
+  configure.set_request_timeout(200);
+  ASSERT_TRUE(handler.configured(runtime_info(configure)));
+  api::Container c = unprivileged(-1);
+  (*c.mutable_annotations())["cdi.k8s.io/x"] = "nvidia.com/gpu=0";
+  auto start = std::chrono::steady_clock::now();
+  auto adjust = handler.create_container(m_pod, c);
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(adjust);
+  EXPECT_NE(adjust.error().message.find("no decision within 150 ms"), std::string::npos)
+      << adjust.error().message;
+  EXPECT_LT(took, std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // let the hung decision end
 }
