@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -385,41 +386,77 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
 // A runtime that times out on a plugin (plugin_request_timeout, 2 s by default) drops it and
 // creates the container as if it had answered nothing, and required_plugins still counts it as
 // present for that call (docs/nri.md): a hung decision (NVML, a stuck filesystem) would let the
-// container through unadjusted. So the decision runs on its own thread with a budget of 3/4 of
-// the runtime's timeout, and a decision that does not come in time is a refusal. The thread owns
-// copies of everything it reads (the Logger is thread-safe), so one left hanging shares nothing
-// mutable with later calls.
+// container through unadjusted. So decisions run on a worker thread with a budget of 3/4 of the
+// runtime's timeout, and a decision that does not come in time is a refusal.
+// One worker thread takes the decisions in turn; it is abandoned (and a new one started for the
+// next call) only when a decision overruns its budget.
+struct GpufenceHandler::Worker {
+  struct Job {
+    std::function<Result<NriDecision>()> decide;
+    Result<NriDecision> result = fail(Errc::internal, "no decision");
+    bool done = false;
+  };
+  std::mutex mutex;
+  std::condition_variable wake, done;
+  std::shared_ptr<Job> job;  // the one pending or running
+  bool abandoned = false;
+
+  static void run(std::shared_ptr<Worker> self) {
+    std::unique_lock lock(self->mutex);
+    for (;;) {
+      self->wake.wait(lock, [&] { return self->abandoned || (self->job && !self->job->done); });
+      if (self->abandoned) return;
+      auto job = self->job;
+      lock.unlock();
+      auto result = job->decide();
+      lock.lock();
+      job->result = std::move(result);
+      job->done = true;
+      self->done.notify_all();
+    }
+  }
+};
+
+GpufenceHandler::~GpufenceHandler() {
+  if (!m_worker) return;
+  std::lock_guard lock(m_worker->mutex);
+  m_worker->abandoned = true;
+  m_worker->wake.notify_all();
+}
+
 Result<NriDecision> GpufenceHandler::decide_within_budget(const api::PodSandbox& pod,
                                                           const api::Container& container) {
-  struct Shared {
-    std::mutex mutex;
-    std::condition_variable done_cv;
-    bool done = false;
-    Result<NriDecision> result = fail(Errc::internal, "no decision");
-  };
-  auto shared = std::make_shared<Shared>();
-  auto work = [shared, pod, container, runtime = m_runtime,
-               ctx = std::make_shared<ShimContext>(m_ctx)]() mutable {
-    auto result = decide_container(pod, container, runtime, *ctx);
-    std::lock_guard lock(shared->mutex);
-    shared->result = std::move(result);
-    shared->done = true;
-    shared->done_cv.notify_one();
-  };
-  try {
-    std::thread(std::move(work)).detach();
-  } catch (const std::system_error& e) {
-    return fail(Errc::internal, "cannot start the decision: ", e.what());
+  if (!m_worker) {
+    m_worker = std::make_shared<Worker>();
+    try {
+      std::thread(Worker::run, m_worker).detach();
+    } catch (const std::system_error& e) {
+      m_worker.reset();
+      return fail(Errc::internal, "cannot start the decision thread: ", e.what());
+    }
   }
+  auto job = std::make_shared<Worker::Job>();
+  // The job owns copies of what it reads (the Logger is thread-safe): one left hanging shares
+  // nothing mutable with later calls.
+  job->decide = [pod, container, runtime = m_runtime,
+                 ctx = std::make_shared<ShimContext>(m_ctx)]() {
+    return decide_container(pod, container, runtime, *ctx);
+  };
   const auto budget =
       std::chrono::milliseconds(std::max<int64_t>(m_runtime.request_timeout_ms * 3 / 4, 100));
-  std::unique_lock lock(shared->mutex);
-  if (!shared->done_cv.wait_for(lock, budget, [&] { return shared->done; }))
+  std::unique_lock lock(m_worker->mutex);
+  m_worker->job = job;
+  m_worker->wake.notify_one();
+  if (!m_worker->done.wait_for(lock, budget, [&] { return job->done; })) {
+    m_worker->abandoned = true;  // it exits once its decision returns, if ever
+    lock.unlock();
+    m_worker.reset();
     return fail(Errc::denied, "container ", escape_text(container.name()), " of pod ",
                 escape_text(pod.namespace_()), "/", escape_text(pod.name()),
                 ": no decision within ", budget.count(),
                 " ms (the runtime would create it unadjusted after its request timeout)");
-  return std::move(shared->result);
+  }
+  return std::move(job->result);
 }
 
 Result<api::ContainerAdjustment> GpufenceHandler::create_container(

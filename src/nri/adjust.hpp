@@ -21,6 +21,7 @@
 // (the installer pairs gpufence-nri with the shim for those on runtimes below NRI v0.10).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ namespace gpufence::nri {
 class GpufenceHandler : public PluginHandler {
  public:
   explicit GpufenceHandler(ShimContext& ctx) : m_ctx(ctx) {}
+  ~GpufenceHandler() override;
+  GpufenceHandler(const GpufenceHandler&) = delete;
+  GpufenceHandler& operator=(const GpufenceHandler&) = delete;
   // A non-empty plugin config (containerd-launched: plugin_config_path/NN-name.conf) is a
   // runtime.toml and replaces the one read at start.
   Status configured(const RuntimeInfo& runtime) override;
@@ -67,8 +71,10 @@ class GpufenceHandler : public PluginHandler {
  private:
   Result<NriDecision> decide_within_budget(const api::PodSandbox& pod,
                                            const api::Container& container);
+  struct Worker;
   ShimContext& m_ctx;
   RuntimeInfo m_runtime;
+  std::shared_ptr<Worker> m_worker;
 };
 
 }  // namespace gpufence::nri

@@ -302,5 +302,8 @@ TEST_F(NriDecide, ADecisionThatHangsIsARefusalBeforeTheRuntimeGivesUp) {
   EXPECT_NE(adjust.error().message.find("no decision within 150 ms"), std::string::npos)
       << adjust.error().message;
   EXPECT_LT(took, std::chrono::milliseconds(300));
+  // The next container gets a fresh worker and its decision.
+  auto next = handler.create_container(m_pod, unprivileged(0));
+  ASSERT_TRUE(next) << next.error().message;
   std::this_thread::sleep_for(std::chrono::milliseconds(400));  // let the hung decision end
 }
