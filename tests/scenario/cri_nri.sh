@@ -148,6 +148,16 @@ case $case_name in
       check "gpufence-nri logged the privileged gap" grep -q 'nri.decision .*privileged=true .*rules=not-applied .*gaps=' "$work/nri.log"
     fi
 
+    echo "== forged channels: no GPU allocated, NVIDIA_VISIBLE_DEVICES=all and a mount marker of GPU 1"
+    run_pods forged "" 1 --gpus 0 --env NVIDIA_VISIBLE_DEVICES=all --volume "/dev/null:/var/run/nvidia-container-devices/${GPU[1]}"
+    check "forged: the pod ran" test "$(cat "$work/forged.rc")" = 0
+    for m in 0 1; do
+      check "forged: GPU $m has no node" test "$(result forged 0 /dev/nvidia$m)" = ENOENT
+      check "forged: GPU $m does not open after mknod" test "$(result forged 0 /tmp/n$m)" != ENXIO -a -n "$(result forged 0 /tmp/n$m)"
+    done
+    check "forged: gpufence-nri granted nothing" grep -qE 'nri.decision .*pod=default/forged-0 .*granted=""' "$work/nri.log"
+    check "forged: and said what it ignored" grep -qE 'nri.ignored .*mount marker.*NVIDIA_VISIBLE_DEVICES=all|nri.ignored .*NVIDIA_VISIBLE_DEVICES=all.*marker' "$work/nri.log"
+
     echo "== a plain pod (no GPU, unprivileged): nothing granted or denied"
     RUN_EXEC='echo CVD=$CUDA_VISIBLE_DEVICES' run_pods plain "" 1 --gpus 0
     check "plain: the pod ran" test "$(cat "$work/plain.rc")" = 0
