@@ -60,11 +60,12 @@ rules_apply=false
 sed "s|^file = .*|file = \"$work/nri.log\"\nlevel = \"debug\"|" "$work/runtime.toml" > "$work/nri.toml"
 grep -q "^file = \"$work/nri.log\"" "$work/nri.toml" || { echo "cannot point gpufence-nri's log"; exit 2; }
 nri_pid=""
-start_nri() {
+start_nri() {  # returns once it has registered and synchronized
+  local seen n _
+  seen=$(grep -c 'nri.synchronized' "$work/nri.log" 2>/dev/null); seen=${seen:-0}
   GPUFENCE_RUNTIME_CONFIG=$work/nri.toml "$build/bin/gpufence-nri" --socket "$work/nri/nri.sock" \
     --hook-binary "$build/bin/gpufence-runtime" 2>> "$work/nri.stderr" &
   nri_pid=$!
-  local seen=${1:-0} n _
   for _ in $(seq 100); do
     n=$(grep -c 'nri.synchronized' "$work/nri.log" 2>/dev/null)
     [ "${n:-0}" -gt "$seen" ] && return 0
