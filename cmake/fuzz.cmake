@@ -27,5 +27,9 @@ target_link_libraries(gpufence_doctor_parse PUBLIC gpufence_runtime gpufence_com
 add_library(gpufence_quantity STATIC src/kube/quantity.cpp)
 target_link_libraries(gpufence_quantity PUBLIC gpufence_common nlohmann_json::nlohmann_json)
 
+# NRI's framings alone: the rest of src/nri needs protobuf.
+add_library(gpufence_nri_wire STATIC src/nri/wire.cpp)
+target_link_libraries(gpufence_nri_wire PUBLIC gpufence_common)
+
 enable_testing()
 add_subdirectory(tests/fuzz)

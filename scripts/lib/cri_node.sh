@@ -9,8 +9,20 @@
 . "$src/scripts/lib/bundle.sh"
 . "$src/scripts/lib/images.sh"
 skip() { echo "SKIP: $*"; exit 77; }
-# Which containerd: the system's for 1.6, a fetched one otherwise.
+# Which containerd: the system's for 1.6, a fetched one for 1.7 and 2, for 2.3 the build of
+# v2.3.4 kept beside the repository ($GPUFENCE_TEST_TOOLS, default ../shared/tools: NRI API
+# v0.12, the first line here whose NRI applies device cgroup rules; docs/nri.md).
 case $line in
+  2.3)
+    tools=${GPUFENCE_TEST_TOOLS:-$src/../shared/tools}
+    tarball=$tools/containerd-2.3.4-linux-amd64.tar.xz
+    bin=$build/containerd/2.3/containerd-2.3.4
+    if [ ! -x "$bin/containerd" ]; then
+      [ -f "$tarball" ] || skip "containerd 2.3.4: $tarball is absent (set GPUFENCE_TEST_TOOLS)"
+      mkdir -p "$build/containerd/2.3" && tar -xJf "$tarball" -C "$build/containerd/2.3" ||
+        skip "containerd 2.3.4: cannot unpack $tarball"
+    fi
+    ;;
   1.6)
     bin=$(dirname "$(command -v containerd 2>/dev/null || echo /usr/bin/containerd)")
     [ -x "$bin/containerd" ] || skip "containerd 1.6: not installed (apt-get install containerd)"
@@ -144,6 +156,14 @@ if [ -n "${GF_CRI_ENABLE_CDI:-}" ]; then
   sed -i -E "s|enable_cdi = .*|enable_cdi = $GF_CRI_ENABLE_CDI|" "$cfg"
   grep -q "enable_cdi = $GF_CRI_ENABLE_CDI" "$cfg" || { echo "containerd $line has no enable_cdi"; exit 2; }
 fi
+
+# NRI (docs/nri.md): GF_CRI_NRI=1 turns it on where it is off by default (1.7: disable = true).
+if [ -n "${GF_CRI_NRI:-}" ]; then
+  sed -i -E '/io\.containerd\.nri\.v1\.nri/,/disable_connections/ s/^( *)disable = true/\1disable = false/' "$cfg"
+  grep -A1 'io.containerd.nri.v1.nri' "$cfg" | grep -q 'disable = false' || { echo "containerd $line: cannot enable NRI"; exit 2; }
+fi
+# A sourcing script's own last edits of the config (gf_cri_edit_config CFG), if it defines them.
+if declare -F gf_cri_edit_config >/dev/null; then gf_cri_edit_config "$cfg" || exit 2; fi
 
 # containerd runs in a private mount namespace whose /dev holds the simulated GPUs' nodes
 # (195:0, 195:1, 195:255 as on a GPU node), so what it lists for a privileged container

@@ -323,24 +323,18 @@ Status write_spec(const std::filesystem::path& spec_path, const Json& spec) {
   return write_file_atomic(spec_path, out);
 }
 
-Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx) {
-  ShimDecision decision;
-  decision.container_id = inv.container_id;
-  const auto spec_path = std::filesystem::path(inv.bundle) / "config.json";
+Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
+                       std::string_view where) {
   const HostFs host(ctx.config.device_root);
 
-  // 1. Read the spec and check the type of every field we read: nothing runs on a guess.
-  auto spec = read_spec(spec_path);
-  if (!spec) return std::unexpected(spec.error());
-
   // 2. What each allocation channel says; only the kubelet's count.
-  decision.privileged = admits_by_wildcard(*spec);
-  auto channels = read_allocation_channels(*spec, ctx.config, decision.privileged);
+  decision.privileged = admits_by_wildcard(spec);
+  auto channels = read_allocation_channels(spec, ctx.config, decision.privileged);
   if (!channels) return std::unexpected(channels.error());
   if (channels->empty() && decision.privileged &&
       ctx.config.privileged_policy == PrivilegedPolicy::passthrough) {
     decision.passthrough = true;
-    return decision;
+    return false;
   }
 
   // 3. Resolve against the node's GPUs and decide.
@@ -352,8 +346,11 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   decision.ignored = allocation->ignored;
   for (const auto& g : allocation->granted) decision.granted.push_back(g.uuid);
 
-  // 4. CDI edits for CDI-named devices (driver files, env, hooks).
-  auto extra = apply_cdi(*spec, *channels, *allocation, host, ctx, decision);
+  // 4. CDI edits for CDI-named devices (driver files, env, hooks), unless the runtime already
+  //    injected them (containerd's CRI does, before NRI sees the spec).
+  Result<std::vector<DeviceNode>> extra = std::vector<DeviceNode>{};
+  if (ctx.cdi_edits == CdiEdits::apply)
+    extra = apply_cdi(spec, *channels, *allocation, host, ctx, decision);
   if (!extra) return std::unexpected(extra.error());
 
   // 4b. No bind mount, the pod's or a CDI spec's, may hand an unprivileged container a cgroup
@@ -362,19 +359,19 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   //     Nothing the host mounts later may reach it either: no bind receives host mounts.
   bool propagation_pinned = false;
   if (!decision.privileged) {
-    if (auto st = refuse_cgroupfs_binds_on_host(*spec); !st) return std::unexpected(st.error());
-    auto pinned = pin_private_propagation(*spec);
+    if (auto st = refuse_cgroupfs_binds_on_host(spec); !st) return std::unexpected(st.error());
+    auto pinned = pin_private_propagation(spec);
     if (!pinned) return std::unexpected(pinned.error());
     propagation_pinned = *pinned;
   }
 
   // 5. Plan and apply the isolation: nodes, device cgroup rules, cgroupfs, env.
-  auto plan = plan_isolation(*spec, allocation->granted, *extra, host, ctx.config);
+  auto plan = plan_isolation(spec, allocation->granted, *extra, host, ctx.config);
   if (!plan) return std::unexpected(plan.error());
   for (const auto& n : plan->grant)
     decision.granted_nodes.push_back(cat(n.path, "=c", n.major, ":", n.minor));
-  auto result = isolate_spec(*spec, *plan);
-  if (!result) return std::unexpected(result.error().wrap(spec_path.native()));
+  auto result = isolate_spec(spec, *plan);
+  if (!result) return std::unexpected(result.error().wrap(where));
   decision.removed_nodes = result->removed_nodes;
   decision.whitelisted = result->whitelisted;
   bool changed = result->changed || propagation_pinned;
@@ -382,7 +379,7 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   // 6. The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
   if ((!allocation->granted.empty() || decision.privileged) &&
       host.exists(ctx.config.procfs_gpus_dir)) {
-    ensure_array(ensure_object(*spec, "hooks"), "createContainer")
+    ensure_array(ensure_object(spec, "hooks"), "createContainer")
         .push_back(
             driver_procfs_hook(ctx.self_exe, ctx.config.procfs_gpus_dir, allocation->granted));
     changed = true;
@@ -390,18 +387,33 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
 
   // 7. The last createContainer hook checks the container's own mount table after runc made
   //    every mount: a volume's source swapped after 4b cannot slip a cgroup filesystem in.
-  if (!decision.privileged && may_mount_a_cgroupfs(*spec)) {
-    ensure_array(ensure_object(*spec, "hooks"), "createContainer")
+  if (!decision.privileged && may_mount_a_cgroupfs(spec)) {
+    ensure_array(ensure_object(spec, "hooks"), "createContainer")
         .push_back(cgroup_mounts_hook(ctx.self_exe));
     changed = true;
   }
 
   // 7b. No hook runs with the container's environment or without a time limit.
-  changed |= pin_hook_environments(*spec);
+  changed |= pin_hook_environments(spec);
+  decision.spec_changed = changed;
+  return changed;
+}
+
+Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx) {
+  ShimDecision decision;
+  decision.container_id = inv.container_id;
+  const auto spec_path = std::filesystem::path(inv.bundle) / "config.json";
+
+  // 1. Read the spec and check the type of every field we read: nothing runs on a guess.
+  auto spec = read_spec(spec_path);
+  if (!spec) return std::unexpected(spec.error());
+
+  // 2-7. The decision and the edit, shared with gpufence-nri.
+  auto changed = edit_spec(*spec, ctx, decision, spec_path.native());
+  if (!changed) return std::unexpected(changed.error());
 
   // 8. Write only when something changed: an untouched spec stays byte-for-byte identical.
-  decision.spec_changed = changed;
-  if (changed) {
+  if (*changed) {
     if (auto st = write_spec(spec_path, *spec); !st) return std::unexpected(st.error());
   }
   return decision;

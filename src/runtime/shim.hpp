@@ -21,12 +21,18 @@ namespace gpufence {
 
 using InventoryFactory = std::function<Result<std::unique_ptr<GpuInventory>>()>;
 
+// Whether the flow applies CDI edits itself (the shim, which sees the spec as runc will) or the
+// runtime already injected them (gpufence-nri: containerd's CRI injects CDI devices before NRI
+// sees the container, docs/nri.md).
+enum class CdiEdits { apply, already_injected };
+
 // One per invocation: what the flow needs from the outside world.
 struct ShimContext {
   RuntimeConfig config;
   Logger& log;
   InventoryFactory open_inventory;  // NVML, or a fake in tests
   std::string self_exe;             // absolute path of gpufence-runtime, for the hooks it adds
+  CdiEdits cdi_edits = CdiEdits::apply;
 };
 
 struct ShimDecision {
@@ -69,6 +75,12 @@ Json cgroup_mounts_hook(const std::string& self_exe);
 bool pin_hook_environments(Json& spec);
 // Atomically replaces config.json (temp + fsync + rename) with the edited spec.
 Status write_spec(const std::filesystem::path& spec_path, const Json& spec);
+
+// Steps 2-7 of prepare_bundle on a spec in memory: the one decision and edit, shared by the shim
+// and gpufence-nri (which turns the edit into an NRI adjustment). Returns whether `spec` changed;
+// on error `spec` may be half edited and must be discarded. `where` names the spec in errors.
+Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
+                       std::string_view where);
 
 // Reads, edits and atomically rewrites <bundle>/config.json. On any error config.json is left
 // byte-for-byte as it was and the container must not be started.

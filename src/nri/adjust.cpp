@@ -1,0 +1,502 @@
+#include "nri/adjust.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include "common/escape.hpp"
+#include "common/strings.hpp"
+#include "gpu/wire_contract.hpp"
+#include "runtime/device_rules.hpp"
+
+namespace gpufence::nri {
+namespace {
+
+Json hook_json(const api::Hook& h) {
+  Json j = Json::object();
+  j["path"] = h.path();
+  if (h.args_size() > 0)
+    j["args"] = Json(std::vector<std::string>(h.args().begin(), h.args().end()));
+  if (h.env_size() > 0) j["env"] = Json(std::vector<std::string>(h.env().begin(), h.env().end()));
+  if (h.has_timeout()) j["timeout"] = h.timeout().value();
+  return j;
+}
+
+void hooks_json(Json& spec, const api::Hooks& hooks) {
+  const std::pair<const char*, const google::protobuf::RepeatedPtrField<api::Hook>*> lists[] = {
+      {"prestart", &hooks.prestart()},
+      {"createRuntime", &hooks.create_runtime()},
+      {"createContainer", &hooks.create_container()},
+      {"startContainer", &hooks.start_container()},
+      {"poststart", &hooks.poststart()},
+      {"poststop", &hooks.poststop()}};
+  for (const auto& [name, list] : lists) {
+    if (list->empty()) continue;
+    Json& out = ensure_array(ensure_object(spec, "hooks"), name);
+    for (const auto& h : *list) out.push_back(hook_json(h));
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> env_pairs(const Json& spec) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto p = spec.find("process");
+  if (p == spec.end() || !p->contains("env")) return out;
+  for (const auto& e : (*p)["env"]) {
+    const std::string& kv = e.get_ref<const std::string&>();
+    auto eq = kv.find('=');
+    out.emplace_back(kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1));
+  }
+  return out;
+}
+
+const Json& list_at(const Json& spec, std::initializer_list<const char*> path) {
+  static const Json empty = Json::array();
+  const Json* at = &spec;
+  for (const char* key : path) {
+    auto it = at->find(key);
+    if (it == at->end()) return empty;
+    at = &*it;
+  }
+  return at->is_array() ? *at : empty;
+}
+
+const Json* find_by(const Json& list, const char* key, const std::string& value) {
+  for (const auto& item : list)
+    if (item.value(key, "") == value) return &item;
+  return nullptr;
+}
+
+api::LinuxDevice device_message(const Json& d) {
+  api::LinuxDevice out;
+  out.set_path(d.value("path", ""));
+  out.set_type(d.value("type", ""));
+  out.set_major(d.value("major", int64_t{0}));
+  out.set_minor(d.value("minor", int64_t{0}));
+  if (d.contains("fileMode")) out.mutable_file_mode()->set_value(d["fileMode"].get<uint32_t>());
+  if (d.contains("uid")) out.mutable_uid()->set_value(d["uid"].get<uint32_t>());
+  if (d.contains("gid")) out.mutable_gid()->set_value(d["gid"].get<uint32_t>());
+  return out;
+}
+
+api::Mount mount_message(const Json& m) {
+  api::Mount out;
+  out.set_destination(m.value("destination", ""));
+  out.set_type(m.value("type", ""));
+  out.set_source(m.value("source", ""));
+  for (const auto& o : list_at(m, {"options"})) out.add_options(o.get<std::string>());
+  return out;
+}
+
+api::LinuxDeviceCgroup rule_message(const DeviceRule& r) {
+  api::LinuxDeviceCgroup out;
+  out.set_allow(r.allow);
+  out.set_type(std::string(1, r.type));
+  if (r.major) out.mutable_major()->set_value(*r.major);
+  if (r.minor) out.mutable_minor()->set_value(*r.minor);
+  out.set_access(r.access);
+  return out;
+}
+
+api::Hook hook_message(const Json& h) {
+  api::Hook out;
+  out.set_path(h.value("path", ""));
+  for (const auto& a : list_at(h, {"args"})) out.add_args(a.get<std::string>());
+  for (const auto& e : list_at(h, {"env"})) out.add_env(e.get<std::string>());
+  if (h.contains("timeout") && !h["timeout"].is_null())
+    out.mutable_timeout()->set_value(h["timeout"].get<int64_t>());
+  return out;
+}
+
+// The fields of a spec this translation reads and writes; any other difference the edit made
+// cannot be carried to containerd and refuses the container.
+Json without_carried_fields(Json spec) {
+  spec.erase("annotations");
+  spec.erase("mounts");
+  spec.erase("hooks");
+  if (auto p = spec.find("process"); p != spec.end()) {
+    p->erase("env");
+    if (p->empty()) spec.erase("process");
+  }
+  if (auto l = spec.find("linux"); l != spec.end()) {
+    l->erase("devices");
+    if (auto r = l->find("resources"); r != l->end()) {
+      r->erase("devices");
+      if (r->empty()) l->erase("resources");
+    }
+    if (l->empty()) spec.erase("linux");
+  }
+  return spec;
+}
+
+// Step: env set by name (NRI replaces K= in place, appends new ones: generate.go AdjustEnv).
+void diff_env(const Json& before, const Json& after, api::ContainerAdjustment& adjust,
+              std::vector<std::string>& gaps) {
+  auto old_env = env_pairs(before);
+  auto new_env = env_pairs(after);
+  std::map<std::string, std::string> old_map(old_env.begin(), old_env.end());
+  std::map<std::string, std::string> new_map(new_env.begin(), new_env.end());
+  for (const auto& [k, v] : new_map) {
+    auto it = old_map.find(k);
+    if (it != old_map.end() && it->second == v) continue;
+    auto* kv = adjust.add_env();
+    kv->set_key(k);
+    kv->set_value(v);
+  }
+  for (const auto& [k, v] : old_map) {
+    if (new_map.contains(k)) continue;
+    adjust.add_env()->set_key("-" + k);
+    gaps.push_back(cat("env ", k, " stays (NRI does not forward an env removal)"));
+  }
+}
+
+// Step: device nodes by path; a node the edit took out can only be denied by the rules.
+std::vector<std::string> diff_devices(const Json& before, const Json& after,
+                                      api::ContainerAdjustment& adjust) {
+  const Json& old_devs = list_at(before, {"linux", "devices"});
+  const Json& new_devs = list_at(after, {"linux", "devices"});
+  std::vector<std::string> removed;
+  for (const auto& d : new_devs) {
+    const Json* was = find_by(old_devs, "path", d.value("path", ""));
+    if (was && *was == d) continue;
+    *adjust.mutable_linux()->add_devices() = device_message(d);
+  }
+  for (const auto& d : old_devs) {
+    std::string path = d.value("path", "");
+    if (find_by(new_devs, "path", path)) continue;
+    adjust.mutable_linux()->add_devices()->set_path("-" + path);
+    removed.push_back(path);
+  }
+  return removed;
+}
+
+void diff_mounts(const Json& before, const Json& after, api::ContainerAdjustment& adjust) {
+  const Json& old_mounts = list_at(before, {"mounts"});
+  const Json& new_mounts = list_at(after, {"mounts"});
+  for (const auto& m : new_mounts) {
+    const Json* was = find_by(old_mounts, "destination", m.value("destination", ""));
+    if (was && *was == m) continue;
+    *adjust.add_mounts() = mount_message(m);
+  }
+  for (const auto& m : old_mounts) {
+    std::string dest = m.value("destination", "");
+    if (!find_by(new_mounts, "destination", dest)) adjust.add_mounts()->set_destination("-" + dest);
+  }
+}
+
+// Step: hooks the edit appended; an edit of an existing hook cannot be carried.
+Status diff_hooks(const Json& before, const Json& after, api::ContainerAdjustment& adjust) {
+  const std::pair<const char*, google::protobuf::RepeatedPtrField<api::Hook>* (api::Hooks::*)()>
+      lists[] = {{"prestart", &api::Hooks::mutable_prestart},
+                 {"createRuntime", &api::Hooks::mutable_create_runtime},
+                 {"createContainer", &api::Hooks::mutable_create_container},
+                 {"startContainer", &api::Hooks::mutable_start_container},
+                 {"poststart", &api::Hooks::mutable_poststart},
+                 {"poststop", &api::Hooks::mutable_poststop}};
+  for (const auto& [name, field] : lists) {
+    const Json& old_list = list_at(before, {"hooks", name});
+    const Json& new_list = list_at(after, {"hooks", name});
+    for (size_t i = 0; i < old_list.size(); ++i) {
+      if (i >= new_list.size() || new_list[i] != old_list[i])
+        return fail(Errc::denied, "the ", name, " hook ",
+                    escape_text(old_list[i].value("path", "")),
+                    " runs without a fixed environment or time limit, and NRI cannot change a "
+                    "hook the runtime added");
+    }
+    for (size_t i = old_list.size(); i < new_list.size(); ++i)
+      *((adjust.mutable_hooks()->*field)()->Add()) = hook_message(new_list[i]);
+  }
+  return {};
+}
+
+// Whether `after` takes any access away that `before` gave, probed at every device number either
+// list names (and at the wildcard of each major): adding allows, as NRI does itself for the nodes
+// an adjustment adds, is not narrowing.
+bool rules_narrowed(const std::vector<DeviceRule>& before, const std::vector<DeviceRule>& after) {
+  std::set<std::tuple<char, std::optional<unsigned>, std::optional<unsigned>>> probes;
+  for (const auto* list : {&before, &after})
+    for (const auto& r : *list)
+      for (char t : {'c', 'b'})
+        if (r.type == 'a' || r.type == t) {
+          probes.emplace(t, r.major, r.minor);
+          probes.emplace(t, r.major, std::nullopt);
+        }
+  for (unsigned major : {unsigned{kNvidiaMajor}, unsigned{kDrmMajor}})
+    probes.emplace('c', major, std::nullopt);
+  for (const auto& [type, major, minor] : probes) {
+    std::string was = effective_access(before, type, major, minor);
+    std::string now = effective_access(after, type, major, minor);
+    for (char bit : was)
+      if (now.find(bit) == std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Json container_spec(const api::PodSandbox& pod, const api::Container& container) {
+  Json spec = Json::object();
+  Json annotations = Json::object();
+  for (const auto& [k, v] : container.annotations())
+    if (!pod.annotations().contains(k)) annotations[k] = v;
+  std::vector<std::string> cdi;
+  for (const auto& d : container.cdi_devices()) cdi.push_back(d.name());
+  if (!cdi.empty()) annotations[std::string(kCriCdiDevicesAnnotation)] = join(cdi, ",");
+  spec["annotations"] = annotations;
+  Json env = Json::array();
+  for (const auto& e : container.env()) env.push_back(e);
+  spec["process"] = {{"env", env}};
+  Json mounts = Json::array();
+  for (const auto& m : container.mounts()) {
+    Json j = {{"destination", m.destination()}, {"type", m.type()}, {"source", m.source()}};
+    j["options"] = Json(std::vector<std::string>(m.options().begin(), m.options().end()));
+    mounts.push_back(j);
+  }
+  spec["mounts"] = mounts;
+  if (container.has_hooks()) hooks_json(spec, container.hooks());
+  Json devices = Json::array();
+  for (const auto& d : container.linux().devices()) {
+    Json j = {{"path", d.path()}, {"type", d.type()}, {"major", d.major()}, {"minor", d.minor()}};
+    if (d.has_file_mode()) j["fileMode"] = d.file_mode().value();
+    if (d.has_uid()) j["uid"] = d.uid().value();
+    if (d.has_gid()) j["gid"] = d.gid().value();
+    devices.push_back(j);
+  }
+  Json rules = Json::array();
+  for (const auto& r : container.linux().resources().devices()) {
+    Json j = {{"allow", r.allow()}, {"type", r.type()}};
+    if (r.has_major()) j["major"] = r.major().value();
+    if (r.has_minor()) j["minor"] = r.minor().value();
+    j["access"] = r.access();
+    rules.push_back(j);
+  }
+  spec["linux"] = {{"devices", devices}, {"resources", {{"devices", rules}}}};
+  return spec;
+}
+
+Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Container& container,
+                                     const RuntimeInfo& runtime, ShimContext& ctx) {
+  NriDecision out;
+  out.shim.container_id = container.id();
+  const std::string where = cat("container ", escape_text(container.name()), " of pod ",
+                                escape_text(pod.namespace_()), "/", escape_text(pod.name()));
+
+  // 1. The spec as the shim would read it. A device rule or node of a type NRI cannot mean
+  //    (containerd builds these from the OCI spec) is refused as the shim refuses it.
+  const Json before = container_spec(pod, container);
+  if (auto st = check_spec_fields(before); !st) return std::unexpected(st.error().wrap(where));
+  auto before_rules = parse_spec_device_rules(before);
+  if (!before_rules) return std::unexpected(before_rules.error().wrap(where));
+
+  // 2. The shim's decision and edit.
+  Json after = before;
+  auto changed = edit_spec(after, ctx, out.shim, where);
+  if (!changed)
+    return std::unexpected(
+        changed.error().message.starts_with(where) ? changed.error() : changed.error().wrap(where));
+  out.rules = "unchanged";
+  if (!*changed) return out;
+
+  // 3. The edit as an adjustment.
+  if (without_carried_fields(before) != without_carried_fields(after))
+    return fail(Errc::internal, where, ": the isolation edit changed a field NRI cannot adjust");
+  diff_env(before, after, out.adjust, out.gaps);
+  auto removed = diff_devices(before, after, out.adjust);
+  diff_mounts(before, after, out.adjust);
+  if (auto st = diff_hooks(before, after, out.adjust); !st)
+    return std::unexpected(st.error().wrap(where));
+  if (before.value("annotations", Json::object()) != after.value("annotations", Json::object()))
+    return fail(Errc::internal, where, ": the isolation edit changed annotations");
+
+  // 4. Device cgroup rules: "deny all" then the shim's list, appended after the runtime's own
+  //    (and after the allow rules NRI adds for the nodes above), so the appended list decides.
+  auto after_rules = parse_spec_device_rules(after);
+  if (!after_rules) return std::unexpected(after_rules.error().wrap(where));
+  bool rules_changed = *after_rules != *before_rules;
+  if (rules_changed && runtime.device_rules) {
+    auto* list = out.adjust.mutable_linux()->mutable_resources()->mutable_devices();
+    *list->Add() = rule_message(DeviceRule{false, 'a', std::nullopt, std::nullopt, "rwm"});
+    for (const auto& r : *after_rules) *list->Add() = rule_message(r);
+    out.rules = "appended";
+  } else if (rules_changed) {
+    out.rules = "not-applied";
+  }
+
+  // 5. What could not be carried. Without rules a removed node or narrowed rule stays: refused
+  //    for an unprivileged container (it would keep a GPU it was not given), logged as the gap
+  //    for a privileged one (docs/nri.md: pair it with the shim there).
+  bool narrowed =
+      !removed.empty() || (rules_changed && rules_narrowed(*before_rules, *after_rules));
+  if (narrowed && !runtime.device_rules) {
+    std::string gap = cat("NRI ", runtime.nri_text(), " (", runtime.name, " ", runtime.version,
+                          ") applies no device cgroup rules: ",
+                          removed.empty() ? std::string("the device rules")
+                                          : cat("nodes ", join(removed, ","), " and the rules"),
+                          " stay as the runtime made them");
+    if (!out.shim.privileged) return fail(Errc::denied, where, ": ", gap);
+    out.gaps.push_back(gap);
+  }
+  return out;
+}
+
+}  // namespace gpufence::nri
+
+namespace gpufence::nri {
+
+Status GpufenceHandler::configured(const RuntimeInfo& runtime) {
+  if (!runtime.config.empty()) {
+    auto config = parse_runtime_config(runtime.config, "the NRI plugin config");
+    if (!config) {
+      m_ctx.log.error("nri.bad_config", {{"error", config.error().message}});
+      return std::unexpected(config.error());
+    }
+    m_ctx.config = *config;
+    if (!m_ctx.config.log_file.empty()) {
+      if (auto st = m_ctx.log.open_file(m_ctx.config.log_file); !st)
+        m_ctx.log.warn("nri.log_file_unavailable", {{"error", st.error().message}});
+    }
+  }
+  m_runtime = runtime;
+  m_ctx.log.info("nri.configured",
+                 {{"runtime", runtime.name},
+                  {"version", runtime.version},
+                  {"nri", runtime.nri_text()},
+                  {"device_rules", runtime.device_rules ? "applied" : "ignored-by-runtime"}});
+  if (!runtime.device_rules)
+    m_ctx.log.warn("nri.privileged_gap",
+                   {{"why",
+                     "NRI below v0.10 applies no device cgroup rules: a privileged "
+                     "container keeps every device; pair gpufence-nri with the "
+                     "gpufence-runtime handler for privileged GPU pods"}});
+  return {};
+}
+
+void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
+  m_ctx.log.info("nri.synchronized", {{"pods", std::to_string(request.pods_size())},
+                                      {"containers", std::to_string(request.containers_size())},
+                                      {"more", request.more() ? "true" : "false"}});
+}
+
+// A runtime that times out on a plugin (plugin_request_timeout, 2 s by default) drops it and
+// creates the container as if it had answered nothing, and required_plugins still counts it as
+// present for that call (docs/nri.md): a hung decision (NVML, a stuck filesystem) would let the
+// container through unadjusted. So decisions run on a worker thread with a budget of 3/4 of the
+// runtime's timeout, and a decision that does not come in time is a refusal.
+// One worker thread takes the decisions in turn; it is abandoned (and a new one started for the
+// next call) only when a decision overruns its budget.
+struct GpufenceHandler::Worker {
+  struct Job {
+    std::function<Result<NriDecision>()> decide;
+    Result<NriDecision> result = fail(Errc::internal, "no decision");
+    bool done = false;
+  };
+  std::mutex mutex;
+  std::condition_variable wake, done;
+  std::shared_ptr<Job> job;  // the one pending or running
+  bool abandoned = false;
+
+  static void run(std::shared_ptr<Worker> self) {
+    std::unique_lock lock(self->mutex);
+    for (;;) {
+      self->wake.wait(lock, [&] { return self->abandoned || (self->job && !self->job->done); });
+      if (self->abandoned) return;
+      auto job = self->job;
+      lock.unlock();
+      auto result = job->decide();
+      lock.lock();
+      job->result = std::move(result);
+      job->done = true;
+      self->done.notify_all();
+    }
+  }
+};
+
+GpufenceHandler::~GpufenceHandler() {
+  if (!m_worker) return;
+  std::lock_guard lock(m_worker->mutex);
+  m_worker->abandoned = true;
+  m_worker->wake.notify_all();
+}
+
+Result<NriDecision> GpufenceHandler::decide_within_budget(const api::PodSandbox& pod,
+                                                          const api::Container& container) {
+  if (!m_worker) {
+    m_worker = std::make_shared<Worker>();
+    try {
+      std::thread(Worker::run, m_worker).detach();
+    } catch (const std::system_error& e) {
+      m_worker.reset();
+      return fail(Errc::internal, "cannot start the decision thread: ", e.what());
+    }
+  }
+  auto job = std::make_shared<Worker::Job>();
+  // The job owns copies of what it reads (the Logger is thread-safe): one left hanging shares
+  // nothing mutable with later calls.
+  job->decide = [pod, container, runtime = m_runtime,
+                 ctx = std::make_shared<ShimContext>(m_ctx)]() {
+    return decide_container(pod, container, runtime, *ctx);
+  };
+  const auto budget =
+      std::chrono::milliseconds(std::max<int64_t>(m_runtime.request_timeout_ms * 3 / 4, 100));
+  std::unique_lock lock(m_worker->mutex);
+  m_worker->job = job;
+  m_worker->wake.notify_one();
+  if (!m_worker->done.wait_for(lock, budget, [&] { return job->done; })) {
+    m_worker->abandoned = true;  // it exits once its decision returns, if ever
+    lock.unlock();
+    m_worker.reset();
+    return fail(Errc::denied, "container ", escape_text(container.name()), " of pod ",
+                escape_text(pod.namespace_()), "/", escape_text(pod.name()),
+                ": no decision within ", budget.count(),
+                " ms (the runtime would create it unadjusted after its request timeout)");
+  }
+  return std::move(job->result);
+}
+
+Result<api::ContainerAdjustment> GpufenceHandler::create_container(
+    const api::PodSandbox& pod, const api::Container& container) {
+  const auto start = std::chrono::steady_clock::now();
+  auto decision = decide_within_budget(pod, container);
+  const auto took_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+  if (!decision) {
+    m_ctx.log.error("nri.refused", {{"container", container.id()},
+                                    {"pod", cat(pod.namespace_(), "/", pod.name())},
+                                    {"name", container.name()},
+                                    {"error", decision.error().message}});
+    return std::unexpected(
+        Error{decision.error().code, "gpufence-nri: " + decision.error().message});
+  }
+  const ShimDecision& d = decision->shim;
+  if (!d.ignored.empty())
+    m_ctx.log.info("nri.ignored", {{"container", d.container_id}, {"what", join(d.ignored, "; ")}});
+  m_ctx.log.info("nri.decision",
+                 {{"container", d.container_id},
+                  {"pod", cat(pod.namespace_(), "/", pod.name())},
+                  {"name", container.name()},
+                  {"channel", std::string(channel_name(d.channel))},
+                  {"privileged", d.privileged ? "true" : "false"},
+                  {"passthrough", d.passthrough ? "true" : "false"},
+                  {"granted", join(d.granted, ",")},
+                  {"removed", join(d.removed_nodes, ",")},
+                  {"whitelist", d.whitelisted ? "true" : "false"},
+                  {"rules", decision->rules},
+                  {"adjusted", decision->adjust.ByteSizeLong() > 0 ? "true" : "false"},
+                  {"gpus_from", d.inventory_source},
+                  {"nodes", join(d.granted_nodes, ",")},
+                  {"gaps", join(decision->gaps, "; ")},
+                  {"took_us", std::to_string(took_us)}});
+  if (m_ctx.log.enabled(LogLevel::debug))
+    m_ctx.log.debug("nri.adjustment", {{"container", d.container_id},
+                                       {"adjust", decision->adjust.ShortDebugString()}});
+  return std::move(decision->adjust);
+}
+
+}  // namespace gpufence::nri

@@ -1,0 +1,80 @@
+// gpufence-nri's decision: the container NRI shows, as the OCI spec the shim would read; the shim's
+// own edit of it (runtime/shim.hpp edit_spec: one decision, two enforcement points); the edit
+// written back as the ContainerAdjustment containerd applies. docs/nri.md.
+//
+// What the spec is built from (containerd internal/cri/nri/nri_api_linux.go, docs/nri.md):
+// - annotations: the container's (OCI spec + CRI container annotations), minus every key the pod
+//   sandbox also carries: a pod annotation that a broad pod_annotations let into the container is
+//   the pod's word, not the device plugin's;
+// - the CDI device names the kubelet sent in CRI's CDIDevices (containerd 2.3+), as one CDI
+//   annotation (the same trusted channel as the device plugin's CDI annotations);
+// - env, mounts, hooks, linux.devices and linux.resources.devices as CRI (and CDI) made them.
+// How the edit becomes an adjustment, and what it cannot carry (nri@v0.12.0:pkg/adaptation/
+// result.go, pkg/runtime-tools/generate/generate.go):
+// - env, device nodes and mounts are set by key (replacing); removals are sent as "-key" markers
+//   but containerd does not forward a device's or env's removal to the spec;
+// - a changed device cgroup list is appended as "deny all" + the shim's list: the runtime applies
+//   rules in order, so the appended list decides (NRI >= v0.10 only; older ones ignore it);
+// - hooks can only be appended.
+// Where a promise cannot be kept the result says so: an unprivileged container that would keep a
+// GPU node or rule it must lose is refused; a privileged one is let through with the gap logged
+// (the installer pairs gpufence-nri with the shim for those on runtimes below NRI v0.10).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nri/service.hpp"
+#include "runtime/shim.hpp"
+
+namespace gpufence::nri {
+
+// The annotation gpufence-nri puts the CRI CDIDevices names under (a trusted CDI prefix).
+inline constexpr std::string_view kCriCdiDevicesAnnotation =
+    "cdi.k8s.io/gpufence-nri.cri-cdi-devices";
+
+// The OCI-spec-shaped JSON of what NRI shows about a container.
+Json container_spec(const api::PodSandbox& pod, const api::Container& container);
+
+struct NriDecision {
+  ShimDecision shim;
+  api::ContainerAdjustment adjust;
+  std::string rules;  // "unchanged", "appended" or "not-applied" (runtime below NRI v0.10)
+  std::vector<std::string> gaps;  // promises this runtime cannot keep for this container
+};
+
+// Decides for one container; an error means the creation must fail.
+Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Container& container,
+                                     const RuntimeInfo& runtime, ShimContext& ctx);
+
+}  // namespace gpufence::nri
+
+namespace gpufence::nri {
+
+// The plugin's handler: decides each container, logs one escaped line per decision (the shim's
+// format: nri.decision / nri.refused), and fails the creation where the shim would refuse.
+class GpufenceHandler : public PluginHandler {
+ public:
+  explicit GpufenceHandler(ShimContext& ctx) : m_ctx(ctx) {}
+  ~GpufenceHandler() override;
+  GpufenceHandler(const GpufenceHandler&) = delete;
+  GpufenceHandler& operator=(const GpufenceHandler&) = delete;
+  // A non-empty plugin config (containerd-launched: plugin_config_path/NN-name.conf) is a
+  // runtime.toml and replaces the one read at start.
+  Status configured(const RuntimeInfo& runtime) override;
+  void synchronized(const api::SynchronizeRequest& request) override;
+  Result<api::ContainerAdjustment> create_container(const api::PodSandbox& pod,
+                                                    const api::Container& container) override;
+  const RuntimeInfo& runtime() const { return m_runtime; }
+
+ private:
+  Result<NriDecision> decide_within_budget(const api::PodSandbox& pod,
+                                           const api::Container& container);
+  struct Worker;
+  ShimContext& m_ctx;
+  RuntimeInfo m_runtime;
+  std::shared_ptr<Worker> m_worker;
+};
+
+}  // namespace gpufence::nri

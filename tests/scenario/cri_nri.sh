@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# gpufence-nri through containerd's CRI with NO runtimeClassName: the test kubelet
+# (gpufence-test-cri) runs GPU pods admitted by the real gpufence-device-plugin through a private
+# containerd of the line with NRI on, its default runtime plain runc, and gpufence-nri connected
+# to the NRI socket. docs/nri.md.
+# Cases:
+#   isolation  unprivileged pods: each opens only its GPU (ENXIO), the other GPU has no node
+#              (ENOENT) and a mknod of it does not open; privileged pods and privileged pods
+#              with NVIDIA_VISIBLE_DEVICES=all and no GPU: on NRI >= v0.10 (2.3) the appended
+#              device rules keep them to their GPU (the other one EPERM, even after mknod: the
+#              measured answer to "does an appended deny beat a privileged container's
+#              allow-all with runc"); below v0.10 (1.7, 2) the documented gap: they still reach
+#              it, and gpufence-nri logs the gap. The same pods with no plugin running leak, so
+#              the test fails without gpufence-nri. A plain pod (no GPU) gets only the
+#              cgroup-mounts check hook every unprivileged container gets from the shim too.
+#   restart    containerd restarts under a running gpufence-nri: it reconnects, and the next
+#              pods are isolated again.
+#   launched   containerd starts gpufence-nri itself (plugin_path/10-gpufence-nri, fd 3 in
+#              NRI_PLUGIN_SOCKET, its runtime.toml as the plugin config from conf.d): same checks.
+#   required   (2.3) default_validator.required_plugins = ["gpufence-nri"]: with the plugin
+#              down every GPU pod's create fails; with it up they run; killed mid-run, the next
+#              create fails again.
+# Usage: cri_nri.sh LINE CASE    LINE = 1.7 | 2 | 2.3
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+build=${GPUFENCE_BUILD_DIR:-$src/build}
+line=${1:?usage: cri_nri.sh LINE CASE}
+case_name=${2:?usage: cri_nri.sh LINE CASE}
+GF_CRI_WORK_PREFIX=gpufence-cri-nri
+GF_CRI_NRI=1
+[ -x "$build/bin/gpufence-nri" ] || { echo "SKIP: $build/bin/gpufence-nri is not built"; exit 77; }
+if [ "$case_name" = required ]; then
+  [ "$line" = 2.3 ] || { echo "SKIP: required_plugins needs NRI >= v0.10 (containerd 2.2+)"; exit 77; }
+  gf_cri_edit_config() {  # nri@v0.12.0:plugins/default-validator/default-validator.go
+    sed -i -E "/default_validator\]/,/tolerate_missing/ {
+      s/^( *)enable = false/\1enable = true/
+      s/^( *)required_plugins = \[\]/\1required_plugins = ['gpufence-nri']/ }" "$1"
+    grep -q "required_plugins = \['gpufence-nri'\]" "$1"
+  }
+fi
+if [ "$case_name" = launched ]; then
+  gf_cri_edit_config() {  # containerd starts plugin_path/NN-name with fd 3, conf from conf.d
+    mkdir -p "$work/nri/plugins" "$work/nri/conf.d"
+    ln -s "$build/bin/gpufence-nri" "$work/nri/plugins/10-gpufence-nri"
+    sed "s|^file = .*|file = \"$work/nri.log\"|" "$work/runtime.toml" > "$work/nri/conf.d/10-gpufence-nri.conf"
+  }
+fi
+# shellcheck source=scripts/lib/cri_node.sh disable=SC2034,SC2154
+. "$src/scripts/lib/cri_node.sh"
+# shellcheck source=scripts/lib/seed_pods.sh
+. "$src/scripts/lib/seed_pods.sh"
+failures=0
+check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
+rules_apply=false
+[ "$line" = 2.3 ] && rules_apply=true
+
+# gpufence-nri's own config: the node's, logging to its own file.
+# (debug: each adjustment is logged too, for a failing run to show what was sent)
+sed "s|^file = .*|file = \"$work/nri.log\"\nlevel = \"debug\"|" "$work/runtime.toml" > "$work/nri.toml"
+grep -q "^file = \"$work/nri.log\"" "$work/nri.toml" || { echo "cannot point gpufence-nri's log"; exit 2; }
+nri_pid=""
+start_nri() {  # returns once it has registered and synchronized
+  local seen n _
+  seen=$(grep -c 'nri.synchronized' "$work/nri.log" 2>/dev/null); seen=${seen:-0}
+  GPUFENCE_RUNTIME_CONFIG=$work/nri.toml "$build/bin/gpufence-nri" --socket "$work/nri/nri.sock" \
+    --hook-binary "$build/bin/gpufence-runtime" 2>> "$work/nri.stderr" &
+  nri_pid=$!
+  for _ in $(seq 100); do
+    n=$(grep -c 'nri.synchronized' "$work/nri.log" 2>/dev/null)
+    [ "${n:-0}" -gt "$seen" ] && return 0
+    sleep 0.1
+  done
+  echo "gpufence-nri did not register:"; cat "$work/nri.stderr" "$work/nri.log" 2>/dev/null | tail -5
+  return 1
+}
+stop_nri() { [ -n "$nri_pid" ] && kill "$nri_pid" 2>/dev/null && wait "$nri_pid" 2>/dev/null; nri_pid=""; }
+trap 'stop_nri; cleanup' EXIT
+decisions() { grep -c "nri.decision" "$work/nri.log" 2>/dev/null || echo 0; }
+
+# isolated NAME: both pods ran, hold different GPUs, each opens only its own.
+isolated() {
+  local name=$1 p own other
+  check "$name: both pods ran" test "$(cat "$work/$name.rc")" = 0
+  check "$name: the pods hold different GPUs" test "$(gpu_of "$name" 0)$(gpu_of "$name" 1)" = 01 -o "$(gpu_of "$name" 0)$(gpu_of "$name" 1)" = 10
+  for p in 0 1; do
+    own=$(gpu_of "$name" $p); other=$((1 - ${own/\?/0}))
+    check "$name: pod $p opens its GPU $own" test "$(result "$name" $p /dev/nvidia$own)" = ENXIO
+    check "$name: pod $p cannot open GPU $other even after mknod" test "$(result "$name" $p /tmp/n$other)" != ENXIO -a -n "$(result "$name" $p /tmp/n$other)"
+    check "$name: pod $p sees only its GPU in CUDA_VISIBLE_DEVICES" grep -qx "pod $p exec CVD=${GPU[${own/\?/0}]}" "$work/$name.out"
+  done
+}
+# leaks NAME: the other GPU opens in every pod (no enforcement).
+leaks() {
+  local name=$1 p own other
+  check "$name: both pods ran" test "$(cat "$work/$name.rc")" = 0
+  for p in 0 1; do
+    own=$(gpu_of "$name" $p); other=$((1 - ${own/\?/0}))
+    check "$name: pod $p reaches GPU $other" test "$(result "$name" $p /tmp/n$other)" = ENXIO
+  done
+}
+
+case $case_name in
+  isolation)
+    start_nri || exit 1
+    echo "== unprivileged GPU pods, no runtimeClassName, gpufence-nri on"
+    run_pods unpriv "" 2
+    isolated unpriv
+    for p in 0 1; do
+      own=$(gpu_of unpriv $p); other=$((1 - ${own/\?/0}))
+      check "unpriv: pod $p has no node for GPU $other" test "$(result unpriv $p /dev/nvidia$other)" = ENOENT
+    done
+    check "unpriv: gpufence-nri decided both, from the kubelet's channels" \
+      test "$(grep -cE 'nri.decision .*channel=(device-specs|cdi-annotations) .*granted=GPU-' "$work/nri.log")" -ge 2
+
+    echo "== privileged GPU pods (the seed's), gpufence-nri on"
+    run_pods priv "" 2 --privileged
+    echo "== privileged GPU pods with both GPUs' nodes in their /dev (the seed's host /dev), gpufence-nri on"
+    run_pods hostdev "" 2 --privileged "${host_dev[@]}"
+    echo "== privileged pods, no GPU, NVIDIA_VISIBLE_DEVICES=all in their env, gpufence-nri on"
+    run_pods envall "" 2 --privileged --gpus 0 --env NVIDIA_VISIBLE_DEVICES=all
+    if $rules_apply; then
+      isolated priv
+      for p in 0 1; do
+        for m in 0 1; do
+          # The measured answer (runc 1.1.5, cgroup v1): the appended deny-all + whitelist beats
+          # the privileged container's allow-all: the mknod'd node opens with EPERM.
+          check "envall: pod $p cannot open GPU $m after mknod (appended deny beats allow-all)" \
+            test "$(result envall $p /tmp/n$m)" = EPERM
+        done
+      done
+      for p in 0 1; do
+        own=$(gpu_of hostdev $p); other=$((1 - ${own/\?/0}))
+        check "hostdev: pod $p opens its GPU $own" test "$(result hostdev $p /dev/nvidia$own)" = ENXIO
+        # The node stays (NRI does not forward a device removal); the appended rules deny it.
+        check "hostdev: pod $p's node of GPU $other is denied (EPERM)" test "$(result hostdev $p /dev/nvidia$other)" = EPERM
+      done
+      check "priv: gpufence-nri appended the whitelist" grep -q 'nri.decision .*privileged=true .*whitelist=true rules=appended' "$work/nri.log"
+    else
+      # NRI < v0.10 ignores device rules: the documented limit, shown.
+      leaks priv
+      for p in 0 1; do
+        own=$(gpu_of hostdev $p); other=$((1 - ${own/\?/0}))
+        check "hostdev: pod $p still opens GPU $other's node (NRI < v0.10: the gap)" test "$(result hostdev $p /dev/nvidia$other)" = ENXIO
+      done
+      for p in 0 1; do
+        check "envall: pod $p still reaches GPU 0 (NRI < v0.10: the privileged gap)" test "$(result envall $p /tmp/n0)" = ENXIO
+      done
+      check "gpufence-nri logged the privileged gap" grep -q 'nri.decision .*privileged=true .*rules=not-applied .*gaps=' "$work/nri.log"
+    fi
+
+    echo "== forged channels: no GPU allocated, NVIDIA_VISIBLE_DEVICES=all and a mount marker of GPU 1"
+    run_pods forged "" 1 --gpus 0 --env NVIDIA_VISIBLE_DEVICES=all --volume "/dev/null:/var/run/nvidia-container-devices/${GPU[1]}"
+    check "forged: the pod ran" test "$(cat "$work/forged.rc")" = 0
+    for m in 0 1; do
+      check "forged: GPU $m has no node" test "$(result forged 0 /dev/nvidia$m)" = ENOENT
+      check "forged: GPU $m does not open after mknod" test "$(result forged 0 /tmp/n$m)" != ENXIO -a -n "$(result forged 0 /tmp/n$m)"
+    done
+    check "forged: gpufence-nri granted nothing" grep -qE 'nri.decision .*pod=default/forged-0 .*granted=""' "$work/nri.log"
+    check "forged: and said what it ignored" grep -qE 'nri.ignored .*mount marker.*NVIDIA_VISIBLE_DEVICES=all|nri.ignored .*NVIDIA_VISIBLE_DEVICES=all.*marker' "$work/nri.log"
+
+    echo "== a plain pod (no GPU, unprivileged): nothing granted or denied"
+    RUN_EXEC='echo CVD=$CUDA_VISIBLE_DEVICES' run_pods plain "" 1 --gpus 0
+    check "plain: the pod ran" test "$(cat "$work/plain.rc")" = 0
+    # No GPU, nothing granted, no rule, node or env touched; the one addition is the shim's
+    # cgroup-mounts check hook, which every unprivileged container gets (CRI mounts a cgroupfs
+    # in each): docs/nri.md.
+    check "plain: gpufence-nri granted nothing and left the rules" grep -qE 'nri.decision .*pod=default/plain-0 .*granted="" .*rules=unchanged' "$work/nri.log"
+    id=$(grep -E 'nri.decision .*pod=default/plain-0 ' "$work/nri.log" | sed -E 's/.* container=([0-9a-f]+) .*/\1/')
+    adj=$(grep "nri.adjustment container=$id " "$work/nri.log")
+    check "plain: its adjustment is the cgroup-mounts hook alone" \
+      bash -c '[[ "$1" == *"hook\\x22 args: \\x22cgroup-mounts"* && "$1" != *"env {"* && "$1" != *"linux {"* && "$1" != *"mounts {"* ]]' _ "$adj"
+
+    stop_nri
+    echo "== the same privileged pods with gpufence-nri NOT running (must leak)"
+    run_pods leak "" 2 --privileged
+    leaks leak
+    ;;
+
+  restart)
+    start_nri || exit 1
+    echo "== containerd restarts under gpufence-nri"
+    restart_containerd
+    for _ in $(seq 100); do [ "$(grep -c 'nri.synchronized' "$work/nri.log")" -ge 2 ] && break; sleep 0.1; done
+    check "gpufence-nri reconnected and synchronized again" test "$(grep -c 'nri.synchronized' "$work/nri.log")" -ge 2
+    run_pods after-restart "" 2 --privileged
+    if $rules_apply; then isolated after-restart; else check "after-restart: decided" test "$(decisions)" -ge 2; fi
+    ;;
+
+  launched)
+    echo "== gpufence-nri started by containerd from plugin_path (fd 3), its config from conf.d"
+    for _ in $(seq 100); do grep -q 'nri.synchronized' "$work/nri.log" 2>/dev/null && break; sleep 0.1; done
+    check "containerd launched gpufence-nri, which took its conf.d config" grep -q 'nri.configured runtime=containerd' "$work/nri.log"
+    run_pods launched-unpriv "" 2
+    isolated launched-unpriv
+    run_pods launched-priv "" 2 --privileged
+    if $rules_apply; then isolated launched-priv; else leaks launched-priv; fi
+    check "launched: every pod decided" test "$(decisions)" -ge 4
+    ;;
+
+  required)
+    echo "== required_plugins = [gpufence-nri], gpufence-nri down: GPU pods must not be created"
+    run_pods down "" 1
+    check "down: the pod's create failed" test "$(cat "$work/down.rc")" != 0
+    check "down: containerd names the missing plugin" grep -q "gpufence-nri" "$work/down.out"
+    start_nri || exit 1
+    echo "== gpufence-nri up: they run, isolated"
+    run_pods up "" 2 --privileged
+    isolated up
+    echo "== gpufence-nri killed mid-run: the next GPU pod must not be created"
+    kill -KILL "$nri_pid"; wait "$nri_pid" 2>/dev/null; nri_pid=""
+    run_pods died "" 1 --privileged
+    check "died: the pod's create failed" test "$(cat "$work/died.rc")" != 0
+    check "died: containerd names the missing plugin" grep -q 'required plugin "gpufence-nri" not present' "$work/died.out"
+    ;;
+  *) echo "unknown case $case_name"; exit 2 ;;
+esac
+
+echo "gpufence-nri's log:"
+sed 's/^/  /' "$work/nri.log" 2>/dev/null | head -30
+[ "$failures" -eq 0 ] || { echo "$failures check(s) failed on containerd $line ($case_name)"; tail -20 "$work/containerd.log"; exit 1; }
+echo "containerd $line ($case_name): all checks passed"

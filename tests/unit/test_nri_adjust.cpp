@@ -1,0 +1,309 @@
+// gpufence-nri's decision (src/nri/adjust.hpp) on a fake node: the shim's edit turned into the
+// adjustment containerd applies, per NRI version; the allocation only from the kubelet's
+// channels; refusals where the shim refuses or where the runtime cannot carry the edit. Device
+// nodes need mknod: these tests need root and skip without it.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "common/strings.hpp"
+#include "nri/adjust.hpp"
+#include "support/fake_node.hpp"
+#include "support/test_support.hpp"
+
+using namespace gpufence;
+using namespace gpufence::nri;
+
+namespace {
+
+constexpr const char* kUuid0 = "GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01";
+constexpr const char* kUuid1 = "GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2";
+
+class NriDecide : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to mknod fake GPU nodes (195:N)";
+    for (unsigned i = 0; i < 2; ++i) {
+      make_node("dev/nvidia" + std::to_string(i), 195, i);
+      std::string bus = "0000:0" + std::to_string(i + 1) + ":00.0";
+      m_root.write("proc/driver/nvidia/gpus/" + bus + "/information",
+                   cat("Model: \t\t Fake\nGPU UUID: \t ", i == 0 ? kUuid0 : kUuid1,
+                       "\nBus Location: \t ", bus, "\nDevice Minor: \t ", i, "\n"));
+    }
+    make_node("dev/nvidiactl", 195, 255);
+    m_root.write("proc/devices",
+                 "Character devices:\n  1 mem\n  5 ttyS\n195 nvidia-frontend\n\nBlock devices:\n"
+                 "  8 sd\n");
+    m_config.device_root = m_root.path().string();
+    m_config.procfs_gpus_dir = "/nonexistent";  // no driver-procfs hook in these specs
+  }
+
+  void make_node(const std::string& rel, unsigned major, unsigned minor) {
+    auto path = m_root.path() / rel;
+    std::filesystem::create_directories(path.parent_path());
+    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0666, makedev(major, minor)), 0) << path;
+  }
+
+  Result<NriDecision> decide(const api::Container& c, std::string_view nri_version) {
+    ShimContext ctx{m_config, m_log,
+                    []() -> Result<std::unique_ptr<GpuInventory>> {
+                      return fail(Errc::nvml, "no NVML in this test");
+                    },
+                    "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
+    RuntimeInfo rt;
+    rt.name = "containerd";
+    rt.nri = parse_nri_version(nri_version);
+    rt.device_rules = rt.nri >= NriVersion{0, 10, 0};
+    return decide_container(m_pod, c, rt, ctx);
+  }
+
+  // What CRI makes of an unprivileged container the kubelet gave GPU `minor`.
+  static api::Container unprivileged(int minor) {
+    api::Container c;
+    c.set_id("c1");
+    c.set_name("app");
+    c.add_env("PATH=/bin");
+    auto* lin = c.mutable_linux();
+    auto* deny = lin->mutable_resources()->add_devices();
+    deny->set_allow(false);
+    deny->set_access("rwm");
+    if (minor >= 0) {
+      auto* d = lin->add_devices();
+      d->set_path("/dev/nvidia" + std::to_string(minor));
+      d->set_type("c");
+      d->set_major(195);
+      d->set_minor(minor);
+      auto* allow = lin->mutable_resources()->add_devices();
+      allow->set_allow(true);
+      allow->set_type("c");
+      allow->mutable_major()->set_value(195);
+      allow->mutable_minor()->set_value(minor);
+      allow->set_access("rw");
+    }
+    return c;
+  }
+  // A CRI privileged container: every host device and the single allow-all rule.
+  static api::Container privileged(int minor) {
+    api::Container c = unprivileged(minor);
+    auto* rules = c.mutable_linux()->mutable_resources()->mutable_devices();
+    rules->Clear();
+    auto* all = rules->Add();
+    all->set_allow(true);
+    all->set_access("rwm");
+    for (int m = 0; m < 2; ++m) {
+      if (m == minor) continue;
+      auto* d = c.mutable_linux()->add_devices();
+      d->set_path("/dev/nvidia" + std::to_string(m));
+      d->set_type("c");
+      d->set_major(195);
+      d->set_minor(m);
+    }
+    return c;
+  }
+
+  static std::map<std::string, std::string> env_of(const api::ContainerAdjustment& a) {
+    std::map<std::string, std::string> out;
+    for (const auto& kv : a.env()) out[kv.key()] = kv.value();
+    return out;
+  }
+
+  test::TempDir m_root;
+  RuntimeConfig m_config;
+  Logger m_log{LogLevel::off};
+  api::PodSandbox m_pod;
+};
+
+}  // namespace
+
+TEST_F(NriDecide, UnprivilegedGetsItsGpuControlNodesAndEnv) {
+  auto d = decide(unprivileged(1), "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->shim.granted, (std::vector<std::string>{kUuid1}));
+  auto env = env_of(d->adjust);
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], kUuid1);
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], kUuid1);
+  bool ctl = false;
+  for (const auto& dev : d->adjust.linux().devices()) {
+    EXPECT_NE(dev.path(), "/dev/nvidia0");
+    EXPECT_FALSE(dev.path().starts_with("-"));  // nothing to take away
+    if (dev.path() == "/dev/nvidiactl") ctl = dev.major() == 195 && dev.minor() == 255;
+  }
+  EXPECT_TRUE(ctl);
+  // The appended list starts by denying everything, so it alone decides.
+  const auto& rules = d->adjust.linux().resources().devices();
+  ASSERT_GE(rules.size(), 2);
+  EXPECT_FALSE(rules[0].allow());
+  EXPECT_EQ(rules[0].type(), "a");
+  EXPECT_FALSE(rules[0].has_major());
+  EXPECT_EQ(d->rules, "appended");
+  for (const auto& r : rules)
+    EXPECT_FALSE(r.allow() && r.major().value() == 195 && r.minor().value() == 0);
+}
+
+TEST_F(NriDecide, BelowV010OnlyAddingAllowsIsFine) {
+  // 2.1's NRI ignores device rules; the control node's allow comes with the node (NRI adds one
+  // for every device it adds), nothing is narrowed: no refusal, no gap.
+  auto d = decide(unprivileged(0), "v0.8.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->shim.granted, (std::vector<std::string>{kUuid0}));
+  EXPECT_TRUE(d->gaps.empty());
+}
+
+TEST_F(NriDecide, PrivilegedIsWhitelistedOnV010AndAGapBelow) {
+  // A privileged spec lists every host GPU: only the device plugin's annotation says which.
+  api::Container c = privileged(0);
+  (*c.mutable_annotations())["cdi.k8s.io/gpufence_x"] = std::string("nvidia.com/gpu=") + kUuid0;
+  auto d = decide(c, "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_TRUE(d->shim.privileged);
+  EXPECT_TRUE(d->shim.whitelisted);
+  EXPECT_EQ(d->shim.granted, (std::vector<std::string>{kUuid0}));
+  const auto& rules = d->adjust.linux().resources().devices();
+  ASSERT_GE(rules.size(), 2);
+  EXPECT_FALSE(rules[0].allow());
+  bool gpu1 = false, gpu0 = false, wildcard_195 = false;
+  for (const auto& r : rules) {
+    if (!r.allow()) continue;
+    if (r.major().value() == 195 && !r.has_minor()) wildcard_195 = true;
+    if (r.major().value() == 195 && r.has_minor() && r.minor().value() == 1) gpu1 = true;
+    if (r.major().value() == 195 && r.has_minor() && r.minor().value() == 0) gpu0 = true;
+  }
+  EXPECT_TRUE(gpu0);
+  EXPECT_FALSE(gpu1);
+  EXPECT_FALSE(wildcard_195);
+  // The other GPU's node is asked away (containerd may not forward it: the rules decide).
+  bool removal = false;
+  for (const auto& dev : d->adjust.linux().devices()) removal |= dev.path() == "-/dev/nvidia1";
+  EXPECT_TRUE(removal);
+
+  auto old = decide(c, "v0.8.0");
+  ASSERT_TRUE(old) << old.error().message;
+  EXPECT_EQ(old->rules, "not-applied");
+  ASSERT_FALSE(old->gaps.empty());
+  EXPECT_NE(old->gaps.back().find("no device cgroup rules"), std::string::npos);
+}
+
+TEST_F(NriDecide, UnprivilegedThatWouldKeepAForeignNodeIsRefusedBelowV010) {
+  // The kubelet's device (GPU 0) and a CDI annotation naming GPU 0, plus a node of GPU 1 that
+  // something else put there: the shim takes it out; NRI < v0.10 cannot, so the create fails.
+  api::Container c = unprivileged(0);
+  auto* d = c.mutable_linux()->add_devices();
+  d->set_path("/dev/nvidia1");
+  d->set_type("c");
+  d->set_major(195);
+  d->set_minor(1);
+  (*c.mutable_annotations())["cdi.k8s.io/gpufence_x"] = std::string("nvidia.com/gpu=") + kUuid0;
+  // Two trusted channels disagree: refused on every version, as the shim refuses.
+  EXPECT_FALSE(decide(c, "v0.12.0"));
+}
+
+TEST_F(NriDecide, PodAnnotationsAndEnvNeverAllocate) {
+  api::Container c = unprivileged(-1);
+  std::string forged = std::string("nvidia.com/gpu=") + kUuid1;
+  (*c.mutable_annotations())["cdi.k8s.io/forged"] = forged;  // let in by pod_annotations
+  (*m_pod.mutable_annotations())["cdi.k8s.io/forged"] = forged;
+  c.add_env("NVIDIA_VISIBLE_DEVICES=all");
+  auto d = decide(c, "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_TRUE(d->shim.granted.empty());
+  EXPECT_EQ(env_of(d->adjust)["NVIDIA_VISIBLE_DEVICES"], "void");
+  // The same annotation on the container alone is the device plugin's: it counts.
+  m_pod.mutable_annotations()->clear();
+  d = decide(c, "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->shim.granted, (std::vector<std::string>{kUuid1}));
+}
+
+TEST_F(NriDecide, CriCdiDeviceNamesAreTheKubeletsChannel) {
+  api::Container c = unprivileged(-1);
+  c.add_cdi_devices()->set_name(std::string("nvidia.com/gpu=") + kUuid0);
+  auto d = decide(c, "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->shim.granted, (std::vector<std::string>{kUuid0}));
+  EXPECT_EQ(d->shim.channel, Channel::cdi_annotations);
+}
+
+TEST_F(NriDecide, UnknownGpuIdsAreRefused) {
+  api::Container c = unprivileged(-1);
+  (*c.mutable_annotations())["cdi.k8s.io/x"] =
+      "nvidia.com/gpu=GPU-00000000-0000-0000-0000-00000000dead";
+  auto d = decide(c, "v0.12.0");
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("container app"), std::string::npos) << d.error().message;
+}
+
+TEST_F(NriDecide, APlainContainerIsLeftAlone) {
+  auto d = decide(unprivileged(-1), "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->rules, "unchanged");
+  EXPECT_EQ(d->adjust.ByteSizeLong(), 0u);
+}
+
+TEST_F(NriDecide, AnAllowRuleForAnotherGpuIsDeniedOnV010AndRefusedBelow) {
+  // CRI's rules let GPU 1 through (mknod would open it) though only GPU 0 is allocated.
+  api::Container c = unprivileged(0);
+  auto* allow = c.mutable_linux()->mutable_resources()->add_devices();
+  allow->set_allow(true);
+  allow->set_type("c");
+  allow->mutable_major()->set_value(195);
+  allow->mutable_minor()->set_value(1);
+  allow->set_access("rwm");
+  auto d = decide(c, "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->rules, "appended");
+  for (const auto& r : d->adjust.linux().resources().devices())
+    EXPECT_FALSE(r.allow() && r.has_minor() && r.minor().value() == 1);
+  // NRI v0.8 would leave that rule in place: the create fails instead.
+  auto old = decide(c, "v0.8.0");
+  ASSERT_FALSE(old);
+  EXPECT_NE(old.error().message.find("applies no device cgroup rules"), std::string::npos)
+      << old.error().message;
+}
+
+TEST_F(NriDecide, AHookWithoutAFixedEnvironmentIsRefused) {
+  // The shim gives such a hook (a CDI spec's) a fixed env and timeout; NRI cannot edit a hook
+  // the runtime already put in the spec, so the container is refused rather than run it.
+  api::Container c = unprivileged(0);
+  auto* hook = c.mutable_hooks()->add_create_container();
+  hook->set_path("/usr/bin/nvidia-cdi-hook");
+  hook->add_args("nvidia-cdi-hook");
+  auto d = decide(c, "v0.12.0");
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("nvidia-cdi-hook"), std::string::npos) << d.error().message;
+  hook->add_env("PATH=/usr/bin");
+  hook->mutable_timeout()->set_value(30);
+  EXPECT_TRUE(decide(c, "v0.12.0"));
+}
+
+TEST_F(NriDecide, ADecisionThatHangsIsARefusalBeforeTheRuntimeGivesUp) {
+  // An index needs NVML; this NVML hangs past the budget (3/4 of the runtime's request
+  // timeout). containerd would otherwise drop the plugin and create the container unadjusted.
+  ShimContext ctx{m_config, m_log,
+                  []() -> Result<std::unique_ptr<GpuInventory>> {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+                    return fail(Errc::nvml, "hung");
+                  },
+                  "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
+  GpufenceHandler handler(ctx);
+  api::ConfigureRequest configure;
+  configure.set_runtime_name("containerd");
+  configure.set_nri_version("v0.12.0");
+  configure.set_request_timeout(200);
+  ASSERT_TRUE(handler.configured(runtime_info(configure)));
+  api::Container c = unprivileged(-1);
+  (*c.mutable_annotations())["cdi.k8s.io/x"] = "nvidia.com/gpu=0";
+  auto start = std::chrono::steady_clock::now();
+  auto adjust = handler.create_container(m_pod, c);
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(adjust);
+  EXPECT_NE(adjust.error().message.find("no decision within 150 ms"), std::string::npos)
+      << adjust.error().message;
+  EXPECT_LT(took, std::chrono::milliseconds(300));
+  // The next container gets a fresh worker and its decision.
+  auto next = handler.create_container(m_pod, unprivileged(0));
+  ASSERT_TRUE(next) << next.error().message;
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // let the hung decision end
+}

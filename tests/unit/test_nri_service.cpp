@@ -1,0 +1,242 @@
+// The plugin's answers (src/nri/service.hpp) and one whole session over a socketpair against a
+// scripted runtime that calls Configure before it answers RegisterPlugin, as containerd does.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "nri/session.hpp"
+#include "ttrpc/request.pb.h"
+
+using namespace gpufence;
+using namespace gpufence::nri;
+
+namespace {
+
+class FakeHandler : public PluginHandler {
+ public:
+  Status configured(const RuntimeInfo& r) override {
+    if (r.config == "broken") return fail(Errc::parse, "broken config");
+    runtime = r;
+    return {};
+  }
+  void synchronized(const api::SynchronizeRequest& r) override { synced += r.containers_size(); }
+  Result<api::ContainerAdjustment> create_container(const api::PodSandbox&,
+                                                    const api::Container& c) override {
+    if (c.name() == "refuse") return fail(Errc::denied, "not this one");
+    api::ContainerAdjustment a;
+    auto* kv = a.add_env();
+    kv->set_key("CUDA_VISIBLE_DEVICES");
+    kv->set_value(c.id());
+    return a;
+  }
+  RuntimeInfo runtime;
+  int synced = 0;
+};
+
+TtrpcMessage call(uint32_t stream, std::string_view service, std::string_view method,
+                  const google::protobuf::MessageLite& payload) {
+  ::ttrpc::Request r;
+  r.set_service(std::string(service));
+  r.set_method(std::string(method));
+  r.set_payload(payload.SerializeAsString());
+  r.set_timeout_nano(2'000'000'000);
+  TtrpcMessage m{stream, 1, 0, {}};
+  r.SerializeToString(&m.data);
+  return m;
+}
+
+::ttrpc::Response response_of(const TtrpcMessage& m) {
+  EXPECT_EQ(m.type, 2);
+  ::ttrpc::Response r;
+  EXPECT_TRUE(r.ParseFromString(m.data));
+  return r;
+}
+
+}  // namespace
+
+TEST(NriVersion, AnnouncedOrInferredFromContainerdsVersion) {
+  api::ConfigureRequest c;
+  c.set_runtime_name("containerd");
+  c.set_runtime_version("v2.3.4");
+  c.set_nri_version("v0.12.0");
+  EXPECT_TRUE(runtime_info(c).device_rules);
+  c.set_nri_version("");  // v0.8 and older runtimes do not announce one
+  c.set_runtime_version("v2.1.9");
+  EXPECT_EQ(runtime_info(c).nri_text(), "v0.8.0");
+  EXPECT_FALSE(runtime_info(c).device_rules);
+  c.set_runtime_version("1.7.24");
+  EXPECT_EQ(runtime_info(c).nri_text(), "v0.6.1");
+  c.set_runtime_version("v2.2.0");
+  EXPECT_TRUE(runtime_info(c).device_rules);
+  c.set_runtime_version("v1.7.26");
+  EXPECT_EQ(runtime_info(c).nri_text(), "v0.8.0");
+  c.set_runtime_name("cri-o");
+  c.set_runtime_version("1.30.0");
+  EXPECT_FALSE(runtime_info(c).nri);  // unknown: no device rules assumed
+  EXPECT_FALSE(runtime_info(c).device_rules);
+  EXPECT_FALSE(parse_nri_version("(devel)"));
+  EXPECT_FALSE(parse_nri_version("0.0.0-unknown"));
+}
+
+TEST(NriService, ConfigureSubscribesToCreateContainerOnly) {
+  FakeHandler h;
+  api::ConfigureRequest c;
+  c.set_runtime_name("containerd");
+  c.set_runtime_version("v2.1.9");
+  auto r = response_of(answer_request(call(1, kPluginService, "Configure", c), h));
+  EXPECT_FALSE(r.has_status());  // success: no status, as ttrpc's Go server sends it
+  api::ConfigureResponse out;
+  ASSERT_TRUE(out.ParseFromString(r.payload()));
+  EXPECT_EQ(out.events(), 0x8);  // CREATE_CONTAINER; valid on 0x7FF runtimes (1.7, 2.1)
+  EXPECT_EQ(h.runtime.version, "v2.1.9");
+  // A config the plugin cannot use fails Configure, so the runtime drops the plugin.
+  c.set_config("broken");
+  EXPECT_EQ(response_of(answer_request(call(3, kPluginService, "Configure", c), h)).status().code(),
+            9);
+}
+
+TEST(NriService, SplitSynchronizeIsAnsweredMoreWithoutUpdates) {
+  FakeHandler h;
+  api::SynchronizeRequest s;
+  s.add_containers()->set_id("a");
+  s.set_more(true);
+  api::SynchronizeResponse out;
+  ASSERT_TRUE(out.ParseFromString(
+      response_of(answer_request(call(3, kPluginService, "Synchronize", s), h)).payload()));
+  EXPECT_TRUE(out.more());
+  EXPECT_EQ(out.update_size(), 0);
+  s.set_more(false);
+  ASSERT_TRUE(out.ParseFromString(
+      response_of(answer_request(call(5, kPluginService, "Synchronize", s), h)).payload()));
+  EXPECT_FALSE(out.more());
+  EXPECT_EQ(h.synced, 2);
+}
+
+TEST(NriService, CreateContainerAdjustsOrFailsTheCreate) {
+  FakeHandler h;
+  api::CreateContainerRequest c;
+  c.mutable_container()->set_id("ctr1");
+  auto m = answer_request(call(7, kPluginService, "CreateContainer", c), h);
+  EXPECT_EQ(m.stream, 7u);
+  api::CreateContainerResponse out;
+  ASSERT_TRUE(out.ParseFromString(response_of(m).payload()));
+  ASSERT_EQ(out.adjust().env_size(), 1);
+  EXPECT_EQ(out.adjust().env(0).value(), "ctr1");
+
+  c.mutable_container()->set_name("refuse");
+  auto r = response_of(answer_request(call(9, kPluginService, "CreateContainer", c), h));
+  EXPECT_EQ(r.status().code(), 9);
+  EXPECT_EQ(r.status().message(), "not this one");
+}
+
+TEST(NriService, UnknownMethodsAndGarbageAreAnsweredNotCrashed) {
+  FakeHandler h;
+  api::Empty e;
+  EXPECT_EQ(
+      response_of(answer_request(call(1, kPluginService, "Frobnicate", e), h)).status().code(), 12);
+  EXPECT_EQ(response_of(answer_request(call(1, "x.Other", "Configure", e), h)).status().code(), 12);
+  // Lifecycle events a v0.12 runtime may call are answered OK (Unimplemented would switch it to
+  // StateChange for this plugin).
+  for (const char* method : {"StateChange", "StartContainer", "RemoveContainer", "Shutdown"}) {
+    auto r = response_of(answer_request(call(1, kPluginService, method, e), h));
+    EXPECT_FALSE(r.has_status()) << method;
+  }
+  EXPECT_EQ(response_of(answer_request(TtrpcMessage{1, 1, 0, "\xff\xff\xff"}, h)).status().code(),
+            3);
+  api::CreateContainerRequest bad;
+  TtrpcMessage m = call(1, kPluginService, "CreateContainer", bad);
+  ::ttrpc::Request r;
+  r.ParseFromString(m.data);
+  r.set_payload("\x12\xff\x01");  // container: a length running past the end
+  r.SerializeToString(&m.data);
+  EXPECT_EQ(response_of(answer_request(m, h)).status().code(), 3);
+}
+
+TEST(NriSession, ConfigureBeforeTheRegisterReplyThenCreateThenClose) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  FakeHandler h;
+  Logger log(LogLevel::off);
+  Status result;
+  std::thread plugin([&] { result = run_session(sv[0], SessionOptions{}, h, log); });
+
+  // The runtime's side, scripted: read until one whole ttrpc message on `conn` arrives.
+  MuxReader mux;
+  TtrpcReader conns[3];
+  auto receive = [&](uint32_t conn) -> TtrpcMessage {
+    char buf[8192];
+    for (;;) {
+      if (auto m = conns[conn].next(); m && *m) return **m;
+      ssize_t n = ::read(sv[1], buf, sizeof buf);
+      if (n <= 0) return {};
+      mux.feed(std::string_view(buf, static_cast<size_t>(n)));
+      while (auto f = mux.next()) {
+        if (!*f) break;
+        conns[(*f)->conn].feed((*f)->payload);
+      }
+    }
+  };
+  auto send = [&](uint32_t conn, const TtrpcMessage& m) {
+    auto frames = encode_ttrpc_frames(conn, m).value();
+    for (const auto& f : frames)
+      ASSERT_EQ(::write(sv[1], f.data(), f.size()), static_cast<ssize_t>(f.size()));
+  };
+
+  TtrpcMessage reg = receive(2);
+  ::ttrpc::Request req;
+  ASSERT_TRUE(req.ParseFromString(reg.data));
+  EXPECT_EQ(req.method(), "RegisterPlugin");
+  EXPECT_EQ(reg.stream, 1u);
+  api::RegisterPluginRequest rp;
+  ASSERT_TRUE(rp.ParseFromString(req.payload()));
+  EXPECT_EQ(rp.plugin_name(), "gpufence-nri");
+  EXPECT_EQ(rp.plugin_idx(), "10");
+
+  api::ConfigureRequest c;
+  c.set_runtime_name("containerd");
+  c.set_nri_version("v0.12.0");
+  send(1, call(1, kPluginService, "Configure", c));  // before the RegisterPlugin answer
+  EXPECT_FALSE(response_of(receive(1)).has_status());
+  send(2, TtrpcMessage{1, 2, 0, ::ttrpc::Response().SerializeAsString()});
+  api::CreateContainerRequest cc;
+  cc.mutable_container()->set_id(std::string(6000, 'i'));  // a multi-frame request
+  send(1, call(3, kPluginService, "CreateContainer", cc));
+  TtrpcMessage created = receive(1);
+  EXPECT_EQ(created.stream, 3u);
+  api::CreateContainerResponse out;
+  ASSERT_TRUE(out.ParseFromString(response_of(created).payload()));
+  EXPECT_EQ(out.adjust().env(0).value(), std::string(6000, 'i'));
+  ::close(sv[1]);
+  plugin.join();
+  EXPECT_TRUE(result) << result.error().message;
+  EXPECT_TRUE(h.runtime.device_rules);
+  ::close(sv[0]);
+}
+
+TEST(NriSession, ARefusedRegistrationAndGarbageEndTheSessionWithAnError) {
+  for (int variant = 0; variant < 2; ++variant) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    FakeHandler h;
+    Logger log(LogLevel::off);
+    Status result;
+    std::thread plugin([&] { result = run_session(sv[0], SessionOptions{}, h, log); });
+    if (variant == 0) {
+      ::ttrpc::Response refused;
+      refused.mutable_status()->set_code(3);
+      refused.mutable_status()->set_message("invalid plugin name");
+      auto frames =
+          encode_ttrpc_frames(2, TtrpcMessage{1, 2, 0, refused.SerializeAsString()}).value();
+      for (const auto& f : frames) ASSERT_GT(::write(sv[1], f.data(), f.size()), 0);
+    } else {
+      std::string junk("\0\0\0\0garbage!", 12);  // conn 0: refused
+      ASSERT_GT(::write(sv[1], junk.data(), junk.size()), 0);
+    }
+    plugin.join();
+    EXPECT_FALSE(result) << variant;
+    ::close(sv[0]);
+    ::close(sv[1]);
+  }
+}
