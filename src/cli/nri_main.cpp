@@ -62,14 +62,8 @@ int run(int argc, char** argv) {
   }
   if (hook_binary.empty())
     hook_binary = (std::filesystem::path(self_exe()).parent_path() / "gpufence-runtime").string();
-  ShimContext ctx{*config, log,
-                  [&]() -> Result<std::unique_ptr<GpuInventory>> {
-                    auto nvml =
-                        NvmlInventory::open(nvml_library_path(config->nvml_library), HostFs("/"));
-                    if (!nvml) return std::unexpected(nvml.error());
-                    return std::unique_ptr<GpuInventory>(std::move(*nvml));
-                  },
-                  hook_binary, CdiEdits::already_injected};
+  ShimContext ctx{*config, log, host_nvml_inventory(config->nvml_library), hook_binary,
+                  CdiEdits::already_injected};
   gnri::GpufenceHandler handler(ctx);
 
   // Launched by containerd: fd 3, name and index from the environment (nri@v0.12.0:

@@ -128,14 +128,7 @@ int run(int argc, char** argv) {
   std::string exe = self_exe();
   if (exe.empty()) return refuse(inv, "cannot read /proc/self/exe for the hooks it adds");
 
-  ShimContext ctx{*config, log,
-                  [&]() -> Result<std::unique_ptr<GpuInventory>> {
-                    auto nvml =
-                        NvmlInventory::open(nvml_library_path(config->nvml_library), HostFs("/"));
-                    if (!nvml) return std::unexpected(nvml.error());
-                    return std::unique_ptr<GpuInventory>(std::move(*nvml));
-                  },
-                  exe};
+  ShimContext ctx{*config, log, host_nvml_inventory(config->nvml_library), exe};
   auto decision = prepare_bundle(inv, ctx);
   if (!decision) {
     log.error("runtime.refused", {{"container", inv.container_id},

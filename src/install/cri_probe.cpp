@@ -101,34 +101,10 @@ class CriProbe final : public RuntimeProbe {
       std::chrono::milliseconds timeout) {
     runtime::v1::StatusRequest req;
     req.set_verbose(true);
-    auto request = serialize(req);
-    if (!request) return std::unexpected(request.error());
-    grpc::GenericStub stub(channel);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-    grpc::CompletionQueue cq;
-    auto call = stub.PrepareUnaryCall(&ctx, method, *request, &cq);
-    call->StartCall();
-    grpc::ByteBuffer response;
-    grpc::Status status;
-    call->Finish(&response, &status, reinterpret_cast<void*>(1));
-    void* tag = nullptr;
-    bool ok = false;
-    cq.Next(&tag, &ok);
-    cq.Shutdown();
-    while (cq.Next(&tag, &ok)) {
-    }
-    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED)
-      return fail(Errc::unsupported, method, ": ", status.error_message());
-    if (!status.ok())
-      return fail(Errc::rpc, "CRI ", method, ": ", status.error_message(), " (code ",
-                  static_cast<int>(status.error_code()), ")");
-    std::vector<grpc::Slice> slices;
-    if (!response.Dump(&slices).ok()) return fail(Errc::rpc, "CRI ", method, ": unreadable answer");
-    std::string bytes;
-    for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    auto bytes = call(channel, method, req, timeout);
+    if (!bytes) return std::unexpected(bytes.error());
     runtime::v1::StatusResponse resp;
-    if (!resp.ParseFromString(bytes))
+    if (!resp.ParseFromString(*bytes))
       return fail(Errc::parse, "CRI ", method, ": answer is not a StatusResponse");
     return std::map<std::string, std::string>(resp.info().begin(), resp.info().end());
   }

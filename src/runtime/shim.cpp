@@ -13,6 +13,7 @@
 #include "common/file.hpp"
 #include "common/strings.hpp"
 #include "gpu/driver_procfs.hpp"
+#include "gpu/nvml_inventory.hpp"
 #include "gpu/wire_contract.hpp"
 #include "runtime/cdi_edits.hpp"
 #include "runtime/device_rules.hpp"
@@ -160,6 +161,14 @@ Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const AllocationChannels& 
 }
 
 }  // namespace
+
+InventoryFactory host_nvml_inventory(std::string nvml_library) {
+  return [library = std::move(nvml_library)]() -> Result<std::unique_ptr<GpuInventory>> {
+    auto nvml = NvmlInventory::open(nvml_library_path(library), HostFs("/"));
+    if (!nvml) return std::unexpected(nvml.error());
+    return std::unique_ptr<GpuInventory>(std::move(*nvml));
+  };
+}
 
 Status refuse_cgroupfs_binds_on_host(const Json& spec) {
   auto mounts = spec.find("mounts");

@@ -20,6 +20,8 @@
 namespace gpufence {
 
 using InventoryFactory = std::function<Result<std::unique_ptr<GpuInventory>>()>;
+// The host's NVML (dlopen'ed from `nvml_library`, config or default), opened when first needed.
+InventoryFactory host_nvml_inventory(std::string nvml_library);
 
 // Whether the flow applies CDI edits itself (the shim, which sees the spec as runc will) or the
 // runtime already injected them (gpufence-nri: containerd's CRI injects CDI devices before NRI

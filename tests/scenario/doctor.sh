@@ -137,14 +137,19 @@ if [ "$1" = fixed ]; then
   { cat "$work/containerd.good"; printf '[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n  cdi_spec_dirs = ["%s/cdi"]\n' "$work"; } > "$work/containerd.toml"
   out=$(doctor)
   check "CDI on without a GPU spec is named" has "containerd.cdi-no-gpu-spec\]" "$out"
-  "$build/bin/gpufence" cdi generate --output "$work/cdi/gpufence.yaml" >/dev/null 2>&1 \
-    || printf 'cdiVersion: "0.5.0"\nkind: nvidia.com/gpu\ndevices:\n- name: "0"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n' > "$work/cdi/gpufence.yaml"
+  # NVIDIA's kind names none of the plugin's devices; the plugin's own kind does.
+  printf 'cdiVersion: "0.5.0"\nkind: nvidia.com/gpu\ndevices:\n- name: "0"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n' > "$work/cdi/nvidia.yaml"
   out=$(doctor)
-  check "with a spec it is not" hasnt "containerd.cdi-no-gpu-spec" "$out"
+  check "NVIDIA's kind alone: still named" has "containerd.cdi-no-gpu-spec\]" "$out"
+  rm "$work/cdi/nvidia.yaml"
+  "$build/bin/gpufence" cdi generate --kind gpufence.io/gpu --output "$work/cdi/gpufence.yaml" >/dev/null 2>&1 \
+    || printf 'cdiVersion: "0.5.0"\nkind: gpufence.io/gpu\ndevices:\n- name: "0"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n' > "$work/cdi/gpufence.yaml"
+  out=$(doctor)
+  check "with a spec of the plugin's kind it is not" hasnt "containerd.cdi-no-gpu-spec" "$out"
   check "one spec, no duplicate" hasnt "cdi.duplicate-device" "$out"
   cp "$work/cdi/gpufence.yaml" "$work/cdi/operator.yaml"
   out=$(doctor)
-  check "two specs defining the same GPUs are named" has "cdi.duplicate-device\] 2 CDI specs define the same nvidia.com/gpu" "$out"
+  check "two specs of one directory defining the same GPUs are named" has "cdi.duplicate-device\] 2 CDI specs in one directory define the same device\\(s\\).*gpufence.io/gpu=0" "$out"
   check "with both files" has "$work/cdi/gpufence.yaml and $work/cdi/operator.yaml" "$out"
   cp "$work/containerd.good" "$work/containerd.toml"
 fi
