@@ -3,6 +3,9 @@
 # under the build tree, for the CRI scenario tests (docs/containerd-lines.md). Line 1.6 is the
 # system's own (Debian 12). Nothing in the system's apt configuration changes: apt runs with a
 # private source list, state and cache under the build tree, on the mirror the system already uses.
+# Line 2.3 (v2.3.4, NRI API v0.12; no Debian package has it) is unpacked from the test tools kept
+# beside the repository: $GPUFENCE_TEST_TOOLS, default ../shared/tools, file
+# containerd-2.3.4-linux-amd64.tar.xz (containerd, containerd-shim-runc-v2, ctr).
 #
 # Idempotent: a line already unpacked is not fetched again. Offline-safe: a line that cannot be
 # fetched is reported on stderr and left absent; the exit status is 0 when every requested line is
@@ -38,10 +41,34 @@ system_mirror() {
   echo "$uri"
 }
 
+# unpack_tools_build DIR: line 2.3 from the test tools' tarball into DIR/root/usr/bin.
+unpack_tools_build() {
+  local dir=$1 tools=${GPUFENCE_TEST_TOOLS:-$here/../shared/tools} tarball
+  tarball=$tools/containerd-2.3.4-linux-amd64.tar.xz
+  [ -f "$tarball" ] || { echo "$tarball is absent (set GPUFENCE_TEST_TOOLS to the directory holding it)"; return 1; }
+  rm -rf "$dir/root.tmp" && mkdir -p "$dir/root.tmp/usr/bin"
+  tar -xJf "$tarball" -C "$dir/root.tmp" || { echo "cannot unpack $tarball"; return 1; }
+  mv "$dir/root.tmp/containerd-2.3.4/"* "$dir/root.tmp/usr/bin/" && rmdir "$dir/root.tmp/containerd-2.3.4" ||
+    { echo "$tarball does not hold containerd-2.3.4/"; return 1; }
+  [ -x "$dir/root.tmp/usr/bin/containerd" ] || { echo "$tarball has no containerd"; return 1; }
+  rm -rf "$dir/root" && mv "$dir/root.tmp" "$dir/root"
+  "$dir/root/usr/bin/containerd" --version | awk '{print substr($3, 2)}' > "$dir/VERSION"
+  rm -f "$dir/FETCH-FAILED"
+}
+
 # fetch LINE: prints nothing on success; the reason on failure (also kept in FETCH-FAILED).
 fetch() {
   local line=$1 suite dir apt_dir deb mirror out
-  suite=$(suite_of "$line") || { echo "unknown containerd line '$line' (1.7 or 2)"; return 1; }
+  if [ "$line" = 2.3 ]; then
+    dir=$cache/$line
+    mkdir -p "$dir"
+    exec 9>"$cache/.$line.lock"
+    flock 9
+    if [ -x "$dir/root/usr/bin/containerd" ] && [ -s "$dir/VERSION" ]; then return 0; fi
+    unpack_tools_build "$dir"
+    return
+  fi
+  suite=$(suite_of "$line") || { echo "unknown containerd line '$line' (1.7, 2 or 2.3)"; return 1; }
   dir=$cache/$line
   mkdir -p "$dir"
   # One fetch a line at a time (tests of one build tree may run in parallel).

@@ -10,25 +10,15 @@
 . "$src/scripts/lib/images.sh"
 skip() { echo "SKIP: $*"; exit 77; }
 # Which containerd: the system's for 1.6, a fetched one for 1.7 and 2, for 2.3 the build of
-# v2.3.4 kept beside the repository ($GPUFENCE_TEST_TOOLS, default ../shared/tools: NRI API
-# v0.12, the first line here whose NRI applies device cgroup rules; docs/nri.md).
+# v2.3.4 kept with the test tools (scripts/fetch-containerd.sh: NRI API v0.12, the first line here
+# whose NRI applies device cgroup rules; docs/nri.md).
 case $line in
-  2.3)
-    tools=${GPUFENCE_TEST_TOOLS:-$src/../shared/tools}
-    tarball=$tools/containerd-2.3.4-linux-amd64.tar.xz
-    bin=$build/containerd/2.3/containerd-2.3.4
-    if [ ! -x "$bin/containerd" ]; then
-      [ -f "$tarball" ] || skip "containerd 2.3.4: $tarball is absent (set GPUFENCE_TEST_TOOLS)"
-      mkdir -p "$build/containerd/2.3" && tar -xJf "$tarball" -C "$build/containerd/2.3" ||
-        skip "containerd 2.3.4: cannot unpack $tarball"
-    fi
-    ;;
   1.6)
     bin=$(dirname "$(command -v containerd 2>/dev/null || echo /usr/bin/containerd)")
     [ -x "$bin/containerd" ] || skip "containerd 1.6: not installed (apt-get install containerd)"
     "$bin/containerd" --version | grep -q ' 1\.6\.' || skip "containerd 1.6: the system's is $("$bin/containerd" --version)"
     ;;
-  1.7 | 2)
+  1.7 | 2 | 2.3)
     if ! bash "$src/scripts/fetch-containerd.sh" "$line" >/dev/null; then
       skip "containerd $line: $(cat "$build/containerd/$line/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
     fi

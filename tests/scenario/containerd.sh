@@ -49,13 +49,10 @@ stop_containerd
 case ${1:?usage: containerd.sh CASE} in
   check-version4)
     # containerd 2.3's own default (version 4): check-containerd judges it, setup adds a version-4
-    # drop-in that containerd v2.3.4 itself loads (../shared/tools beside the repository, or
-    # $GPUFENCE_CONTAINERD_23_TARBALL).
-    tarball=${GPUFENCE_CONTAINERD_23_TARBALL:-$src/../shared/tools/containerd-2.3.4-linux-amd64.tar.xz}
-    [ -f "$tarball" ] || skip "containerd 2.3.4: no $tarball (set GPUFENCE_CONTAINERD_23_TARBALL)"
-    d=$build/containerd/2.3
-    [ -x "$d/containerd-2.3.4/containerd" ] || { mkdir -p "$d" && tar -xJf "$tarball" -C "$d"; } || skip "cannot unpack $tarball"
-    c23=$d/containerd-2.3.4/containerd
+    # drop-in that containerd v2.3.4 itself loads (the test tools, scripts/fetch-containerd.sh).
+    bash "$src/scripts/fetch-containerd.sh" 2.3 >/dev/null ||
+      skip "containerd 2.3: $(cat "$build/containerd/2.3/FETCH-FAILED" 2>/dev/null || echo 'unpack failed')"
+    c23=$build/containerd/2.3/root/usr/bin/containerd
     sed "s|'/etc/containerd/conf.d/\*.toml'|'$work/conf.d/*.toml'|" "$src/tests/fixtures/containerd/containerd-2.3-config-default.toml" > "$work/config.toml"
     cp "$work/config.toml" "$work/original.toml"
     out=$("$gf" setup check-containerd --config "$work/config.toml" 2>&1)

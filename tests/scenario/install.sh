@@ -12,7 +12,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 case_name=${1:?usage: install.sh CASE [LINE]}
 # LINE: the containerd line the private containerd runs: 1.6 (the system's, Debian 12), 2.1
 # (Debian sid, scripts/fetch-containerd.sh) or 2.3 (v2.3.4 built from source: a tarball in
-# ../shared/tools beside the repository, or $GPUFENCE_CONTAINERD_23_TARBALL).
+# the test tools beside the repository, scripts/fetch-containerd.sh).
 line=${2:-1.6}
 [ "$case_name" = version3 ] && line=2.1
 case $line in
@@ -22,13 +22,9 @@ case $line in
       skip "containerd 2: $(cat "$build/containerd/2/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
     export PATH=$build/containerd/2/root/usr/bin:$PATH ;;
   2.3)
-    tarball=${GPUFENCE_CONTAINERD_23_TARBALL:-$src/../shared/tools/containerd-2.3.4-linux-amd64.tar.xz}
-    [ -f "$tarball" ] || skip "containerd 2.3.4: no $tarball (set GPUFENCE_CONTAINERD_23_TARBALL)"
-    d=$build/containerd/2.3
-    if [ ! -x "$d/containerd-2.3.4/containerd" ]; then
-      mkdir -p "$d" && tar -xJf "$tarball" -C "$d" || skip "cannot unpack $tarball"
-    fi
-    export PATH=$d/containerd-2.3.4:$PATH ;;
+    bash "$src/scripts/fetch-containerd.sh" 2.3 >/dev/null ||
+      skip "containerd 2.3: $(cat "$build/containerd/2.3/FETCH-FAILED" 2>/dev/null || echo 'unpack failed')"
+    export PATH=$build/containerd/2.3/root/usr/bin:$PATH ;;
   *) echo "unknown containerd line $line (1.6, 2.1, 2.3)"; exit 2 ;;
 esac
 if [ "$line" != 1.6 ] && [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
