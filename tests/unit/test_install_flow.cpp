@@ -159,6 +159,8 @@ struct Node {
     o.distribution = d;
     o.binary.source = runtime_source.string();
     o.ready_timeout = std::chrono::milliseconds(1000);
+    // The handler's tests; the NRI ones (InstallEnforcement) ask for their mode.
+    o.enforcement = EnforcementRequest::runtime;
     return o;
   }
   InstallEnv env() {
