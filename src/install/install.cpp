@@ -325,9 +325,21 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
   if (uses_nri(choice->mode)) {
     r.report.nri_socket = r.opt.nri_socket;
     so.nri.enable = true;
+    // install configures containerd; gpufence-nri itself runs beside it (docs/nri.md,
+    // "Running it": a systemd unit, or containerd's plugin_path).
     if (choice->required_plugins) {
       so.nri.required_plugin = r.opt.nri_plugin_name;
       so.nri.tolerate_annotation = r.opt.nri_tolerate_annotation;
+      r.report.notes.push_back(cat("containerd now refuses every container while ",
+                                   r.opt.nri_plugin_name,
+                                   " is not connected (required_plugins), except pods annotated ",
+                                   r.opt.nri_tolerate_annotation, "=true: run ",
+                                   r.opt.nri_plugin_name, " on this node (docs/nri.md)"));
+    } else {
+      r.report.notes.push_back(cat("GPU pods without the handler are isolated only while ",
+                                   r.opt.nri_plugin_name,
+                                   " runs (no required_plugins before containerd 2.2): "
+                                   "`gpufence doctor` reports the gap"));
     }
   }
   ReadFile read = [&host](const std::string& path) { return read_host(host, path); };
@@ -951,7 +963,10 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
                              " after the config was restored"));
       return finish();
     }
-    r.step("verify", Outcome::unchanged, "containerd no longer has handler " + state.runtime_name);
+    r.step("verify", Outcome::unchanged,
+           state.enforcement == "nri"
+               ? cat("containerd answers again on the restored config (NRI as the user had it)")
+               : "containerd no longer has handler " + state.runtime_name);
   }
   // The backups' text is the config again: the copies install made are no longer needed.
   for (const auto& f : state.config_files)
