@@ -110,6 +110,9 @@ Result<EnforcementChoice> choose_enforcement(EnforcementRequest request,
       c.reason =
           "runtime: the running containerd did not answer CRI Version, so whether it has "
           "NRI v0.10 (containerd >= 2.2) is unknown";
+    } else if (api < 0) {
+      c.mode = Enforcement::runtime;
+      c.reason = cat("runtime: ", who, " has no NRI (containerd 1.7.14 and later have it)");
     } else if (c.required_plugins) {
       c.mode = Enforcement::nri;
       c.reason = cat("nri: ", who, " has ", api_text,

@@ -1010,6 +1010,9 @@ TEST(InstallEnforcement, AutoPicksNriOnlyWhereItFailsClosed) {
   // The reason names why: the NRI version the release has.
   auto old = choose_enforcement(EnforcementRequest::automatic, "2.1.9~ds1", false);
   EXPECT_NE(old->reason.find("v0.8"), std::string::npos) << old->reason;
+  EXPECT_NE(old->reason.find("--enforcement both"), std::string::npos) << old->reason;
+  auto none = choose_enforcement(EnforcementRequest::automatic, "1.6.20~ds1", false);
+  EXPECT_NE(none->reason.find("has no NRI"), std::string::npos) << none->reason;
   // k3s renders its config from a template: auto stays on the handler.
   auto k3s = choose_enforcement(EnforcementRequest::automatic, "v2.3.4", true);
   EXPECT_EQ(k3s->mode, Enforcement::runtime);
