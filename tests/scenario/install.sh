@@ -17,6 +17,10 @@ line=${2:-1.6}
 [ "$case_name" = version3 ] && line=2.1
 case $line in
   1.6) ;;
+  1.7)
+    bash "$src/scripts/fetch-containerd.sh" 1.7 >/dev/null ||
+      skip "containerd 1.7: $(cat "$build/containerd/1.7/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
+    export PATH=$build/containerd/1.7/root/usr/bin:$PATH ;;
   2.1)
     bash "$src/scripts/fetch-containerd.sh" 2 >/dev/null ||
       skip "containerd 2: $(cat "$build/containerd/2/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
@@ -29,7 +33,7 @@ case $line in
       mkdir -p "$d" && tar -xJf "$tarball" -C "$d" || skip "cannot unpack $tarball"
     fi
     export PATH=$d/containerd-2.3.4:$PATH ;;
-  *) echo "unknown containerd line $line (1.6, 2.1, 2.3)"; exit 2 ;;
+  *) echo "unknown containerd line $line (1.6, 1.7, 2.1, 2.3)"; exit 2 ;;
 esac
 if [ "$line" != 1.6 ] && [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
   # containerd 2.x (config versions 3-4): install adds a drop-in whose host path the real
@@ -171,6 +175,36 @@ case $case_name in
     check "uninstall succeeds" test "$rc" = 0
     check "the host is as it was, byte for byte" test "$before" = "$(snap)"
     check "the running config no longer requires gpufence-nri" bash -c "! containerd --config '$cfg' config dump 2>/dev/null | grep -q gpufence-nri"
+    ;;
+  nri-both)
+    # containerd 1.7 (NRI v0.6, off by default; no required_plugins): auto stays on the handler,
+    # saying why; --enforcement both adds `disable = false` to the user's file in place beside
+    # the handler, containerd then listens on NRI's socket; uninstall gives the bytes back and
+    # NRI is off again.
+    grep -qE '^ *disable = true' <(awk '/nri.v1.nri/{on=1} on' "$cfg") || skip "containerd $line's default config does not have NRI off"
+    before=$(snap)
+    out=$("${install_nri[@]}" --enforcement auto --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "auto on $(containerd --version | awk '{print $3}') picks runtime, naming the NRI version" \
+      bash -c "test $rc = 0 && grep -q 'enforcement .*runtime: containerd .* has NRI v0.6 (< v0.10' <<<\"\$1\"" _ "$out"
+    check "and leaves NRI off" test ! -S "$host/run/nri/nri.sock"
+    out=$("${install_nri[@]}" --enforcement both --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install --enforcement both succeeds" test "$rc" = 0
+    check "it says NRI enforcement is not guaranteed while gpufence-nri is down" grep -q "not guaranteed while gpufence-nri is down" <<<"$out"
+    check "the running containerd has the handler and listens on NRI's socket" \
+      grep -q "containerd runs handler nvidia -> /usr/local/bin/gpufence-runtime; listens on NRI socket /run/nri/nri.sock" <<<"$out"
+    check "the socket is there" test -S "$host/run/nri/nri.sock"
+    dump=$(containerd --config "$cfg" config dump 2>/dev/null)
+    check "config dump: NRI on" bash -c "awk '/io.containerd.nri.v1.nri/{on=1} on && /disable = /{print; exit}' <<<\"\$1\" | grep -q 'disable = false'" _ "$dump"
+    check "the user's file keeps its comment" grep -q '^# my own containerd config: keep this comment' "$cfg"
+    check "the state records the mode" grep -q '"enforcement": "both"' "$host/etc/gpufence/install-state.json"
+    out=$("${uninstall[@]}" 2>&1); rc=$?
+    echo "$out"
+    check "uninstall succeeds" test "$rc" = 0
+    check "the host is as it was, byte for byte" test "$before" = "$(snap)"
+    dump=$(containerd --config "$cfg" config dump 2>/dev/null)
+    check "NRI is off again in the config" bash -c "awk '/io.containerd.nri.v1.nri/{on=1} on && /disable = /{print; exit}' <<<\"\$1\" | grep -q 'disable = true'" _ "$dump"
     ;;
   refused)
     # The user's file half-edited (containerd still runs on the previous one): install refuses
