@@ -322,6 +322,10 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
   r.report.enforcement = choice->mode;
   r.step("enforcement", Outcome::unchanged, choice->reason);
   so.handler = uses_handler(choice->mode) ? HandlerEdit::write : HandlerEdit::skip;
+  if (choice->mode == Enforcement::nri)
+    r.report.notes.push_back(cat("no runtime handler '", r.opt.runtime_name,
+                                 "' in this mode: pods naming a RuntimeClass with that handler "
+                                 "fail to start (--enforcement both keeps it)"));
   if (uses_nri(choice->mode)) {
     r.report.nri_socket = r.opt.nri_socket;
     so.nri.enable = true;

@@ -1076,6 +1076,7 @@ TEST(InstallEnforcement, Auto2_3InstallsNriFailClosedAndUninstallRestoresTheByte
   auto screen = render_install_report(report);
   EXPECT_NE(screen.find("enforcement"), std::string::npos);
   EXPECT_NE(screen.find("NRI v0.12"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("no runtime handler 'nvidia' in this mode"), std::string::npos) << screen;
 
   // A second install: nothing to change, no restart.
   auto snap = snapshot(n.host);
