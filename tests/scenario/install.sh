@@ -242,7 +242,13 @@ case $case_name in
       check "containerd was not restarted" test "$(restarts)" = 0
     fi
     ;;
-  kill)
+  kill|kill-nri)
+    # kill-nri: the same with --enforcement nri (containerd >= 2.2: NRI and required_plugins in
+    # the drop-in, verified on NRI's socket).
+    if [ "$case_name" = kill-nri ]; then
+      grep -q '^version = [34]' "$cfg" || skip "containerd $line has no required_plugins (< 2.2)"
+      install=("${install_nri[@]}" --enforcement nri)
+    fi
     # SIGKILL at every step boundary: strace kills install at the entry of each rename it makes
     # (every journal record and every file write ends with one), and once inside a slow restart.
     # Then uninstall first, or install first (then uninstall): the user's bytes come back.
