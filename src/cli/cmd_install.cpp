@@ -38,7 +38,10 @@ struct InstallArgs {
               versions_dir = "/usr/local/lib/gpufence",
               runtime_config = "/etc/gpufence/runtime.toml",
               state_file = "/etc/gpufence/install-state.json", cdi = "generate",
-              cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = "127.0.0.1:9402";
+              cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = "127.0.0.1:9402",
+              enforcement = "auto", nri_socket = "/var/run/nri/nri.sock",
+              nri_plugin_name = "gpufence-nri",
+              nri_tolerate_annotation = "gpufence.io/tolerate-missing-nri";
   double ready_timeout = 60, interval = 30;
   int host_pid = 1;
   int config_version = 0;
@@ -93,6 +96,12 @@ Result<InstallOptions> to_options(const InstallArgs& a, const Context& ctx) {
   if (a.host_pid < 1) return fail(Errc::invalid_argument, "--host-pid must be a process id");
   o.host_pid = a.host_pid;
   o.runtime_name = a.runtime_name;
+  auto enforcement = parse_enforcement_request(a.enforcement);
+  if (!enforcement) return std::unexpected(enforcement.error());
+  o.enforcement = *enforcement;
+  o.nri_socket = a.nri_socket;
+  o.nri_plugin_name = a.nri_plugin_name;
+  o.nri_tolerate_annotation = a.nri_tolerate_annotation;
   o.binary.source = a.runtime_source;
   o.binary.link = a.runtime_link;
   o.binary.versions_dir = a.versions_dir;
@@ -159,10 +168,16 @@ int watch(const InstallOptions& opt, const InstallEnv& env, const InstallArgs& a
     while (!g_stop && std::chrono::steady_clock::now() < next)
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (g_stop) break;
-    auto check = [&] {
-      return socket.empty() ? Result<bool>(false)
-                            : handler_loaded(env, socket, opt.runtime_name, opt.binary.link,
-                                             std::chrono::milliseconds(5000));
+    // What the first run installed: the handler, NRI, or both.
+    const Enforcement mode = first.enforcement.value_or(Enforcement::runtime);
+    auto check = [&]() -> Result<bool> {
+      if (socket.empty()) return false;
+      if (uses_handler(mode)) {
+        auto h = handler_loaded(env, socket, opt.runtime_name, opt.binary.link,
+                                std::chrono::milliseconds(5000));
+        if (!h || !*h) return h;
+      }
+      return !uses_nri(mode) || nri_enabled(env, opt.nri_socket);
     };
     auto loaded = check();
     // containerd not answering may be one mid-restart: give it the ready timeout to come back
@@ -197,6 +212,21 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
       "install", "Install gpufence-runtime on this node and wire it into containerd, verified");
   add_common_flags(install, *in);
   install->add_option("--runtime-name", in->runtime_name, "Handler name (the RuntimeClass's)")
+      ->capture_default_str();
+  install
+      ->add_option("--enforcement", in->enforcement,
+                   "auto (nri where containerd has NRI >= v0.10, i.e. >= 2.2, else runtime), nri "
+                   "(gpufence-nri in containerd), runtime (the RuntimeClass handler), both")
+      ->capture_default_str();
+  install->add_option("--nri-socket", in->nri_socket, "Host path of containerd's NRI socket")
+      ->capture_default_str();
+  install
+      ->add_option("--nri-plugin-name", in->nri_plugin_name,
+                   "The name gpufence-nri registers (required_plugins on containerd >= 2.2)")
+      ->capture_default_str();
+  install
+      ->add_option("--nri-tolerate-annotation", in->nri_tolerate_annotation,
+                   "Pod annotation key that lets a pod start while gpufence-nri is down")
       ->capture_default_str();
   install
       ->add_option("--runtime-source", in->runtime_source,

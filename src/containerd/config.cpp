@@ -210,6 +210,27 @@ CdiSettings cdi_settings(const ContainerdConfig& cfg) {
   return out;
 }
 
+NriSettings nri_settings(const ContainerdConfig& cfg, std::optional<int> containerd_major) {
+  NriSettings out;
+  out.enabled = containerd_major ? *containerd_major >= 2 : cfg.version >= 3;
+  const toml::table* nri = table_at(cfg.doc, {"plugins", kNriPlugin});
+  if (!nri) return out;
+  if (auto off = (*nri)["disable"].value<bool>()) {
+    out.enabled = !*off;
+    out.explicitly_set = true;
+  }
+  if (auto sock = (*nri)["socket_path"].value<std::string>(); sock && !sock->empty())
+    out.socket_path = *sock;
+  if (const auto* v = nri->get_as<toml::table>("default_validator")) {
+    out.validator_enabled = (*v)["enable"].value_or(false);
+    if (const auto* req = v->get_as<toml::array>("required_plugins"))
+      for (const auto& r : *req)
+        if (auto name = r.value<std::string>()) out.required_plugins.push_back(*name);
+    out.tolerate_annotation = (*v)["tolerate_missing_plugins_annotation"].value_or(std::string());
+  }
+  return out;
+}
+
 Result<ContainerdConfig> merge_imports(
     const ContainerdConfig& main,
     const std::function<Result<std::string>(const std::string&)>& read,

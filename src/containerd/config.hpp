@@ -83,6 +83,24 @@ struct CdiSettings {
 };
 CdiSettings cdi_settings(const ContainerdConfig& cfg);
 
+// containerd's NRI plugin, [plugins."io.containerd.nri.v1.nri"] (containerd 1.7+, config version
+// 2+; ctrd@v2.3.4:internal/nri/config.go `DefaultConfig`): off by default on 1.7, on from 2.0.
+// `default_validator` (containerd >= 2.2, nri@v0.10.0:plugins/default-validator) fails a
+// container's creation when a plugin in `required_plugins` did not take part (docs/nri.md).
+inline constexpr std::string_view kNriPlugin = "io.containerd.nri.v1.nri";
+inline constexpr std::string_view kNriDefaultSocket = "/var/run/nri/nri.sock";
+struct NriSettings {
+  bool enabled = false;
+  bool explicitly_set = false;  // `disable` is in the file
+  std::string socket_path = std::string(kNriDefaultSocket);
+  bool validator_enabled = false;
+  std::vector<std::string> required_plugins;
+  std::string tolerate_annotation;
+};
+// `containerd_major`: the running containerd's major release when known (2.x defaults NRI on);
+// else the config's version decides (3 and 4 are only read by 2.x).
+NriSettings nri_settings(const ContainerdConfig& cfg, std::optional<int> containerd_major = {});
+
 std::vector<RuntimeHandler> cri_runtimes(const ContainerdConfig& cfg);
 // A key of runc's Options (containerd runtime/v2/runc/options/oci.proto) as TOML spells it.
 bool is_runc_option_key(std::string_view key);

@@ -431,6 +431,74 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
   return plan;
 }
 
+// ---- NRI (install --enforcement nri|both) ----
+
+std::vector<std::string> nri_key() {
+  return {"plugins", std::string(kNriPlugin)};
+}
+std::vector<std::string> validator_key() {
+  return {"plugins", std::string(kNriPlugin), "default_validator"};
+}
+
+// The required plugins `base` already lists with ours added (a drop-in's array replaces the
+// root file's, so the user's entries are carried into it).
+toml::array required_plugins_with(const ContainerdConfig& base, const std::string& ours) {
+  toml::array out;
+  auto settings = nri_settings(base);
+  for (const auto& p : settings.required_plugins) out.push_back(p);
+  if (std::find(settings.required_plugins.begin(), settings.required_plugins.end(), ours) ==
+      settings.required_plugins.end())
+    out.push_back(ours);
+  return out;
+}
+
+// Sets NRI's keys in `doc` (the whole file, or a drop-in).
+void apply_nri(toml::table& doc, const ContainerdConfig& base, const NriEdit& nri) {
+  toml::table& plugin = ensure_table(ensure_table(doc, "plugins"), kNriPlugin);
+  plugin.insert_or_assign("disable", false);
+  if (!nri.required_plugin) return;
+  toml::table& v = ensure_table(plugin, "default_validator");
+  v.insert_or_assign("enable", true);
+  v.insert_or_assign("required_plugins", required_plugins_with(base, *nri.required_plugin));
+  if (!nri.tolerate_annotation.empty())
+    v.insert_or_assign("tolerate_missing_plugins_annotation", nri.tolerate_annotation);
+}
+
+// The same as line edits of the user's text (nullopt where a line edit is not possible).
+std::optional<std::string> apply_nri_text(std::optional<std::string> text,
+                                          const ContainerdConfig& base, const NriEdit& nri) {
+  if (!text) return text;
+  text = set_toml_key(*text, nri_key(), "disable", "false");
+  if (!text || !nri.required_plugin) return text;
+  std::string list;
+  for (const auto& p : required_plugins_with(base, *nri.required_plugin))
+    list += (list.empty() ? "" : ", ") + toml_quote(*p.value<std::string>());
+  text = set_toml_key(*text, validator_key(), "enable", "true");
+  if (text) text = set_toml_key(*text, validator_key(), "required_plugins", "[" + list + "]");
+  if (text && !nri.tolerate_annotation.empty())
+    text = set_toml_key(*text, validator_key(), "tolerate_missing_plugins_annotation",
+                        toml_quote(nri.tolerate_annotation));
+  return text;
+}
+
+// What the NRI edit must guarantee, checked on the re-parsed result: NRI stated on, and our
+// plugin required through an enabled validator.
+Status verify_nri(const std::string& text, const std::string& origin, const NriEdit& nri) {
+  if (!nri.enable) return {};
+  auto cfg = parse_containerd_config(text, origin);
+  if (!cfg) return std::unexpected(cfg.error().wrap("result does not parse"));
+  auto s = nri_settings(*cfg);
+  if (!s.enabled || !s.explicitly_set)
+    return fail(Errc::internal, origin, ": result does not set [plugins.\"", kNriPlugin,
+                "\"] disable = false");
+  if (nri.required_plugin &&
+      (!s.validator_enabled || std::find(s.required_plugins.begin(), s.required_plugins.end(),
+                                         *nri.required_plugin) == s.required_plugins.end()))
+    return fail(Errc::internal, origin, ": result lacks default_validator.required_plugins = [\"",
+                *nri.required_plugin, "\"]");
+  return {};
+}
+
 // ---- versions 1 and 2: in place ----
 
 Status plan_in_place(const SetupOptions& opt, const std::string& path, const ContainerdConfig& cfg,
@@ -442,22 +510,26 @@ Status plan_in_place(const SetupOptions& opt, const std::string& path, const Con
   bool had_handler = before != runtimes_before.end();
   bool has_runc = std::any_of(runtimes_before.begin(), runtimes_before.end(),
                               [](const RuntimeHandler& h) { return h.name == "runc"; });
+  const bool write_handler = opt.handler == HandlerEdit::write;
   std::string base_name;
   const toml::table* base = inherit_base_runtime(cfg, name, &base_name);
   toml::table handler = handler_table(base, base_name, opt.binary, plan.notes);
 
   toml::table edited = cfg.doc;
-  toml::table& containerd = cri_containerd(edited, cfg.version);
-  toml::table& runtimes = ensure_table(containerd, "runtimes");
   // Defining runtimes without runc while default_runtime_name is runc stops the CRI plugin.
-  bool add_runc = !has_runc && default_runtime_name(cfg) == "runc";
-  toml::table plain;
-  plain.insert_or_assign("runtime_type", "io.containerd.runc.v2");
-  if (add_runc) runtimes.insert_or_assign("runc", plain);
-  runtimes.insert_or_assign(name, handler);
-  if (opt.set_as_default) containerd.insert_or_assign("default_runtime_name", name);
+  bool add_runc = write_handler && !has_runc && default_runtime_name(cfg) == "runc";
+  if (write_handler) {
+    toml::table& containerd = cri_containerd(edited, cfg.version);
+    toml::table& runtimes = ensure_table(containerd, "runtimes");
+    toml::table plain;
+    plain.insert_or_assign("runtime_type", "io.containerd.runc.v2");
+    if (add_runc) runtimes.insert_or_assign("runc", plain);
+    runtimes.insert_or_assign(name, handler);
+    if (opt.set_as_default) containerd.insert_or_assign("default_runtime_name", name);
+  }
+  if (opt.nri.enable) apply_nri(edited, cfg, opt.nri);
   if (edited == cfg.doc) return {};  // already configured
-  if (had_handler && before->binary_name != opt.binary) {
+  if (write_handler && had_handler && before->binary_name != opt.binary) {
     plan.notes.push_back(cat("replaced runtime '", name, "' (BinaryName ",
                              before->binary_name.value_or("unset"),
                              ") with gpufence's; the backup keeps the old one"));
@@ -468,15 +540,19 @@ Status plan_in_place(const SetupOptions& opt, const std::string& path, const Con
     // Edit the text: cut our old tables, append the new ones, set default_runtime_name in its
     // line. Used only when it parses to exactly the document we want.
     std::optional<std::string> t = with_newline(
-        had_handler ? remove_toml_tables(old_text, runtime_key(cfg.version, name)) : old_text);
+        write_handler && had_handler ? remove_toml_tables(old_text, runtime_key(cfg.version, name))
+                                     : old_text);
     if (add_runc) {
       *t += cat("\n[", runtime_table_name(cfg.version, "runc"),
                 "]\n  runtime_type = ", "\"io.containerd.runc.v2\"\n");
     }
-    auto block = appendable_handler(cfg.version, name, handler);
-    t = block ? std::optional<std::string>(*t + *block) : std::nullopt;
-    if (t && opt.set_as_default)
+    if (write_handler) {
+      auto block = appendable_handler(cfg.version, name, handler);
+      t = block ? std::optional<std::string>(*t + *block) : std::nullopt;
+    }
+    if (t && write_handler && opt.set_as_default)
       t = set_toml_key(*t, containerd_key(cfg.version), "default_runtime_name", toml_quote(name));
+    if (opt.nri.enable) t = apply_nri_text(t, cfg, opt.nri);
     if (auto kept = if_equivalent(t, edited, path)) {
       text = *kept;
     } else {
@@ -486,7 +562,8 @@ Status plan_in_place(const SetupOptions& opt, const std::string& path, const Con
     }
   }
   if (text.empty()) text = serialize(edited);
-  if (auto st = verify(text, path, cfg.version, opt, name, true); !st) return st;
+  if (auto st = verify(text, path, cfg.version, opt, name, write_handler); !st) return st;
+  if (auto st = verify_nri(text, path, opt.nri); !st) return st;
   if (text != old_text) plan.changes.push_back({path, existed, old_text, text});
   return {};
 }
@@ -508,16 +585,23 @@ Status plan_drop_in(const SetupOptions& opt, const std::string& path, const Cont
   const int version = cfg.version;
   toml::table drop;
   drop.insert_or_assign("version", version);
-  std::string base_name;
-  const toml::table* base = inherit_base_runtime(cfg, name, &base_name);
-  ensure_table(cri_containerd(drop, version), "runtimes")
-      .insert_or_assign(name, handler_table(base, base_name, opt.binary, plan.notes));
-  if (opt.set_as_default)
-    cri_containerd(drop, version).insert_or_assign("default_runtime_name", name);
+  const bool write_handler = opt.handler == HandlerEdit::write;
+  if (write_handler) {
+    std::string base_name;
+    const toml::table* base = inherit_base_runtime(cfg, name, &base_name);
+    ensure_table(cri_containerd(drop, version), "runtimes")
+        .insert_or_assign(name, handler_table(base, base_name, opt.binary, plan.notes));
+    if (opt.set_as_default)
+      cri_containerd(drop, version).insert_or_assign("default_runtime_name", name);
+  }
+  if (opt.nri.enable) apply_nri(drop, cfg, opt.nri);
   std::string drop_text = cat("# Written by gpufence setup containerd (listed in ", path,
                               "'s imports).\n", serialize(drop));
-  if (auto st = verify(drop_text, drop_in, version, opt, name, true, DefaultRuntimeCheck::no); !st)
+  if (auto st =
+          verify(drop_text, drop_in, version, opt, name, write_handler, DefaultRuntimeCheck::no);
+      !st)
     return st;
+  if (auto st = verify_nri(drop_text, drop_in, opt.nri); !st) return st;
   if (drop_text != old_drop->value_or(""))
     plan.changes.push_back({drop_in, old_drop->has_value(), old_drop->value_or(""), drop_text});
 
@@ -603,8 +687,13 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
                 " instead; or, if the device plugin and other node agents run with a RuntimeClass "
                 "whose handler is plain runc, add --include-node-agents");
   }
-  if (opt.flavor == Flavor::k3s || opt.flavor == Flavor::rke2)
+  if (opt.flavor == Flavor::k3s || opt.flavor == Flavor::rke2) {
+    if (opt.nri.enable || opt.handler == HandlerEdit::skip)
+      return fail(Errc::unsupported,
+                  "NRI enforcement is not configured on k3s/rke2 by gpufence (their containerd "
+                  "config is rendered from a template): use --enforcement runtime there");
     return plan_k3s(opt, read, executable);
+  }
 
   SetupPlan plan;
   plan.handler_name = opt.runtime_name;
@@ -628,6 +717,10 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
     if (!parsed) return std::unexpected(parsed.error());
     cfg = std::move(*parsed);
   }
+  if (opt.nri.enable && cfg.version < 2)
+    return fail(Errc::unsupported, path, ": config version ", cfg.version,
+                " has no NRI plugin table gpufence edits; migrate it to version 2 "
+                "(containerd config migrate) first");
   for (const auto& f : check_containerd_config(cfg, {{}, nullptr, false})) {
     plan.notes.push_back(cat("already in ", path, " (left alone): ", f.summary, "; fix: ", f.fix));
   }

@@ -23,6 +23,20 @@ std::string default_config_path(Flavor flavor);
 // the node agents' own among them: refused unless the caller says so explicitly.
 enum class DefaultForNodeAgents { refuse, accept };
 
+// Whether the runtime handler is written: `install --enforcement nri` leaves it out (the shim
+// then runs only as gpufence-nri's hook binary).
+enum class HandlerEdit { write, skip };
+
+// What `install --enforcement nri|both` sets in containerd's NRI plugin table (docs/nri.md):
+// `disable = false` (needed on 1.7, where NRI is off by default; stated on 2.x too, so a user's
+// `disable = true` does not silently win), and on containerd >= 2.2 the default validator with
+// `required_plugins`, so containers fail to be created while the plugin is down.
+struct NriEdit {
+  bool enable = false;
+  std::optional<std::string> required_plugin;  // set: default_validator.required_plugins
+  std::string tolerate_annotation;             // its tolerate_missing_plugins_annotation
+};
+
 struct SetupOptions {
   Flavor flavor = Flavor::containerd;
   std::string config_path;  // default_config_path(flavor) when empty
@@ -36,6 +50,8 @@ struct SetupOptions {
   // say follow it, and k3s's template file is the one that containerd line renders.
   std::optional<int> node_version;
   std::string drop_in_path;  // versions 3-4: default <config dir>/conf.d/99-gpufence.toml
+  HandlerEdit handler = HandlerEdit::write;
+  NriEdit nri;
 };
 
 // The config version `containerd config default` of a containerd release writes: 2 for 1.x, 3

@@ -346,6 +346,8 @@ void check_runtimeclass_missing(const Snapshot& s, std::vector<Finding>& out) {
 
 void check_no_gpu_runtime(const Snapshot& s, std::vector<Finding>& out) {
   if (!s.kube) return;
+  // gpufence-nri enforces pods without a handler (nri.* judges whether it can).
+  if (s.nri && s.nri->uses_nri() && s.nri->enabled && s.nri->socket_present) return;
   std::string default_bin = s.containerd_default_binary;
   std::string base =
       default_bin.empty() ? "" : std::filesystem::path(default_bin).filename().string();
@@ -595,6 +597,47 @@ void check_writable_sysfs(const Snapshot& s, std::vector<Finding>& out) {
   }
 }
 
+// The node was installed with NRI enforcement (install record): containerd must run NRI, and
+// creates must fail while gpufence-nri is down — required_plugins, containerd >= 2.2 only
+// (nri@v0.12.0:plugins/default-validator; docs/nri.md, "Fail closed").
+void check_nri(const Snapshot& s, std::vector<Finding>& out) {
+  if (!s.nri || !s.nri->uses_nri()) return;
+  const NriView& n = *s.nri;
+  const std::string mode = cat("enforcement ", n.enforcement, " (", n.state_file, ")");
+  if (!n.enabled) {
+    out.push_back({"nri.disabled", Severity::error,
+                   "gpufence was installed to enforce through NRI, but containerd's config has "
+                   "NRI off: GPU pods without the handler are not enforced",
+                   cat(mode, "; ", s.containerd_config,
+                       ": [plugins.\"io.containerd.nri.v1.nri\"] "
+                       "disable = true (or unset on containerd 1.7, where off is the default)"),
+                   cat("gpufence install --enforcement ", n.enforcement,
+                       " (sets disable = false and restarts containerd)")});
+  } else if (!n.socket_present) {
+    out.push_back({"nri.socket-missing", Severity::error,
+                   cat("no NRI socket at ", n.socket_path,
+                       ": containerd is not running NRI (down, or started on another config)"),
+                   cat(mode, "; NRI on in ", s.containerd_config),
+                   "restart containerd on its config (systemctl restart containerd) and check "
+                   "its log for the NRI plugin; `gpufence install` verifies the socket"});
+  }
+  if (!n.fail_closed()) {
+    const bool only_nri = n.enforcement == "nri";
+    out.push_back(
+        {"nri.not-fail-closed", only_nri ? Severity::error : Severity::warning,
+         "NRI enforcement not guaranteed while gpufence-nri is down: containerd creates "
+         "containers unadjusted when the plugin is not connected",
+         cat(mode, "; default_validator ", n.validator_enabled ? "on" : "off",
+             ", required_plugins = [", join(n.required_plugins, ", "), "] in ",
+             s.containerd_config),
+         cat("containerd >= 2.2: `gpufence install --enforcement ", n.enforcement,
+             "` sets default_validator.required_plugins = [\"", n.plugin_name,
+             "\"]; below 2.2 (no required_plugins) pair it with the shim "
+             "(`gpufence install --enforcement both`, GPU pods with runtimeClassName: nvidia) or "
+             "upgrade containerd to 2.2+")});
+  }
+}
+
 void copy_containerd_findings(const Snapshot& s, std::vector<Finding>& out) {
   out.insert(out.end(), s.containerd_findings.begin(), s.containerd_findings.end());
 }
@@ -618,6 +661,7 @@ const std::vector<DoctorCheck> kChecks = {
     {"pod.host-pid", check_host_pid},
     {"pod.cap-sys-ptrace", check_sys_ptrace},
     {"pod.writable-sysfs", check_writable_sysfs},
+    {"nri.*", check_nri},
     {"containerd.*", copy_containerd_findings},
 };
 

@@ -1,5 +1,7 @@
 #include "doctor/gather.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -118,6 +120,28 @@ std::vector<unsigned> numeric_pids(const HostFs& host) {
   return pids;
 }
 
+// NRI in the config containerd reads, its socket, and the mode install recorded.
+NriView gather_nri(const HostFs& host, const ContainerdConfig& effective,
+                   const GatherOptions& opt) {
+  NriView v;
+  v.plugin_name = opt.nri_plugin_name;
+  auto settings = nri_settings(effective);
+  v.enabled = settings.enabled;
+  v.socket_path = settings.socket_path;
+  v.validator_enabled = settings.validator_enabled;
+  v.required_plugins = settings.required_plugins;
+  struct stat st {};
+  v.socket_present = ::stat(host.resolve(v.socket_path).c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+  if (auto text = host.read(opt.install_state)) {
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    if (j.is_object()) {
+      v.state_file = opt.install_state;
+      v.enforcement = j.value("enforcement", std::string("runtime"));
+    }
+  }
+  return v;
+}
+
 void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt) {
   for (const auto& path : opt.containerd_configs) {
     auto text = host.read(path);
@@ -137,6 +161,7 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
     ContainerdCheckOptions copt{opt.handlers, &host, true};
     s.containerd_findings = check_containerd_config(effective, copt);
     s.containerd_config = path;
+    s.nri = gather_nri(host, effective, opt);
     std::string def = default_runtime_name(effective);
     s.containerd_default_runtime = def;
     for (const auto& r : cri_runtimes(effective)) {

@@ -31,6 +31,9 @@ struct GatherOptions {
       "/var/lib/kubelet/device-plugins",
       "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"};
   std::string resource_name = std::string(kGpuResourceName);
+  // `gpufence install`'s record: which enforcement (handler, NRI, both) the node was given.
+  std::string install_state = "/etc/gpufence/install-state.json";
+  std::string nri_plugin_name = "gpufence-nri";
 };
 
 class KubeClient;

@@ -2,6 +2,7 @@
 // and judged by pure checks (checks.cpp). Where a layer could not be read, `skipped` says why.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -74,6 +75,24 @@ struct KubeView {
   std::vector<KubePod> pods;
 };
 
+// containerd's NRI as the node has it, and the enforcement `gpufence install` recorded
+// (docs/nri.md; issue 18).
+struct NriView {
+  std::string enforcement;  // the install record's "runtime", "nri", "both"; "" = no record
+  std::string state_file;   // the record read
+  bool enabled = false;     // in the config containerd reads (imports merged; its default)
+  std::string socket_path;  // socket_path, default /var/run/nri/nri.sock
+  bool socket_present = false;
+  bool validator_enabled = false;
+  std::vector<std::string> required_plugins;
+  std::string plugin_name = "gpufence-nri";
+  bool uses_nri() const { return enforcement == "nri" || enforcement == "both"; }
+  bool fail_closed() const {
+    return validator_enabled && std::find(required_plugins.begin(), required_plugins.end(),
+                                          plugin_name) != required_plugins.end();
+  }
+};
+
 struct Snapshot {
   std::vector<NodeGpu> gpus;
   std::vector<NodeContainer> containers;
@@ -95,6 +114,7 @@ struct Snapshot {
   std::vector<std::string> plugin_sockets;       // device plugin sockets present
   std::vector<CheckpointAllocation> checkpoint;  // the kubelet's stored answers, if readable
   std::string checkpoint_path;                   // the file read, "" if none
+  std::optional<NriView> nri;                    // nullopt: no containerd config read
   std::vector<std::string> skipped;              // "NVML: cannot load ...", "kubelet: ..."
 };
 

@@ -25,6 +25,7 @@ struct Run {
   NodeLayout layout;
   std::string binary_target;  // host path of the versioned shim the link points at
   bool restart_attempted = false;
+  EnforcementChoice choice;  // set by plan_install
 
   void step(std::string name, Outcome outcome, std::string detail) {
     report.steps.push_back({std::move(name), outcome, std::move(detail)});
@@ -303,12 +304,47 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
   so.version = r.opt.config_version;
   // What the node runs, when its containerd answers: the version a new file is written in, and
   // the template k3s renders.
+  std::optional<std::string> release_text;
   if (auto release =
           r.env.probe.runtime_version(host.resolve(r.layout.socket).string(), milliseconds(2000))) {
+    release_text = *release;
     so.node_version = config_version_of_release(*release);
     if (so.node_version)
       r.report.notes.push_back(
           cat("the running containerd is ", *release, " (config version ", *so.node_version, ")"));
+  }
+  // Where the allocation is enforced: the handler, gpufence-nri, or both (README).
+  auto choice =
+      choose_enforcement(r.opt.enforcement, release_text,
+                         r.layout.flavor == Flavor::k3s || r.layout.flavor == Flavor::rke2);
+  if (!choice) return r.failed("enforcement", choice.error().message);
+  r.choice = *choice;
+  r.report.enforcement = choice->mode;
+  r.step("enforcement", Outcome::unchanged, choice->reason);
+  so.handler = uses_handler(choice->mode) ? HandlerEdit::write : HandlerEdit::skip;
+  if (choice->mode == Enforcement::nri)
+    r.report.notes.push_back(cat("no runtime handler '", r.opt.runtime_name,
+                                 "' in this mode: pods naming a RuntimeClass with that handler "
+                                 "fail to start (--enforcement both keeps it)"));
+  if (uses_nri(choice->mode)) {
+    r.report.nri_socket = r.opt.nri_socket;
+    so.nri.enable = true;
+    // install configures containerd; gpufence-nri itself runs beside it (docs/nri.md,
+    // "Running it": a systemd unit, or containerd's plugin_path).
+    if (choice->required_plugins) {
+      so.nri.required_plugin = r.opt.nri_plugin_name;
+      so.nri.tolerate_annotation = r.opt.nri_tolerate_annotation;
+      r.report.notes.push_back(cat("containerd now refuses every container while ",
+                                   r.opt.nri_plugin_name,
+                                   " is not connected (required_plugins), except pods annotated ",
+                                   r.opt.nri_tolerate_annotation, "=true: run ",
+                                   r.opt.nri_plugin_name, " on this node (docs/nri.md)"));
+    } else {
+      r.report.notes.push_back(cat("GPU pods without the handler are isolated only while ",
+                                   r.opt.nri_plugin_name,
+                                   " runs (no required_plugins before containerd 2.2): "
+                                   "`gpufence doctor` reports the gap"));
+    }
   }
   ReadFile read = [&host](const std::string& path) { return read_host(host, path); };
   // k3s renders runtimes of its own for the binaries it finds (setup avoids their names).
@@ -363,6 +399,8 @@ InstallState journal_for(const Run& r, const InstallState& state, const InstallP
   j.runtime_name = r.opt.runtime_name;
   j.socket = r.layout.socket;
   j.restart = r.layout.restart;
+  j.enforcement = std::string(enforcement_name(r.choice.mode));
+  j.nri_socket = uses_nri(r.choice.mode) ? r.opt.nri_socket : std::string();
   j.binary_link = r.opt.binary.link;
   j.versions_dir = r.opt.binary.versions_dir;
   for (const auto& d : plan.new_dirs)
@@ -462,10 +500,19 @@ bool put_cdi_spec(Run& r, const InstallPlan& plan) {
   return true;
 }
 
+// What the config already has, in the words of the chosen mode.
+std::string already_configured(const Run& r) {
+  std::string what;
+  if (uses_handler(r.choice.mode)) what = "runtime " + r.opt.runtime_name;
+  if (uses_nri(r.choice.mode))
+    what += cat(what.empty() ? "" : " and ", "NRI on",
+                r.choice.required_plugins ? cat(", requiring ", r.opt.nri_plugin_name) : "");
+  return cat(r.layout.config_path, " already has ", what);
+}
+
 bool edit_containerd_config(Run& r, const InstallPlan& plan) {
   if (plan.config.changes.empty()) {
-    r.step("containerd config", Outcome::unchanged,
-           cat(r.layout.config_path, " already has runtime ", r.opt.runtime_name));
+    r.step("containerd config", Outcome::unchanged, already_configured(r));
     return true;
   }
   if (auto st = apply_setup_plan_with(plan.config, r.env.host, plan.backups); !st)
@@ -505,6 +552,26 @@ bool has_handler(const std::vector<LoadedRuntime>& loaded, const std::string& na
   return std::any_of(loaded.begin(), loaded.end(), [&](const LoadedRuntime& l) {
     return l.name == name && l.binary_name == binary;
   });
+}
+
+bool nri_listening(const Run& r) {
+  return r.env.probe.nri_listening(r.env.host.resolve(r.opt.nri_socket).string());
+}
+
+// The running containerd enforces what the chosen mode needs: the handler, NRI's socket.
+bool enforced(const Run& r, const std::vector<LoadedRuntime>& loaded) {
+  if (uses_handler(r.choice.mode) && !has_handler(loaded, r.opt.runtime_name, r.opt.binary.link))
+    return false;
+  return !uses_nri(r.choice.mode) || nri_listening(r);
+}
+
+std::string enforced_text(const Run& r) {
+  std::string out;
+  if (uses_handler(r.choice.mode))
+    out = cat("containerd runs handler ", r.opt.runtime_name, " -> ", r.opt.binary.link);
+  if (uses_nri(r.choice.mode))
+    out += cat(out.empty() ? "containerd" : ";", " listens on NRI socket ", r.opt.nri_socket);
+  return out;
 }
 
 Status restart_containerd(Run& r) {
@@ -632,11 +699,15 @@ Result<bool> handler_loaded(const InstallEnv& env, const std::string& socket,
   return has_handler(*loaded, runtime_name, binary);
 }
 
+bool nri_enabled(const InstallEnv& env, const std::string& nri_socket) {
+  return env.probe.nri_listening(env.host.resolve(nri_socket).string());
+}
+
 InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   InstallReport report;
   report.command = "install";
   auto started = env.now();
-  Run r{opt, env, report, {}, {}};
+  Run r{opt, env, report, {}, {}, false, {}};
   auto finish = [&] {
     report.elapsed = std::chrono::duration_cast<milliseconds>(env.now() - started);
     return report;
@@ -669,7 +740,8 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   const bool nothing_to_write =
       had_state && prior.phase == "installed" && plan.previous_link == plan.binary_target &&
       plan.target_existed && !plan.create_runtime_config && !plan.cdi_text &&
-      plan.config.changes.empty() && state.config_path == r.layout.config_path;
+      plan.config.changes.empty() && state.config_path == r.layout.config_path &&
+      prior.enforcement == enforcement_name(r.choice.mode);
   // Journal first: the record names every file and directory before any of them changes.
   InstallState journal = journal_for(r, state, plan);
   if (nothing_to_write) {
@@ -682,13 +754,11 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     r.step("runtime config", Outcome::unchanged, opt.runtime_config + " (kept as is)");
     r.step("CDI spec", opt.cdi == CdiMode::skip ? Outcome::skipped : Outcome::unchanged,
            opt.cdi == CdiMode::skip ? std::string("--cdi skip") : opt.cdi_output);
-    r.step("containerd config", Outcome::unchanged,
-           cat(r.layout.config_path, " already has runtime ", opt.runtime_name));
+    r.step("containerd config", Outcome::unchanged, already_configured(r));
     auto now_loaded = probe_once(r, milliseconds(2000));
-    if (now_loaded && has_handler(*now_loaded, opt.runtime_name, opt.binary.link)) {
-      r.step("restart", Outcome::unchanged, "not needed: containerd already runs the handler");
-      r.step("verify", Outcome::unchanged,
-             cat("containerd runs handler ", opt.runtime_name, " -> ", opt.binary.link));
+    if (now_loaded && enforced(r, *now_loaded)) {
+      r.step("restart", Outcome::unchanged, "not needed: containerd already runs it");
+      r.step("verify", Outcome::unchanged, enforced_text(r));
       return finish();
     }
   }
@@ -719,10 +789,10 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   bool loaded = false;
   if (!changed) {
     auto now_loaded = probe_once(r, milliseconds(2000));
-    loaded = now_loaded && has_handler(*now_loaded, opt.runtime_name, opt.binary.link);
+    loaded = now_loaded && enforced(r, *now_loaded);
   }
   if (loaded) {
-    r.step("restart", Outcome::unchanged, "not needed: containerd already runs the handler");
+    r.step("restart", Outcome::unchanged, "not needed: containerd already runs it");
   } else {
     auto rs = restart_containerd(r);
     if (!rs) {
@@ -740,7 +810,7 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     r.failed("verify", running.error().message);
     return undo(changed);
   }
-  if (!has_handler(*running, opt.runtime_name, opt.binary.link)) {
+  if (uses_handler(r.choice.mode) && !has_handler(*running, opt.runtime_name, opt.binary.link)) {
     std::vector<std::string> names;
     for (const auto& l : *running) names.push_back(l.name);
     r.failed("verify", cat("containerd at ", r.layout.socket, " has no runtime ", opt.runtime_name,
@@ -748,8 +818,20 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
                            "); is ", r.layout.config_path, " the file it reads?"));
     return undo(changed);
   }
-  r.step("verify", Outcome::unchanged,
-         cat("containerd runs handler ", opt.runtime_name, " -> ", opt.binary.link));
+  if (uses_nri(r.choice.mode)) {
+    // containerd starts NRI after CRI answers: give it the rest of the ready timeout.
+    auto deadline = env.now() + opt.ready_timeout;
+    while (!nri_listening(r) && env.now() < deadline) env.sleep(milliseconds(250));
+    if (!nri_listening(r)) {
+      r.failed("verify",
+               cat("containerd at ", r.layout.socket, " does not listen on the NRI socket ",
+                   opt.nri_socket, "; is ", r.layout.config_path,
+                   " the file it reads (and socket_path the "
+                   "default)? --nri-socket names another"));
+      return undo(changed);
+    }
+  }
+  r.step("verify", Outcome::unchanged, enforced_text(r));
   // Installed: each file is install's in the text it holds now.
   journal.phase = "installed";
   for (auto& f : journal.config_files)
@@ -765,7 +847,7 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
   InstallReport report;
   report.command = "uninstall";
   auto started = env.now();
-  Run r{opt, env, report, {}, {}};
+  Run r{opt, env, report, {}, {}, false, {}};
   auto finish = [&] {
     report.elapsed = std::chrono::duration_cast<milliseconds>(env.now() - started);
     return report;
@@ -885,7 +967,10 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
                              " after the config was restored"));
       return finish();
     }
-    r.step("verify", Outcome::unchanged, "containerd no longer has handler " + state.runtime_name);
+    r.step("verify", Outcome::unchanged,
+           state.enforcement == "nri"
+               ? cat("containerd answers again on the restored config (NRI as the user had it)")
+               : "containerd no longer has handler " + state.runtime_name);
   }
   // The backups' text is the config again: the copies install made are no longer needed.
   for (const auto& f : state.config_files)

@@ -14,6 +14,7 @@
 #include "common/error.hpp"
 #include "common/hostfs.hpp"
 #include "install/binary.hpp"
+#include "install/enforcement.hpp"
 #include "install/layout.hpp"
 #include "install/runner.hpp"
 
@@ -35,6 +36,14 @@ struct InstallOptions {
   std::string state_file = "/etc/gpufence/install-state.json";
   CdiMode cdi = CdiMode::generate;
   std::string cdi_output = "/etc/cdi/nvidia.yaml";
+  // Where the allocation is enforced (install/enforcement.hpp); automatic: nri where the running
+  // containerd has NRI >= v0.10, else runtime.
+  EnforcementRequest enforcement = EnforcementRequest::automatic;
+  std::string nri_plugin_name = "gpufence-nri";  // required_plugins entry (gpufence-nri --name)
+  // Pods whose annotation under this key is "true" start while gpufence-nri is down (its own
+  // DaemonSet): default_validator's tolerate_missing_plugins_annotation.
+  std::string nri_tolerate_annotation = "gpufence.io/tolerate-missing-nri";
+  std::string nri_socket = "/var/run/nri/nri.sock";  // host path: the socket proving NRI is on
   // How long containerd may take to answer CRI after a restart.
   std::chrono::milliseconds ready_timeout{60'000};
 };
@@ -70,6 +79,8 @@ struct InstallReport {
   std::vector<std::string> notes;
   std::optional<std::string> failure;  // set: exit non-zero, this is why
   bool restarted = false;
+  std::optional<Enforcement> enforcement;  // the mode this run chose
+  std::string nri_socket;
   std::chrono::milliseconds elapsed{0};
   bool ok() const { return !failure; }
   bool changed_anything() const;
@@ -83,6 +94,9 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env);
 Result<bool> handler_loaded(const InstallEnv& env, const std::string& socket,
                             const std::string& runtime_name, const std::string& binary,
                             std::chrono::milliseconds timeout);
+
+// True when containerd listens on its NRI socket (`install --watch`'s re-check in nri mode).
+bool nri_enabled(const InstallEnv& env, const std::string& nri_socket);
 
 // One screen: a line per step, the failure, the notes.
 std::string render_install_report(const InstallReport& report);

@@ -1,5 +1,11 @@
 #include "install/runner.hpp"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include <nlohmann/json.hpp>
 
 namespace gpufence {
@@ -48,6 +54,20 @@ Result<std::vector<LoadedRuntime>> parse_cri_config_runtimes(std::string_view co
     out.push_back(std::move(r));
   }
   return out;
+}
+
+bool RuntimeProbe::nri_listening(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  // A connection that sends nothing: containerd's NRI waits for a registration that never
+  // comes and drops it (a line in its log), nothing else.
+  bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
 }
 
 }  // namespace gpufence

@@ -58,6 +58,10 @@ class RuntimeProbe {
     (void)timeout;
     return fail(Errc::unsupported, "no CRI Version from ", socket);
   }
+  // Whether containerd's NRI socket at `path` (a path this process can open) accepts a
+  // connection: containerd listens there only with NRI enabled (ctrd@v2.3.4:internal/nri/nri.go
+  // `Start`). containerd's CRI Status does not show NRI's config, so this is install's proof.
+  virtual bool nri_listening(const std::string& path);
 };
 
 // Asks CRI RuntimeService.Status (verbose) over gRPC: containerd's answer carries its live CRI

@@ -33,6 +33,8 @@ std::string install_state_to_json(const InstallState& s) {
   j["runtimeName"] = s.runtime_name;
   j["socket"] = s.socket;
   j["restart"] = s.restart;
+  j["enforcement"] = s.enforcement;
+  if (!s.nri_socket.empty()) j["nriSocket"] = s.nri_socket;
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
   for (const auto& f : s.config_files) files.push_back(file_json(f));
   j["config"] = {{"path", s.config_path}, {"changed", s.config_changed}, {"files", files}};
@@ -56,6 +58,8 @@ Result<InstallState> parse_install_state(std::string_view text, std::string_view
     s.runtime_name = j.at("runtimeName").get<std::string>();
     s.socket = j.at("socket").get<std::string>();
     s.restart = j.at("restart").get<std::vector<std::string>>();
+    s.enforcement = j.value("enforcement", std::string("runtime"));
+    s.nri_socket = j.value("nriSocket", std::string());
     const auto& c = j.at("config");
     s.config_path = c.at("path").get<std::string>();
     s.config_changed = c.at("changed").get<bool>();
@@ -84,6 +88,8 @@ Result<InstallState> parse_install_state(std::string_view text, std::string_view
   } catch (const nlohmann::json::exception& e) {
     return fail(Errc::parse, origin, ": ", e.what());
   }
+  if (s.enforcement != "runtime" && s.enforcement != "nri" && s.enforcement != "both")
+    return fail(Errc::parse, origin, ": enforcement must be runtime, nri or both");
   if (s.phase != "installing" && s.phase != "installed")
     return fail(Errc::parse, origin, ": phase must be installing or installed");
   if (s.config_path.empty() || s.binary_link.empty())

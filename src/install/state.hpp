@@ -22,6 +22,9 @@ struct InstallState {
   std::string runtime_name;
   std::string socket;
   std::vector<std::string> restart;
+  // install --enforcement: "runtime" (the handler; also a record from before NRI), "nri", "both".
+  std::string enforcement = "runtime";
+  std::string nri_socket;  // host path, nri and both
   // A file install creates or changes: the containerd config and its drop-in, the CDI spec.
   struct ManagedFile {
     std::string path;      // host path

@@ -102,6 +102,18 @@ EOF_TABLE
       "'install' in args(one('DaemonSet','gpufence-node-installer'))" \
       "'--watch' in args(one('DaemonSet','gpufence-node-installer'))" \
       "'--host-exec=nsenter' in args(one('DaemonSet','gpufence-node-installer'))"
+    # installer.enforcement reaches `install --enforcement`; gpufence's own pods tolerate a
+    # missing gpufence-nri (required_plugins on containerd >= 2.2).
+    check "enforcement defaults to runtime" assert "$work/r.yaml" \
+      "'--enforcement=runtime' in args(one('DaemonSet','gpufence-node-installer'))"
+    template --set distribution=microk8s --set installer.enforcement=nri > "$work/nri.yaml"
+    check "installer.enforcement=nri is passed on" assert "$work/nri.yaml" \
+      "'--enforcement=nri' in args(one('DaemonSet','gpufence-node-installer'))"
+    check "the installer and the device plugin tolerate a missing gpufence-nri" assert "$work/nri.yaml" \
+      "one('DaemonSet','gpufence-node-installer')['spec']['template']['metadata']['annotations']['gpufence.io/tolerate-missing-nri'] == 'true'" \
+      "one('DaemonSet','gpufence-device-plugin')['spec']['template']['metadata']['annotations']['gpufence.io/tolerate-missing-nri'] == 'true'"
+    out=$(template --set installer.enforcement=shim 2>&1)
+    check "an unknown enforcement is refused, naming the choices" grep -q "installer.enforcement must be one of auto, nri, runtime, both" <<<"$out"
     check "its /healthz is the readiness probe" assert "$work/r.yaml" \
       "pod(one('DaemonSet','gpufence-node-installer'))['containers'][0]['readinessProbe']['httpGet']['path'] == '/healthz'"
     # Every flag the chart passes must be one gpufence install accepts.

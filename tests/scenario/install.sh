@@ -17,6 +17,10 @@ line=${2:-1.6}
 [ "$case_name" = version3 ] && line=2.1
 case $line in
   1.6) ;;
+  1.7)
+    bash "$src/scripts/fetch-containerd.sh" 1.7 >/dev/null ||
+      skip "containerd 1.7: $(cat "$build/containerd/1.7/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
+    export PATH=$build/containerd/1.7/root/usr/bin:$PATH ;;
   2.1)
     bash "$src/scripts/fetch-containerd.sh" 2 >/dev/null ||
       skip "containerd 2: $(cat "$build/containerd/2/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
@@ -25,7 +29,7 @@ case $line in
     bash "$src/scripts/fetch-containerd.sh" 2.3 >/dev/null ||
       skip "containerd 2.3: $(cat "$build/containerd/2.3/FETCH-FAILED" 2>/dev/null || echo 'unpack failed')"
     export PATH=$build/containerd/2.3/root/usr/bin:$PATH ;;
-  *) echo "unknown containerd line $line (1.6, 2.1, 2.3)"; exit 2 ;;
+  *) echo "unknown containerd line $line (1.6, 1.7, 2.1, 2.3)"; exit 2 ;;
 esac
 if [ "$line" != 1.6 ] && [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
   # containerd 2.x (config versions 3-4): install adds a drop-in whose host path the real
@@ -89,7 +93,7 @@ restarts() { [ -f "$work/restarts" ] && wc -l < "$work/restarts" || echo 0; }
 {
   printf '# my own containerd config: keep this comment\nroot = "%s/root"\nstate = "%s/state"\n' "$work" "$work"
   containerd config default | grep -vE '^(root|state) = ' | sed "s|/run/containerd/containerd.sock|$sock|; s|sandbox_image = .*|sandbox_image = \"registry.example/pause:3.9\"|; s|sandbox = '.*'|sandbox = 'registry.example/pause:3.9'|" |
-    sed -E "s|socket_path = [\"']/var/run/nri/nri.sock[\"']|socket_path = \"$work/nri.sock\"|"
+    sed -E "s|socket_path = [\"']/var/run/nri/nri.sock[\"']|socket_path = \"$host/run/nri/nri.sock\"|"
 } > "$cfg"
 if [ "$case_name" = version3 ]; then
   grep -q '^version = 3' "$cfg" || skip "containerd 2's default config is not version 3: $(grep '^version' "$cfg")"
@@ -104,8 +108,10 @@ start || skip "this machine cannot run containerd: $(tail -3 "$work/containerd.l
 export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
 export MOCK_NVML_CONFIG=$src/tools/mock-nvml/examples/two-rtx3080.json
 ready=20
-install=("$gf" --host-root "$host" install --distribution containerd --host-exec direct
-         --restart-command "$work/restart.sh")
+# The handler's cases ask for it: on 2.3 the default (auto) is NRI (case nri).
+install_nri=("$gf" --host-root "$host" install --distribution containerd --host-exec direct
+             --restart-command "$work/restart.sh" --nri-socket /run/nri/nri.sock)
+install=("${install_nri[@]}" --enforcement runtime)
 uninstall=("$gf" --host-root "$host" uninstall --host-exec direct --restart-command "$work/restart.sh" --ready-timeout 20)
 
 
@@ -130,6 +136,71 @@ case $case_name in
     check "uninstall succeeds" test "$rc" = 0
     check "and the running containerd no longer has the handler" grep -q "containerd no longer has handler nvidia" <<<"$out"
     check "the host is as it was, byte for byte" test "$before" = "$(snap)"
+    ;;
+  nri)
+    # --enforcement nri on containerd 2.3.4 (NRI v0.12): NRI on and gpufence-nri required
+    # (fail closed) in the drop-in, no handler; the running containerd listens on NRI's socket
+    # and its config dump has both; uninstall gives the user's bytes back and the requirement
+    # goes with them. auto picks the same mode here.
+    grep -q '^version = 4' "$cfg" || skip "containerd $line's default config is not version 4"
+    before=$(snap)
+    out=$("${install_nri[@]}" --enforcement auto --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install --enforcement auto succeeds on $(containerd --version | awk '{print $3}')" test "$rc" = 0
+    check "and chose nri, saying why" grep -q "enforcement .*nri: containerd v2.3.4 has NRI v0.12" <<<"$out"
+    check "the user's file is untouched (its glob imports the drop-in)" cmp -s "$cfg" "$work/original.toml"
+    check "the drop-in has no handler" bash -c "! grep -q 'runtimes' '$dropin'"
+    check "the running containerd listens on NRI's socket" test -S "$host/run/nri/nri.sock"
+    check "install verified it" grep -q "containerd listens on NRI socket /run/nri/nri.sock" <<<"$out"
+    dump=$(containerd --config "$cfg" config dump 2>/dev/null)
+    nri_dump=$(awk '/^ *\[plugins.*io.containerd.nri.v1.nri.\]/{on=1} /^ *\[/{if ($0 !~ /nri.v1.nri/) on=0} on' <<<"$dump")
+    echo "$nri_dump"
+    check "config dump: NRI on" grep -qE '^ *disable = false' <<<"$nri_dump"
+    check "config dump: the default validator on" bash -c "awk '/default_validator/{v=1} v && /enable = true/{f=1} END{exit !f}' <<<\"\$1\"" _ "$nri_dump"
+    check "config dump: gpufence-nri required" grep -qE "required_plugins = \[.gpufence-nri.\]" <<<"$nri_dump"
+    check "config dump: gpufence's pods tolerate its absence" grep -q "tolerate_missing_plugins_annotation = .gpufence.io/tolerate-missing-nri." <<<"$nri_dump"
+    check "the state records the mode" grep -q '"enforcement": "nri"' "$host/etc/gpufence/install-state.json"
+    sha=$(sha256sum < "$dropin")
+    out=$("${install_nri[@]}" --enforcement nri --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "a second install (--enforcement nri) changes nothing" bash -c "test $rc = 0 && grep -q 'nothing to change' <<<\"\$1\"" _ "$out"
+    check "and restarts nothing" test "$(restarts)" = 1
+    check "the drop-in is as it was" test "$sha" = "$(sha256sum < "$dropin")"
+    out=$("${uninstall[@]}" 2>&1); rc=$?
+    echo "$out"
+    check "uninstall succeeds" test "$rc" = 0
+    check "the host is as it was, byte for byte" test "$before" = "$(snap)"
+    check "the running config no longer requires gpufence-nri" bash -c "! containerd --config '$cfg' config dump 2>/dev/null | grep -q gpufence-nri"
+    ;;
+  nri-both)
+    # containerd 1.7 (NRI v0.6, off by default; no required_plugins): auto stays on the handler,
+    # saying why; --enforcement both adds `disable = false` to the user's file in place beside
+    # the handler, containerd then listens on NRI's socket; uninstall gives the bytes back and
+    # NRI is off again.
+    grep -qE '^ *disable = true' <(awk '/nri.v1.nri/{on=1} on' "$cfg") || skip "containerd $line's default config does not have NRI off"
+    before=$(snap)
+    out=$("${install_nri[@]}" --enforcement auto --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "auto on $(containerd --version | awk '{print $3}') picks runtime, naming the NRI version" \
+      bash -c "test $rc = 0 && grep -q 'enforcement .*runtime: containerd .* has NRI v0.6 (< v0.10' <<<\"\$1\"" _ "$out"
+    check "and leaves NRI off" test ! -S "$host/run/nri/nri.sock"
+    out=$("${install_nri[@]}" --enforcement both --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install --enforcement both succeeds" test "$rc" = 0
+    check "it says NRI enforcement is not guaranteed while gpufence-nri is down" grep -q "not guaranteed while gpufence-nri is down" <<<"$out"
+    check "the running containerd has the handler and listens on NRI's socket" \
+      grep -q "containerd runs handler nvidia -> /usr/local/bin/gpufence-runtime; listens on NRI socket /run/nri/nri.sock" <<<"$out"
+    check "the socket is there" test -S "$host/run/nri/nri.sock"
+    dump=$(containerd --config "$cfg" config dump 2>/dev/null)
+    check "config dump: NRI on" bash -c "awk '/io.containerd.nri.v1.nri/{on=1} on && /disable = /{print; exit}' <<<\"\$1\" | grep -q 'disable = false'" _ "$dump"
+    check "the user's file keeps its comment" grep -q '^# my own containerd config: keep this comment' "$cfg"
+    check "the state records the mode" grep -q '"enforcement": "both"' "$host/etc/gpufence/install-state.json"
+    out=$("${uninstall[@]}" 2>&1); rc=$?
+    echo "$out"
+    check "uninstall succeeds" test "$rc" = 0
+    check "the host is as it was, byte for byte" test "$before" = "$(snap)"
+    dump=$(containerd --config "$cfg" config dump 2>/dev/null)
+    check "NRI is off again in the config" bash -c "awk '/io.containerd.nri.v1.nri/{on=1} on && /disable = /{print; exit}' <<<\"\$1\" | grep -q 'disable = true'" _ "$dump"
     ;;
   refused)
     # The user's file half-edited (containerd still runs on the previous one): install refuses
@@ -167,7 +238,13 @@ case $case_name in
       check "containerd was not restarted" test "$(restarts)" = 0
     fi
     ;;
-  kill)
+  kill|kill-nri)
+    # kill-nri: the same with --enforcement nri (containerd >= 2.2: NRI and required_plugins in
+    # the drop-in, verified on NRI's socket).
+    if [ "$case_name" = kill-nri ]; then
+      grep -q '^version = [34]' "$cfg" || skip "containerd $line has no required_plugins (< 2.2)"
+      install=("${install_nri[@]}" --enforcement nri)
+    fi
     # SIGKILL at every step boundary: strace kills install at the entry of each rename it makes
     # (every journal record and every file write ends with one), and once inside a slow restart.
     # Then uninstall first, or install first (then uninstall): the user's bytes come back.

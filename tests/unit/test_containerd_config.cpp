@@ -910,3 +910,67 @@ TEST(ContainerdK3s, WhatTheNodeRunsDecidesTheTemplateAndItsVersion) {
     EXPECT_NE(refused.error().message.find("version = 3"), std::string::npos);
   }
 }
+
+// ---- issue 18: NRI's table (install --enforcement nri|both) ----
+
+TEST(ContainerdNri, SettingsFollowEachLinesDefaultAndTheFile) {
+  // 1.7 (version 2): off unless the file says disable = false; 2.x: on unless it says true.
+  EXPECT_FALSE(nri_settings(parse("version = 2\n")).enabled);
+  EXPECT_TRUE(nri_settings(parse("version = 2\n"), 2).enabled) << "2.x reading a version-2 file";
+  EXPECT_TRUE(nri_settings(parse("version = 3\n")).enabled);
+  auto off =
+      nri_settings(parse("version = 3\n[plugins.'io.containerd.nri.v1.nri']\n"
+                         "disable = true\nsocket_path = '/run/x/nri.sock'\n"));
+  EXPECT_FALSE(off.enabled);
+  EXPECT_TRUE(off.explicitly_set);
+  EXPECT_EQ(off.socket_path, "/run/x/nri.sock");
+  EXPECT_EQ(nri_settings(parse("version = 2\n")).socket_path, "/var/run/nri/nri.sock");
+  auto req = nri_settings(parse(
+      "version = 3\n[plugins.'io.containerd.nri.v1.nri'.default_validator]\nenable = true\n"
+      "required_plugins = ['a', 'gpufence-nri']\ntolerate_missing_plugins_annotation = 'k'\n"));
+  EXPECT_TRUE(req.validator_enabled);
+  EXPECT_EQ(req.required_plugins, (std::vector<std::string>{"a", "gpufence-nri"}));
+  EXPECT_EQ(req.tolerate_annotation, "k");
+}
+
+// NRI without the handler, line by line in a version-2 file: the user's text kept, no runtime
+// added, idempotent.
+TEST(ContainerdNri, SetupPlansNriAloneInPlaceAndIsIdempotent) {
+  FakeFiles fs;
+  const std::string original =
+      "# mine\nversion = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n"
+      "  socket_path = \"/var/run/nri/nri.sock\"\n";
+  fs.files["/etc/containerd/config.toml"] = original;
+  SetupOptions opt;
+  opt.handler = HandlerEdit::skip;
+  opt.nri.enable = true;
+  auto plan = plan_containerd_setup(opt, fs.reader()).value();
+  ASSERT_EQ(plan.changes.size(), 1u);
+  const auto& text = plan.changes[0].new_text;
+  EXPECT_EQ(text,
+            "# mine\nversion = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n"
+            "  socket_path = \"/var/run/nri/nri.sock\"\n")
+      << "one value changed, nothing else";
+  EXPECT_TRUE(cri_runtimes(parse(text)).empty());
+  fs.apply(plan);
+  EXPECT_TRUE(plan_containerd_setup(opt, fs.reader()).value().changes.empty());
+  // required_plugins on top (containerd >= 2.2 reading a version-2 file).
+  opt.nri.required_plugin = "gpufence-nri";
+  auto plan2 = plan_containerd_setup(opt, fs.reader()).value();
+  ASSERT_EQ(plan2.changes.size(), 1u);
+  auto s = nri_settings(parse(plan2.changes[0].new_text));
+  EXPECT_TRUE(s.validator_enabled);
+  EXPECT_EQ(s.required_plugins, std::vector<std::string>{"gpufence-nri"});
+}
+
+TEST(ContainerdNri, Version1AndK3sAreRefusedForNri) {
+  FakeFiles fs;
+  fs.files["/etc/containerd/config.toml"] = "[plugins.cri]\n";
+  SetupOptions opt;
+  opt.nri.enable = true;
+  auto v1 = plan_containerd_setup(opt, fs.reader());
+  ASSERT_FALSE(v1);
+  EXPECT_NE(v1.error().message.find("version 1"), std::string::npos) << v1.error().message;
+  opt.flavor = Flavor::k3s;
+  EXPECT_FALSE(plan_containerd_setup(opt, fs.reader()));
+}

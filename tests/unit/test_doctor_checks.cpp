@@ -1,9 +1,13 @@
 // Every doctor check on a fake node tree, with a test PodResources server standing in for the
 // kubelet: one case that fires it, one that does not.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -549,4 +553,108 @@ TEST_F(DoctorChecks, HostPidPtraceAndWritableSysfsOfGpuPodsAreReported) {
       EXPECT_EQ(c["writable_sysfs"].size(), 1u);
     }
   }
+}
+
+// ---- issue 18: the enforcement `gpufence install` recorded, and containerd's NRI ----
+
+namespace {
+
+// A listening unix socket at `path` (containerd's NRI socket), closed with the object.
+struct ListeningSocket {
+  int fd = -1;
+  explicit ListeningSocket(const std::filesystem::path& path) {
+    std::filesystem::create_directories(path.parent_path());
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::string p = path.string();
+    if (p.size() >= sizeof addr.sun_path) return;
+    std::memcpy(addr.sun_path, p.data(), p.size());
+    fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 1) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~ListeningSocket() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+const char* kState = R"({"enforcement": "%s"})";
+
+std::string state(const std::string& mode) {
+  std::string s = kState;
+  return s.replace(s.find("%s"), 2, mode);
+}
+
+// containerd 2.x with NRI on and gpufence-nri required (what install --enforcement nri writes).
+const std::string kNriRequired =
+    "version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable = false\n"
+    "  [plugins.'io.containerd.nri.v1.nri'.default_validator]\n    enable = true\n"
+    "    required_plugins = ['gpufence-nri']\n";
+
+std::vector<Finding> nri_findings(const std::vector<Finding>& all) {
+  std::vector<Finding> out;
+  for (const auto& f : all)
+    if (f.id.starts_with("nri.")) out.push_back(f);
+  return out;
+}
+
+}  // namespace
+
+TEST_F(DoctorChecks, NriFindingsOnlyWhereInstallChoseNri) {
+  // No record, or a runtime one: NRI is not gpufence's enforcement point, nothing to say.
+  m_node->write("etc/containerd/config.toml", "version = 2\n");
+  EXPECT_TRUE(nri_findings(judge(snapshot())).empty());
+  m_node->write("etc/gpufence/install-state.json", state("runtime"));
+  EXPECT_TRUE(nri_findings(judge(snapshot())).empty());
+}
+
+TEST_F(DoctorChecks, NriModeWithNriOffInTheConfigIsAnError) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  // containerd 1.7's config without the NRI table: off by default.
+  m_node->write("etc/containerd/config.toml", "version = 2\n");
+  auto f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].id, "nri.disabled");
+  EXPECT_EQ(f[0].severity, Severity::error);
+  EXPECT_EQ(f[1].id, "nri.not-fail-closed");
+  EXPECT_NE(f[1].summary.find("NRI enforcement not guaranteed while gpufence-nri is down"),
+            std::string::npos);
+  EXPECT_EQ(f[1].severity, Severity::error) << "nri alone: nothing else enforces";
+}
+
+TEST_F(DoctorChecks, NriModeWithoutTheSocketIsAnError) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  auto f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.socket-missing");
+  EXPECT_NE(f[0].summary.find("/var/run/nri/nri.sock"), std::string::npos);
+}
+
+TEST_F(DoctorChecks, NriModeFailClosedWithTheSocketIsClean) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  ASSERT_GE(sock.fd, 0);
+  auto snap = snapshot();
+  ASSERT_TRUE(snap.nri);
+  EXPECT_TRUE(snap.nri->socket_present);
+  EXPECT_TRUE(nri_findings(judge(snap)).empty());
+}
+
+// containerd < 2.2 (no required_plugins), paired with the shim: a warning naming both fixes.
+TEST_F(DoctorChecks, BothBelowContainerd22WarnsWithTheFix) {
+  m_node->write("etc/gpufence/install-state.json", state("both"));
+  m_node->write("etc/containerd/config.toml",
+                "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n");
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  ASSERT_GE(sock.fd, 0);
+  auto f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.not-fail-closed");
+  EXPECT_EQ(f[0].severity, Severity::warning);
+  EXPECT_NE(f[0].fix.find("--enforcement both"), std::string::npos) << f[0].fix;
+  EXPECT_NE(f[0].fix.find("upgrade containerd to 2.2"), std::string::npos) << f[0].fix;
 }

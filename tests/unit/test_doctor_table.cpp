@@ -3,6 +3,7 @@
 // settings on a fake node.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "common/strings.hpp"
@@ -66,6 +67,11 @@ Snapshot troubled_node() {
                  {"/var/run/cdi/nvidia.yaml", 1, "nvidia.com/gpu", {"0", "all"}, ""},
                  {"/var/run/cdi/operator.yaml", 1, "nvidia.com/gpu", {"0", "all"}, ""}};
   s.containerd_findings = {{"containerd.handler-missing", Severity::error, "x", "y", "z"}};
+  // Installed for NRI enforcement on a containerd whose config has NRI off.
+  NriView nri;
+  nri.enforcement = "nri";
+  nri.state_file = "/etc/gpufence/install-state.json";
+  s.nri = nri;
   return s;
 }
 
@@ -237,4 +243,22 @@ TEST_F(DoctorContainerd, TwoSpecsDefiningOneGpu) {
   EXPECT_EQ(std::count_if(findings.begin(), findings.end(),
                           [](const Finding& f) { return f.id == "cdi.duplicate-device"; }),
             1);
+}
+
+// GPU pods without runtimeClassName are gpufence-nri's where the node was installed for NRI and
+// containerd runs it; where NRI is off, they are still reported.
+TEST(DoctorTable, PodsWithoutTheHandlerAreNotReportedWhereGpufenceNriEnforces) {
+  auto has = [](const std::vector<Finding>& f, const std::string& id) {
+    return std::any_of(f.begin(), f.end(), [&](const Finding& x) { return x.id == id; });
+  };
+  Snapshot s = troubled_node();
+  EXPECT_TRUE(has(judge(s), "pod.no-gpu-runtime"));
+  s.nri->enabled = true;
+  s.nri->socket_present = true;
+  auto f = judge(s);
+  EXPECT_FALSE(has(f, "pod.no-gpu-runtime"));
+  EXPECT_TRUE(has(f, "nri.not-fail-closed"));
+  s.nri->validator_enabled = true;
+  s.nri->required_plugins = {"gpufence-nri"};
+  EXPECT_FALSE(has(judge(s), "nri.not-fail-closed"));
 }

@@ -84,9 +84,23 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
   }
   std::vector<std::string> sockets;
 
+  // containerd listens on NRI's socket when the config it loaded (imports merged) enables NRI,
+  // with the defaults of its release: off on 1.x, on from 2.0.
+  bool nri_listening(const std::string& path) override {
+    nri_sockets.push_back(path);
+    return m_up && m_nri;
+  }
+  std::vector<std::string> nri_sockets;
+  // The NRI settings the config it loaded has.
+  NriSettings nri;
+
  private:
   void load() {
     m_loaded = {{"runc", "io.containerd.runc.v2", std::nullopt}};
+    std::optional<int> major;
+    if (!release.empty()) major = release.starts_with("v2") || release.starts_with("2") ? 2 : 1;
+    nri = nri_settings(ContainerdConfig{}, major);
+    m_nri = nri.enabled;
     if (ignores_config) return;
     auto text = read_file(m_config);
     if (!text) return;
@@ -108,6 +122,8 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
       cfg = merge_imports_from_host(*cfg, *m_host);
       if (!cfg) return;
     }
+    nri = nri_settings(*cfg, major);
+    m_nri = nri.enabled;
     m_loaded.clear();
     for (const auto& h : cri_runtimes(*cfg))
       m_loaded.push_back({h.name, h.runtime_type, h.binary_name});
@@ -118,6 +134,7 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
   fs::path m_config;
   const HostFs* m_host;
   bool m_up = true;
+  bool m_nri = false;
   std::vector<LoadedRuntime> m_loaded;
 };
 
@@ -159,6 +176,8 @@ struct Node {
     o.distribution = d;
     o.binary.source = runtime_source.string();
     o.ready_timeout = std::chrono::milliseconds(1000);
+    // The handler's tests; the NRI ones (InstallEnforcement) ask for their mode.
+    o.enforcement = EnforcementRequest::runtime;
     return o;
   }
   InstallEnv env() {
@@ -943,6 +962,242 @@ TEST(InstallJournal, K3sOnContainerd2WithoutATemplateWritesTheV3One) {
   EXPECT_FALSE(fs::exists(n.dir / (dir + "config.toml.tmpl")));
   auto text = slurp(n.dir / (dir + "config-v3.toml.tmpl"));
   EXPECT_NE(text.find("io.containerd.cri.v1.runtime"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace gpufence
+
+// ---- issue 18: --enforcement nri|runtime|both ----
+
+namespace gpufence {
+namespace {
+
+TEST(InstallEnforcement, NriApiPerContainerdLine) {
+  // nri@v0.12.0:pkg/api/version.go InferVersionFromRuntime.
+  EXPECT_EQ(nri_api_minor("1.6.20~ds1"), std::nullopt);
+  EXPECT_EQ(nri_api_minor("v1.7.13"), std::nullopt);
+  EXPECT_EQ(nri_api_minor("v1.7.14"), 6);
+  EXPECT_EQ(nri_api_minor("1.7.24~ds1"), 6);
+  EXPECT_EQ(nri_api_minor("v1.7.25"), 6);
+  EXPECT_EQ(nri_api_minor("v1.7.26"), 8);
+  EXPECT_EQ(nri_api_minor("v2.0.4-k3s2"), 8);
+  EXPECT_EQ(nri_api_minor("2.1.9~ds1"), 8);
+  EXPECT_EQ(nri_api_minor("v2.2.0"), 10);
+  EXPECT_EQ(nri_api_minor("v2.2.1"), 11);
+  EXPECT_EQ(nri_api_minor("v2.3.4"), 12);
+  EXPECT_EQ(nri_api_minor("garbage"), std::nullopt);
+}
+
+TEST(InstallEnforcement, AutoPicksNriOnlyWhereItFailsClosed) {
+  struct Case {
+    std::optional<std::string> release;
+    Enforcement mode;
+    bool required;
+  };
+  for (const auto& c : std::vector<Case>{{"v2.3.4", Enforcement::nri, true},
+                                         {"v2.2.0", Enforcement::nri, true},
+                                         {"v2.2.1", Enforcement::nri, true},
+                                         {"2.1.9~ds1", Enforcement::runtime, false},
+                                         {"1.7.24~ds1", Enforcement::runtime, false},
+                                         {"1.6.20~ds1", Enforcement::runtime, false},
+                                         {std::nullopt, Enforcement::runtime, false}}) {
+    auto got = choose_enforcement(EnforcementRequest::automatic, c.release, false);
+    ASSERT_TRUE(got) << c.release.value_or("none");
+    EXPECT_EQ(got->mode, c.mode) << c.release.value_or("none");
+    EXPECT_EQ(got->required_plugins, c.required) << c.release.value_or("none");
+    EXPECT_FALSE(got->reason.empty());
+  }
+  // The reason names why: the NRI version the release has.
+  auto old = choose_enforcement(EnforcementRequest::automatic, "2.1.9~ds1", false);
+  EXPECT_NE(old->reason.find("v0.8"), std::string::npos) << old->reason;
+  EXPECT_NE(old->reason.find("--enforcement both"), std::string::npos) << old->reason;
+  auto none = choose_enforcement(EnforcementRequest::automatic, "1.6.20~ds1", false);
+  EXPECT_NE(none->reason.find("has no NRI"), std::string::npos) << none->reason;
+  // k3s renders its config from a template: auto stays on the handler.
+  auto k3s = choose_enforcement(EnforcementRequest::automatic, "v2.3.4", true);
+  EXPECT_EQ(k3s->mode, Enforcement::runtime);
+}
+
+TEST(InstallEnforcement, ExplicitRequestsTheNodeCannotCarryAreRefused) {
+  EXPECT_FALSE(choose_enforcement(EnforcementRequest::nri, "1.6.20~ds1", false));
+  EXPECT_FALSE(choose_enforcement(EnforcementRequest::both, "v1.7.13", false));
+  EXPECT_FALSE(choose_enforcement(EnforcementRequest::nri, std::nullopt, false));
+  EXPECT_FALSE(choose_enforcement(EnforcementRequest::nri, "v2.3.4", true));
+  // Below v0.10: allowed, but not fail closed, and the reason says so.
+  auto nri17 = choose_enforcement(EnforcementRequest::nri, "1.7.24~ds1", false);
+  ASSERT_TRUE(nri17);
+  EXPECT_EQ(nri17->mode, Enforcement::nri);
+  EXPECT_FALSE(nri17->required_plugins);
+  EXPECT_NE(nri17->reason.find("not guaranteed while gpufence-nri is down"), std::string::npos);
+  auto both = choose_enforcement(EnforcementRequest::both, "v2.3.4", false);
+  ASSERT_TRUE(both);
+  EXPECT_EQ(both->mode, Enforcement::both);
+  EXPECT_TRUE(both->required_plugins);
+  auto rt = choose_enforcement(EnforcementRequest::runtime, "v2.3.4", false);
+  EXPECT_EQ(rt->mode, Enforcement::runtime);
+  EXPECT_FALSE(rt->required_plugins);
+  EXPECT_FALSE(parse_enforcement_request("shim"));
+  EXPECT_EQ(parse_enforcement_request("auto"), EnforcementRequest::automatic);
+}
+
+// containerd 2.3.4 with its own default config: auto picks nri; the drop-in enables NRI and
+// requires gpufence-nri (with the toleration), writes no handler; uninstall gives the bytes back.
+TEST(InstallEnforcement, Auto2_3InstallsNriFailClosedAndUninstallRestoresTheBytes) {
+  Node n;
+  const std::string root = fixture("containerd-2.3-config-default.toml");
+  n.dir.write("host/etc/containerd/config.toml", root);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "v2.3.4";
+  auto before = snapshot(n.host);
+  auto opt = n.options();
+  opt.enforcement = EnforcementRequest::automatic;
+  auto report = run_install(opt, n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_EQ(report.enforcement, Enforcement::nri);
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), root);
+  auto drop = parse_containerd_config(slurp(n.host / kDropIn), "drop-in");
+  ASSERT_TRUE(drop) << drop.error().message;
+  auto s = nri_settings(*drop);
+  EXPECT_TRUE(s.enabled && s.explicitly_set);
+  EXPECT_TRUE(s.validator_enabled);
+  EXPECT_EQ(s.required_plugins, std::vector<std::string>{"gpufence-nri"});
+  EXPECT_EQ(s.tolerate_annotation, "gpufence.io/tolerate-missing-nri");
+  EXPECT_TRUE(cri_runtimes(*drop).empty()) << "nri mode writes no handler";
+  // What containerd loaded (root + drop-in) has the validator on.
+  EXPECT_TRUE(n.containerd->nri.validator_enabled);
+  EXPECT_EQ(n.containerd->nri.required_plugins, std::vector<std::string>{"gpufence-nri"});
+  // Verified on NRI's socket, under the host root.
+  ASSERT_FALSE(n.containerd->nri_sockets.empty());
+  EXPECT_EQ(n.containerd->nri_sockets.back(), (n.host / "var/run/nri/nri.sock").string());
+  auto state = parse_install_state(slurp(n.host / "etc/gpufence/install-state.json"), "state");
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->enforcement, "nri");
+  EXPECT_EQ(state->nri_socket, "/var/run/nri/nri.sock");
+  auto screen = render_install_report(report);
+  EXPECT_NE(screen.find("enforcement"), std::string::npos);
+  EXPECT_NE(screen.find("NRI v0.12"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("no runtime handler 'nvidia' in this mode"), std::string::npos) << screen;
+
+  // A second install: nothing to change, no restart.
+  auto snap = snapshot(n.host);
+  auto again = run_install(opt, n.env());
+  ASSERT_TRUE(again.ok()) << render_install_report(again);
+  EXPECT_FALSE(again.changed_anything()) << render_install_report(again);
+  EXPECT_EQ(snapshot(n.host), snap);
+  EXPECT_EQ(n.containerd->commands.size(), 1u);
+
+  auto un = run_uninstall(opt, n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+}
+
+// containerd 1.7 (version 2, NRI off by default), --enforcement both: the handler and
+// `disable = false` edited into the user's file line by line; no validator (1.7 has none).
+TEST(InstallEnforcement, Both17EnablesNriInPlaceBesideTheHandler) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "1.7.24~ds1";
+  n.containerd->reload();
+  EXPECT_FALSE(n.containerd->nri.enabled) << "1.7 has NRI off by default";
+  auto before = snapshot(n.host);
+  auto opt = n.options();
+  opt.enforcement = EnforcementRequest::both;
+  auto report = run_install(opt, n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  std::string cfg = slurp(n.host / "etc/containerd/config.toml");
+  EXPECT_TRUE(cfg.starts_with(kPlainConfig)) << cfg;
+  auto parsed = parse_containerd_config(cfg, "cfg");
+  ASSERT_TRUE(parsed);
+  auto s = nri_settings(*parsed, 1);
+  EXPECT_TRUE(s.enabled);
+  EXPECT_FALSE(s.validator_enabled) << "no required_plugins below containerd 2.2";
+  EXPECT_EQ(cri_runtimes(*parsed).size(), 2u) << cfg;  // runc and nvidia
+  EXPECT_TRUE(n.containerd->nri.enabled);
+  auto un = run_uninstall(opt, n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+}
+
+// A containerd that comes back without NRI (it reads another file) fails verify, and the
+// user's config is put back.
+TEST(InstallEnforcement, NriThatDoesNotComeUpFailsVerifyAndRestoresTheConfig) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "1.7.24~ds1";
+  n.containerd->ignores_config = true;
+  auto before = snapshot(n.host);
+  auto opt = n.options();
+  opt.enforcement = EnforcementRequest::nri;
+  auto report = run_install(opt, n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("NRI socket"), std::string::npos) << *report.failure;
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(report);
+}
+
+// The user's own `disable = true` and required plugins: the drop-in turns NRI on and keeps
+// the user's required plugins beside gpufence-nri.
+TEST(InstallEnforcement, UsersNriSettingsAreOverriddenOnlyWhereNeeded) {
+  Node n;
+  const std::string root = kVersion3Config +
+                           "[plugins.'io.containerd.nri.v1.nri']\n  disable = true\n"
+                           "  [plugins.'io.containerd.nri.v1.nri'.default_validator]\n"
+                           "    required_plugins = ['other-plugin']\n";
+  n.dir.write("host/etc/containerd/config.toml", root);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "v2.2.1";
+  n.containerd->reload();
+  EXPECT_FALSE(n.containerd->nri.enabled);
+  auto before = snapshot(n.host);
+  auto opt = n.options();
+  opt.enforcement = EnforcementRequest::automatic;
+  auto report = run_install(opt, n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_EQ(report.enforcement, Enforcement::nri);
+  EXPECT_TRUE(n.containerd->nri.enabled);
+  EXPECT_EQ(n.containerd->nri.required_plugins,
+            (std::vector<std::string>{"other-plugin", "gpufence-nri"}));
+  auto un = run_uninstall(opt, n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+}
+
+// From the handler to NRI and back out: uninstall still restores the bytes from before the
+// first install, and the record follows the mode.
+TEST(InstallEnforcement, SwitchingModesStillUninstallsToTheUsersBytes) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "v2.3.4";
+  auto before = snapshot(n.host);
+  auto opt = n.options();
+  ASSERT_TRUE(run_install(opt, n.env()).ok());
+  opt.enforcement = EnforcementRequest::nri;
+  auto second = run_install(opt, n.env());
+  ASSERT_TRUE(second.ok()) << render_install_report(second);
+  EXPECT_TRUE(second.changed_anything());
+  auto state = parse_install_state(slurp(n.host / "etc/gpufence/install-state.json"), "state");
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->enforcement, "nri");
+  auto un = run_uninstall(opt, n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+}
+
+// k3s renders its config from a template: an explicit nri is refused before anything changes.
+TEST(InstallEnforcement, NriOnK3sIsRefusedBeforeAnyChange) {
+  Node n;
+  n.dir.write("host/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "version = 2\n");
+  n.start_containerd("/var/lib/rancher/k3s/agent/etc/containerd/config.toml");
+  n.containerd->release = "v2.3.4";
+  auto before = snapshot(n.host);
+  auto opt = n.options(Distribution::k3s);
+  opt.enforcement = EnforcementRequest::nri;
+  auto report = run_install(opt, n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("k3s"), std::string::npos) << *report.failure;
+  EXPECT_EQ(snapshot(n.host), before);
 }
 
 }  // namespace
