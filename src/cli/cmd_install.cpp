@@ -23,17 +23,19 @@ void on_signal(int) {
   g_stop = true;
 }
 
-// gpufence-runtime beside this gpufence binary (the image ships them together).
-std::string sibling_runtime() {
+// `name` beside this gpufence binary (the image ships gpufence-runtime and gpufence-nri with it).
+std::string sibling(const std::string& name) {
   std::error_code ec;
   auto self = std::filesystem::canonical("/proc/self/exe", ec);
-  if (ec) return "gpufence-runtime";
-  return (self.parent_path() / "gpufence-runtime").string();
+  if (ec) return name;
+  return (self.parent_path() / name).string();
 }
 
 struct InstallArgs {
   std::string distribution = "auto", config, socket, restart_command, host_exec = "auto",
-              runtime_name = "nvidia", runtime_source = sibling_runtime(),
+              runtime_name = "nvidia", runtime_source = sibling("gpufence-runtime"),
+              nri_source = sibling("gpufence-nri"), nri_link = "/usr/local/bin/gpufence-nri",
+              nri_plugin_path = "/opt/nri/plugins",
               runtime_link = "/usr/local/bin/gpufence-runtime",
               versions_dir = "/usr/local/lib/gpufence",
               runtime_config = "/etc/gpufence/runtime.toml",
@@ -105,6 +107,10 @@ Result<InstallOptions> to_options(const InstallArgs& a, const Context& ctx) {
   o.binary.source = a.runtime_source;
   o.binary.link = a.runtime_link;
   o.binary.versions_dir = a.versions_dir;
+  o.nri_binary.source = a.nri_source;
+  o.nri_binary.link = a.nri_link;
+  o.nri_binary.versions_dir = a.versions_dir;
+  o.nri_plugin_path = a.nri_plugin_path;
   o.runtime_config = a.runtime_config;
   o.state_file = a.state_file;
   if (a.cdi != "generate" && a.cdi != "skip")
@@ -227,6 +233,18 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
   install
       ->add_option("--nri-tolerate-annotation", in->nri_tolerate_annotation,
                    "Pod annotation key that lets a pod start while gpufence-nri is down")
+      ->capture_default_str();
+  install
+      ->add_option("--nri-source", in->nri_source,
+                   "gpufence-nri to copy onto the host in nri and both modes (default: beside "
+                   "this binary)")
+      ->capture_default_str();
+  install->add_option("--nri-link", in->nri_link, "Host path of gpufence-nri's stable link")
+      ->capture_default_str();
+  install
+      ->add_option("--nri-plugin-path", in->nri_plugin_path,
+                   "Host path of containerd's NRI plugin_path: gpufence-nri is linked there as "
+                   "10-<nri-plugin-name> and containerd launches it")
       ->capture_default_str();
   install
       ->add_option("--runtime-source", in->runtime_source,

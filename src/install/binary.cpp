@@ -14,7 +14,12 @@ namespace gpufence {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr std::string_view kPrefix = "gpufence-runtime-";
+
+// Versioned files are named after the stable link (gpufence-runtime-<hash>, gpufence-nri-<hash>),
+// so two binaries share one versions directory without one's prune removing the other's files.
+std::string version_prefix(const BinaryInstallOptions& opt) {
+  return fs::path(opt.link).filename().string() + "-";
+}
 
 Status fsync_dir(const fs::path& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -68,7 +73,9 @@ namespace {
 
 Result<std::string> read_source(const BinaryInstallOptions& opt) {
   auto bytes = read_file(opt.source);
-  if (!bytes) return std::unexpected(bytes.error().wrap("read gpufence-runtime to install"));
+  if (!bytes)
+    return std::unexpected(
+        bytes.error().wrap(cat("read ", fs::path(opt.link).filename().string(), " to install")));
   if (bytes->size() < 4 || bytes->compare(0, 4,
                                           "\x7f"
                                           "ELF") != 0)
@@ -81,7 +88,7 @@ Result<std::string> read_source(const BinaryInstallOptions& opt) {
 Result<std::string> planned_binary_target(const BinaryInstallOptions& opt) {
   auto bytes = read_source(opt);
   if (!bytes) return std::unexpected(bytes.error());
-  return cat(opt.versions_dir, "/", kPrefix, content_tag(*bytes));
+  return cat(opt.versions_dir, "/", version_prefix(opt), content_tag(*bytes));
 }
 
 std::optional<std::string> binary_link_target(const HostFs& host, const std::string& link) {
@@ -96,7 +103,7 @@ Result<BinaryInstall> install_binary(const HostFs& host, const BinaryInstallOpti
   auto bytes = read_source(opt);
   if (!bytes) return std::unexpected(bytes.error());
   BinaryInstall out;
-  out.target = cat(opt.versions_dir, "/", kPrefix, content_tag(*bytes));
+  out.target = cat(opt.versions_dir, "/", version_prefix(opt), content_tag(*bytes));
   fs::path real_target = host.resolve(out.target);
 
   // Step 1: the versioned file, unless an identical one is already there.
@@ -128,7 +135,8 @@ Result<BinaryInstall> install_binary(const HostFs& host, const BinaryInstallOpti
   auto entries = host.list(opt.versions_dir);
   if (entries) {
     for (const auto& name : *entries) {
-      if (!name.starts_with(kPrefix) || name.find(".tmp") != std::string::npos) continue;
+      if (!name.starts_with(version_prefix(opt)) || name.find(".tmp") != std::string::npos)
+        continue;
       std::string path = cat(opt.versions_dir, "/", name);
       if (path == out.target || (previous && path == *previous)) continue;
       if (::unlink(host.resolve(path).c_str()) == 0) out.pruned.push_back(path);
@@ -149,7 +157,7 @@ Result<std::vector<std::string>> remove_binary(const HostFs& host,
   auto entries = host.list(opt.versions_dir);
   if (entries) {
     for (const auto& name : *entries) {
-      if (!name.starts_with(kPrefix)) continue;
+      if (!name.starts_with(version_prefix(opt))) continue;
       std::string path = cat(opt.versions_dir, "/", name);
       if (::unlink(host.resolve(path).c_str()) != 0)
         return fail_errno("unlink", host.resolve(path).native());

@@ -179,10 +179,11 @@ void remove_stale_temps(const HostFs& host, const InstallState& state,
   if (state.cdi_spec) remove_stale_temps(host, state.cdi_spec->path);
   if (state.runtime_config_path) remove_stale_temps(host, *state.runtime_config_path);
   remove_stale_temps(host, state.binary_link);
+  remove_stale_temps(host, state.nri_binary_link);
+  remove_stale_temps(host, state.nri_plugin_link);
   if (auto names = host.list(state.versions_dir)) {
     for (const auto& n : *names)
-      if (n.starts_with(".gpufence-runtime-"))
-        ::unlink(host.resolve(state.versions_dir + "/" + n).c_str());
+      if (n.starts_with(".gpufence-")) ::unlink(host.resolve(state.versions_dir + "/" + n).c_str());
   }
 }
 
@@ -258,6 +259,13 @@ struct InstallPlan {
   SetupPlan config;
   std::vector<std::string> backups;  // per config change: "" for a file already recorded
   std::vector<std::string> new_dirs;
+  // nri and both: gpufence-nri's versioned file and links, as they were before this run.
+  bool nri = false;
+  std::string nri_target;
+  std::optional<std::string> nri_previous_link;
+  bool nri_target_existed = false;
+  std::string nri_plugin_link;                   // <plugin_path>/NN-name
+  std::optional<std::string> nri_plugin_before;  // what that link named before this run
 };
 
 std::string cdi_backup_path(const HostFs& host, const std::string& path,
@@ -327,6 +335,21 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
                                  "' in this mode: pods naming a RuntimeClass with that handler "
                                  "fail to start (--enforcement both keeps it)"));
   if (uses_nri(choice->mode)) {
+    // gpufence-nri as containerd launches it: the binary beside the shim, and the NN-name link
+    // in plugin_path (containerd refuses a name without the two-digit index).
+    auto nri_target = planned_binary_target(r.opt.nri_binary);
+    if (!nri_target) return r.failed("nri plugin", nri_target.error().message);
+    plan.nri = true;
+    plan.nri_target = *nri_target;
+    plan.nri_previous_link = binary_link_target(host, r.opt.nri_binary.link);
+    plan.nri_target_existed = host.exists(*nri_target);
+    plan.nri_plugin_link =
+        cat(r.opt.nri_plugin_path, "/", r.opt.nri_plugin_index, "-", r.opt.nri_plugin_name);
+    plan.nri_plugin_before = binary_link_target(host, plan.nri_plugin_link);
+    // Someone else's file or link under that name is theirs: refused, nothing changed.
+    if (host.exists(plan.nri_plugin_link) && plan.nri_plugin_before != r.opt.nri_binary.link)
+      return r.failed("nri plugin", cat(plan.nri_plugin_link, " exists and is not a link to ",
+                                        r.opt.nri_binary.link, "; left alone"));
     r.report.nri_socket = r.opt.nri_socket;
     so.nri.enable = true;
     // install configures containerd; gpufence-nri itself runs beside it (docs/nri.md,
@@ -386,6 +409,9 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
        {r.opt.state_file, r.opt.binary.link, plan.binary_target, r.opt.runtime_config})
     missing_parents(host, p, plan.new_dirs);
   if (plan.cdi_text) missing_parents(host, r.opt.cdi_output, plan.new_dirs);
+  if (plan.nri)
+    for (const std::string& p : {r.opt.nri_binary.link, plan.nri_target, plan.nri_plugin_link})
+      missing_parents(host, p, plan.new_dirs);
   for (const auto& c : plan.config.changes) missing_parents(host, c.path, plan.new_dirs);
   return true;
 }
@@ -403,6 +429,10 @@ InstallState journal_for(const Run& r, const InstallState& state, const InstallP
   j.nri_socket = uses_nri(r.choice.mode) ? r.opt.nri_socket : std::string();
   j.binary_link = r.opt.binary.link;
   j.versions_dir = r.opt.binary.versions_dir;
+  if (plan.nri) {
+    j.nri_binary_link = r.opt.nri_binary.link;
+    j.nri_plugin_link = plan.nri_plugin_link;
+  }
   for (const auto& d : plan.new_dirs)
     if (!contains(j.created_dirs, d)) j.created_dirs.push_back(d);
   if (plan.create_runtime_config && !j.runtime_config_path) {
@@ -474,6 +504,34 @@ bool put_runtime_config(Run& r, const InstallPlan& plan, const InstallState& jou
   if (auto st = write_host(r.env.host, r.opt.runtime_config, kDefaultRuntimeToml); !st)
     return r.failed("runtime config", st.error().message);
   r.step("runtime config", Outcome::changed, r.opt.runtime_config + " (defaults)");
+  return true;
+}
+
+// Step: gpufence-nri beside the shim (the same atomic link swap), started once on the host, then
+// linked into containerd's plugin_path, from where containerd launches it at its next start.
+bool put_nri_plugin(Run& r, const InstallPlan& plan) {
+  if (!plan.nri) return true;
+  auto done = install_binary(r.env.host, r.opt.nri_binary);
+  if (!done) return r.failed("nri plugin", done.error().message);
+  for (const auto& p : done->pruned) r.report.notes.push_back("removed old version " + p);
+  std::string path = r.opt.host_exec == HostExec::nsenter
+                         ? r.opt.nri_binary.link
+                         : r.env.host.resolve(done->target).string();
+  auto argv = host_command(r.opt.host_exec, {path, "--help"}, r.opt.host_pid);
+  auto res = r.env.runner.run(argv);
+  if (!res) return r.failed("nri plugin", res.error().message);
+  if (res->exit_code != 0)
+    return r.failed("nri plugin", cat(r.opt.nri_binary.link, " does not run on this host (`",
+                                      shell_words(argv), "` exited ", res->exit_code, ": ",
+                                      trim(res->out), "); containerd's config is left as it was"));
+  bool changed = done->changed == Changed::yes;
+  if (plan.nri_plugin_before != r.opt.nri_binary.link) {
+    if (auto st = point_binary_link(r.env.host, plan.nri_plugin_link, r.opt.nri_binary.link); !st)
+      return r.failed("nri plugin", st.error().message);
+    changed = true;
+  }
+  r.step("nri plugin", changed ? Outcome::changed : Outcome::unchanged,
+         cat(plan.nri_plugin_link, " -> ", r.opt.nri_binary.link, " -> ", done->target));
   return true;
 }
 
@@ -651,6 +709,20 @@ void undo_run(Run& r, const InstallPlan& plan, const InstallState& prior, bool h
     }
   }
   if (!plan.target_existed) unlink_host(host, plan.binary_target);
+  if (plan.nri) {
+    if (!plan.nri_plugin_before &&
+        binary_link_target(host, plan.nri_plugin_link) == r.opt.nri_binary.link)
+      unlink_host(host, plan.nri_plugin_link);
+    if (binary_link_target(host, r.opt.nri_binary.link) == plan.nri_target) {
+      if (plan.nri_previous_link) {
+        if (auto st = point_binary_link(host, r.opt.nri_binary.link, *plan.nri_previous_link); !st)
+          note_fail("point " + r.opt.nri_binary.link + " back", st.error());
+      } else {
+        unlink_host(host, r.opt.nri_binary.link);
+      }
+    }
+    if (!plan.nri_target_existed) unlink_host(host, plan.nri_target);
+  }
   if (had_state) {
     save_state(r, prior);
   } else {
@@ -741,7 +813,10 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
       had_state && prior.phase == "installed" && plan.previous_link == plan.binary_target &&
       plan.target_existed && !plan.create_runtime_config && !plan.cdi_text &&
       plan.config.changes.empty() && state.config_path == r.layout.config_path &&
-      prior.enforcement == enforcement_name(r.choice.mode);
+      prior.enforcement == enforcement_name(r.choice.mode) &&
+      (!plan.nri || (plan.nri_previous_link == plan.nri_target && plan.nri_target_existed &&
+                     plan.nri_plugin_before == opt.nri_binary.link &&
+                     prior.nri_plugin_link == plan.nri_plugin_link));
   // Journal first: the record names every file and directory before any of them changes.
   InstallState journal = journal_for(r, state, plan);
   if (nothing_to_write) {
@@ -751,6 +826,9 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   if (nothing_to_write) {
     // Only the pieces that are already in place: report them as such.
     r.step("runtime binary", Outcome::unchanged, cat(opt.binary.link, " -> ", plan.binary_target));
+    if (plan.nri)
+      r.step("nri plugin", Outcome::unchanged,
+             cat(plan.nri_plugin_link, " -> ", opt.nri_binary.link, " -> ", plan.nri_target));
     r.step("runtime config", Outcome::unchanged, opt.runtime_config + " (kept as is)");
     r.step("CDI spec", opt.cdi == CdiMode::skip ? Outcome::skipped : Outcome::unchanged,
            opt.cdi == CdiMode::skip ? std::string("--cdi skip") : opt.cdi_output);
@@ -775,6 +853,9 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   // Step 1: the shim on the host first: the config about to name it must never dangle.
   if (!put_binary(r) || !smoke_test_binary(r)) return undo(false);
   if (!record(r, journal, "runtime binary")) return undo(false);
+  // Step 1b (nri, both): gpufence-nri where containerd launches it, before the config requires it.
+  if (!put_nri_plugin(r, plan)) return undo(false);
+  if (plan.nri && !record(r, journal, "nri plugin")) return undo(false);
   // Step 2: its config, if the node has none.
   if (!put_runtime_config(r, plan, journal) || !record(r, journal, "runtime config"))
     return undo(false);
@@ -1006,6 +1087,24 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
     }
   }
   remove_stale_temps(env.host, state, opt.state_file);
+  // gpufence-nri: containerd runs on the restored config now, which no longer requires it.
+  if (!state.nri_plugin_link.empty()) {
+    std::vector<std::string> gone;
+    if (binary_link_target(env.host, state.nri_plugin_link) == state.nri_binary_link &&
+        ::unlink(env.host.resolve(state.nri_plugin_link).c_str()) == 0)
+      gone.push_back(state.nri_plugin_link);
+    BinaryInstallOptions nri_bin = opt.nri_binary;
+    nri_bin.link = state.nri_binary_link;
+    nri_bin.versions_dir = state.versions_dir;
+    auto nri_removed = remove_binary(env.host, nri_bin);
+    if (!nri_removed) {
+      r.failed("nri plugin", nri_removed.error().message);
+      return finish();
+    }
+    gone.insert(gone.end(), nri_removed->begin(), nri_removed->end());
+    r.step("nri plugin", gone.empty() ? Outcome::unchanged : Outcome::changed,
+           gone.empty() ? "nothing to remove" : join(gone, ", ") + " removed");
+  }
   BinaryInstallOptions bin = opt.binary;
   bin.link = state.binary_link;
   bin.versions_dir = state.versions_dir;

@@ -44,6 +44,12 @@ struct InstallOptions {
   // DaemonSet): default_validator's tolerate_missing_plugins_annotation.
   std::string nri_tolerate_annotation = "gpufence.io/tolerate-missing-nri";
   std::string nri_socket = "/var/run/nri/nri.sock";  // host path: the socket proving NRI is on
+  // nri and both: gpufence-nri copied as the shim is (link /usr/local/bin/gpufence-nri), and
+  // linked into containerd's NRI plugin_path as NN-name, the form containerd's NRI requires of a
+  // plugin it launches (nri@v0.12.0 pkg/adaptation/adaptation.go, startPlugins/parsePluginName).
+  BinaryInstallOptions nri_binary{"", "/usr/local/bin/gpufence-nri", "/usr/local/lib/gpufence"};
+  std::string nri_plugin_path = "/opt/nri/plugins";  // host path: plugin_path's default
+  std::string nri_plugin_index = "10";
   // How long containerd may take to answer CRI after a restart.
   std::chrono::milliseconds ready_timeout{60'000};
 };

@@ -43,6 +43,8 @@ std::string install_state_to_json(const InstallState& s) {
                           {"written", s.runtime_config_written.value_or("")}};
   if (s.cdi_spec) j["cdiSpec"] = file_json(*s.cdi_spec);
   j["binary"] = {{"link", s.binary_link}, {"versionsDir", s.versions_dir}};
+  if (!s.nri_binary_link.empty())
+    j["nriPlugin"] = {{"binaryLink", s.nri_binary_link}, {"pluginLink", s.nri_plugin_link}};
   j["createdDirs"] = s.created_dirs;
   return j.dump(2) + "\n";
 }
@@ -83,6 +85,10 @@ Result<InstallState> parse_install_state(std::string_view text, std::string_view
     }
     s.binary_link = j.at("binary").at("link").get<std::string>();
     s.versions_dir = j.at("binary").at("versionsDir").get<std::string>();
+    if (j.contains("nriPlugin")) {
+      s.nri_binary_link = j["nriPlugin"].at("binaryLink").get<std::string>();
+      s.nri_plugin_link = j["nriPlugin"].at("pluginLink").get<std::string>();
+    }
     if (j.contains("createdDirs"))
       s.created_dirs = j.at("createdDirs").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {

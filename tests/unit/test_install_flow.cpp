@@ -45,8 +45,10 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
   std::vector<std::vector<std::string>> commands;     // restarts
   std::vector<std::vector<std::string>> smoke_tests;  // gpufence-runtime --gpufence-help
   bool binary_runs = true;                            // the host can run the copied shim
-  bool restart_fails = false;                         // the restart command exits 1
-  bool comes_back = true;                             // after a restart, it answers again
+  bool nri_runs = true;                               // the host can run gpufence-nri --help
+  std::vector<std::vector<std::string>> nri_smoke_tests;
+  bool restart_fails = false;   // the restart command exits 1
+  bool comes_back = true;       // after a restart, it answers again
   bool ignores_config = false;  // comes back with only runc (reads some other file)
   std::string release;          // CRI Version's runtime_version ("" = no answer)
 
@@ -68,6 +70,11 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
       return exited(1,
                     "/usr/local/bin/gpufence-runtime: /lib/x86_64-linux-gnu/libc.so.6: "
                     "version `GLIBC_2.36' not found");
+    }
+    if (argv.back() == "--help") {  // install's check that the copied gpufence-nri starts
+      nri_smoke_tests.push_back(argv);
+      return nri_runs ? exited(0, "gpufence-nri: usage")
+                      : exited(1, "gpufence-nri: GLIBC_2.36 not found");
     }
     commands.push_back(argv);
     if (restart_fails) return exited(1, "Job for containerd.service failed.");
@@ -157,7 +164,7 @@ std::map<std::string, std::string> snapshot(const fs::path& root) {
 struct Node {
   TempDir dir;
   fs::path host = dir / "host";
-  fs::path runtime_source;
+  fs::path runtime_source, nri_source;
   HostFs fs_{host};
   std::optional<FakeContainerd> containerd;
   std::chrono::steady_clock::time_point clock{};
@@ -167,6 +174,9 @@ struct Node {
     runtime_source = dir.write("build/gpufence-runtime", std::string("\x7f"
                                                                      "ELF fake runtime",
                                                                      20));
+    nri_source = dir.write("build/gpufence-nri", std::string("\x7f"
+                                                             "ELF fake nri",
+                                                             16));
   }
   void start_containerd(const std::string& config_host_path) {
     containerd.emplace(fs_.resolve(config_host_path), &fs_);
@@ -175,6 +185,7 @@ struct Node {
     InstallOptions o;
     o.distribution = d;
     o.binary.source = runtime_source.string();
+    o.nri_binary.source = nri_source.string();
     o.ready_timeout = std::chrono::milliseconds(1000);
     // The handler's tests; the NRI ones (InstallEnforcement) ask for their mode.
     o.enforcement = EnforcementRequest::runtime;
@@ -860,11 +871,18 @@ TEST(InstallJournal, TheRecordNamesEveryFileBeforeTheFirstChanges) {
 // said "nothing installed" with the handler in the config).
 enum class Next { uninstall, install };
 
-void kill_then(const std::string& config, const std::string& kill_at, Next next) {
+void kill_then(const std::string& config, const std::string& kill_at, Next next,
+               EnforcementRequest mode = EnforcementRequest::runtime) {
   Node n;
   n.dir.write("host/etc/containerd/config.toml", config);
   n.start_containerd("/etc/containerd/config.toml");
+  if (mode != EnforcementRequest::runtime) n.containerd->release = "v2.3.4";
   auto before = snapshot(n.host);
+  auto options = [&] {
+    auto o = n.options();
+    o.enforcement = mode;
+    return o;
+  };
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -872,7 +890,7 @@ void kill_then(const std::string& config, const std::string& kill_at, Next next)
     env.checkpoint = [&](std::string_view step) {
       if (step == kill_at) ::raise(SIGKILL);
     };
-    run_install(n.options(), env);
+    run_install(options(), env);
     ::_exit(3);  // the kill point was never reached
   }
   int status = 0;
@@ -882,12 +900,12 @@ void kill_then(const std::string& config, const std::string& kill_at, Next next)
   if (kill_at == "restart") n.containerd->reload();
   std::string where = "killed after '" + kill_at + "'";
   if (next == Next::install) {
-    auto again = run_install(n.options(), n.env());
+    auto again = run_install(options(), n.env());
     ASSERT_TRUE(again.ok()) << where << "\n" << render_install_report(again);
     auto state = slurp(n.host / "etc/gpufence/install-state.json");
     EXPECT_NE(state.find("\"phase\": \"installed\""), std::string::npos) << where;
   }
-  auto un = run_uninstall(n.options(), n.env());
+  auto un = run_uninstall(options(), n.env());
   ASSERT_TRUE(un.ok()) << where << "\n" << render_install_report(un);
   EXPECT_EQ(snapshot(n.host), before) << where << "\n" << render_install_report(un);
   auto loaded = n.containerd->loaded_runtimes("s", std::chrono::milliseconds(1));
@@ -906,6 +924,15 @@ TEST(InstallJournal, KillAtEveryStepThenUninstall) {
 TEST(InstallJournal, KillAtEveryStepThenInstallThenUninstall) {
   for (const auto& config : {kPlainConfig, kVersion3Config})
     for (const char* at : kKillPoints) kill_then(config, at, Next::install);
+}
+
+// The same with --enforcement nri (containerd 2.3.4): gpufence-nri's binary and its plugin_path
+// link are taken back too, whatever step the kill lands after.
+TEST(InstallEnforcement, KillAtEveryNriStepThenUninstallOrInstall) {
+  for (Next next : {Next::uninstall, Next::install})
+    for (const char* at : {"journal", "runtime binary", "nri plugin", "runtime config", "CDI spec",
+                           "containerd config", "restart"})
+      kill_then(kVersion3Config, at, next, EnforcementRequest::nri);
 }
 
 // An uninstall stopped after restoring the config (before it removed the record): the next
@@ -1077,6 +1104,17 @@ TEST(InstallEnforcement, Auto2_3InstallsNriFailClosedAndUninstallRestoresTheByte
   EXPECT_NE(screen.find("enforcement"), std::string::npos);
   EXPECT_NE(screen.find("NRI v0.12"), std::string::npos) << screen;
   EXPECT_NE(screen.find("no runtime handler 'nvidia' in this mode"), std::string::npos) << screen;
+  // gpufence-nri where containerd launches it: its binary copied beside the shim, started once
+  // on the host, and linked into plugin_path as NN-name.
+  EXPECT_EQ(state->nri_binary_link, "/usr/local/bin/gpufence-nri");
+  EXPECT_EQ(state->nri_plugin_link, "/opt/nri/plugins/10-gpufence-nri");
+  EXPECT_EQ(fs::read_symlink(n.host / "opt/nri/plugins/10-gpufence-nri"),
+            "/usr/local/bin/gpufence-nri");
+  auto nri_target = fs::read_symlink(n.host / "usr/local/bin/gpufence-nri").string();
+  EXPECT_TRUE(nri_target.starts_with("/usr/local/lib/gpufence/gpufence-nri-")) << nri_target;
+  EXPECT_EQ(slurp(n.host / nri_target.substr(1)), slurp(n.nri_source));
+  ASSERT_EQ(n.containerd->nri_smoke_tests.size(), 1u);
+  EXPECT_EQ(n.containerd->nri_smoke_tests[0].front(), (n.host / nri_target.substr(1)).string());
 
   // A second install: nothing to change, no restart.
   auto snap = snapshot(n.host);
@@ -1089,6 +1127,76 @@ TEST(InstallEnforcement, Auto2_3InstallsNriFailClosedAndUninstallRestoresTheByte
   auto un = run_uninstall(opt, n.env());
   ASSERT_TRUE(un.ok()) << render_install_report(un);
   EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+}
+
+// The journal names gpufence-nri's files before the first host change; at that point none of
+// them exists.
+TEST(InstallEnforcement, NriPluginFilesAreJournaledBeforeTheyAreWritten) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "v2.3.4";
+  auto before = snapshot(n.host);
+  auto env = n.env();
+  std::string journal;
+  std::map<std::string, std::string> at_journal;
+  env.checkpoint = [&](std::string_view step) {
+    if (step != "journal") return;
+    journal = slurp(n.host / "etc/gpufence/install-state.json");
+    at_journal = snapshot(n.host);
+  };
+  auto opt = n.options();
+  opt.enforcement = EnforcementRequest::nri;
+  ASSERT_TRUE(run_install(opt, env).ok());
+  at_journal.erase((n.host / "etc/gpufence/install-state.json").string());
+  EXPECT_EQ(at_journal, before);
+  for (const char* named : {"\"/usr/local/bin/gpufence-nri\"",
+                            "\"/opt/nri/plugins/10-gpufence-nri\"", "\"/opt/nri/plugins\""})
+    EXPECT_NE(journal.find(named), std::string::npos) << named << "\n" << journal;
+}
+
+// A gpufence-nri that does not start on the host (its glibc) stops install before the config
+// requires it: nothing is left.
+TEST(InstallEnforcement, NriBinaryThatDoesNotRunChangesNothing) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "v2.3.4";
+  n.containerd->nri_runs = false;
+  auto before = snapshot(n.host);
+  auto opt = n.options();
+  opt.enforcement = EnforcementRequest::nri;
+  auto report = run_install(opt, n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("gpufence-nri does not run on this host"), std::string::npos)
+      << *report.failure;
+  EXPECT_TRUE(n.containerd->commands.empty()) << "no restart";
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(report);
+}
+
+// Someone else's plugin under gpufence-nri's NN-name is theirs: refused before any change; and
+// without a gpufence-nri to copy, nri mode is refused the same way.
+TEST(InstallEnforcement, NriPluginNameTakenOrSourceMissingIsRefused) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.dir.write("host/opt/nri/plugins/10-gpufence-nri", "#!/bin/sh\n");
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "v2.3.4";
+  auto before = snapshot(n.host);
+  auto opt = n.options();
+  opt.enforcement = EnforcementRequest::nri;
+  auto report = run_install(opt, n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("is not a link to /usr/local/bin/gpufence-nri"), std::string::npos)
+      << *report.failure;
+  EXPECT_EQ(snapshot(n.host), before);
+  fs::remove(n.host / "opt/nri/plugins/10-gpufence-nri");
+  before = snapshot(n.host);
+  opt.nri_binary.source = (n.dir / "build/absent").string();
+  report = run_install(opt, n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("nri plugin"), std::string::npos) << *report.failure;
+  EXPECT_EQ(snapshot(n.host), before);
 }
 
 // containerd 1.7 (version 2, NRI off by default), --enforcement both: the handler and
