@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tarfile
 
-BINARIES = ["gpufence", "gpufence-runtime", "gpufence-device-plugin"]
+BINARIES = ["gpufence", "gpufence-runtime", "gpufence-nri", "gpufence-device-plugin"]
 # Host tools the binaries run: the node installer restarts containerd through
 # `nsenter -t 1 ... -- systemctl|snap` (docs/install.md); Debian's util-linux build.
 TOOLS = ["/usr/bin/nsenter"]

@@ -50,6 +50,8 @@ cleanup() {
   sleep 0.2
   umount "$cfg" 2>/dev/null
   umount /etc/containerd 2>/dev/null
+  umount /usr/local 2>/dev/null
+  umount /opt 2>/dev/null
   umount "$host/etc/containerd" 2>/dev/null
   umount -R "$work/root" 2>/dev/null
   rm -rf "$work"
@@ -58,7 +60,7 @@ trap cleanup EXIT
 failures=0
 check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 gf=$build/bin/gpufence
-mkdir -p "$host/etc/containerd" "$host/run/containerd" "$host/usr/local/bin"
+mkdir -p "$host/etc/containerd" "$host/run/containerd" "$host/usr/local/bin" "$host/opt"
 # Two fake GPUs the mock NVML answers for, and driver libraries for the CDI spec to mount.
 source "$src/scripts/lib/bundle.sh"
 gf_make_node_root "$host"
@@ -101,6 +103,11 @@ fi
 if [ "$line" != 1.6 ]; then
   mkdir -p /etc/containerd 2>/dev/null
   mount --bind "$host/etc/containerd" /etc/containerd || skip "cannot bind-mount over /etc/containerd here"
+  # containerd launches gpufence-nri from its plugin_path (/opt/nri/plugins) through the link
+  # install makes there (/usr/local/bin/gpufence-nri, a host path): both resolve in containerd's
+  # own root, so the fake host's /usr/local and /opt are those of this namespace.
+  mount --bind "$host/usr/local" /usr/local || skip "cannot bind-mount over /usr/local here"
+  mount --bind "$host/opt" /opt || skip "cannot bind-mount over /opt here"
 fi
 cp "$cfg" "$work/original.toml"
 start || skip "this machine cannot run containerd: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
@@ -160,6 +167,22 @@ case $case_name in
     check "config dump: gpufence-nri required" grep -qE "required_plugins = \[.gpufence-nri.\]" <<<"$nri_dump"
     check "config dump: gpufence's pods tolerate its absence" grep -q "tolerate_missing_plugins_annotation = .gpufence.io/tolerate-missing-nri." <<<"$nri_dump"
     check "the state records the mode" grep -q '"enforcement": "nri"' "$host/etc/gpufence/install-state.json"
+    check "gpufence-nri is linked into plugin_path as 10-gpufence-nri" test "$(readlink "$host/opt/nri/plugins/10-gpufence-nri")" = /usr/local/bin/gpufence-nri
+    check "and its binary is the one built" cmp -s "$host$(readlink "$host/usr/local/bin/gpufence-nri")" "$build/bin/gpufence-nri"
+    # containerd launched it at the restart from plugin_path, it registered under its NN-name and
+    # answered Synchronize (containerd v2.3.4's log, nri@v0.12.0 pkg/adaptation/adaptation.go:
+    # startPlugins, syncFn), and it still runs as containerd's child.
+    synced='pre-installed NRI plugin \"10-gpufence-nri\" synchronization success'
+    for _ in $(seq 50); do grep -qF "$synced" "$work/containerd.log" && break; sleep 0.1; done
+    grep -F "10-gpufence-nri" "$work/containerd.log" | tail -4
+    check "containerd launched 10-gpufence-nri and it synchronized" grep -qF "$synced" "$work/containerd.log"
+    # containerd's child that runs the versioned gpufence-nri (exec'd through the plugin_path link).
+    nri_pid=
+    for d in /proc/[0-9]*; do
+      [ "$(awk '/^PPid:/{print $2}' "$d/status" 2>/dev/null)" = "$(cat "$work/pid")" ] || continue
+      [[ "$(readlink "$d/exe")" == /usr/local/lib/gpufence/gpufence-nri-* ]] && nri_pid=${d#/proc/}
+    done
+    check "gpufence-nri runs as containerd's child, from the versioned file install copied" test -n "$nri_pid"
     sha=$(sha256sum < "$dropin")
     out=$("${install_nri[@]}" --enforcement nri --ready-timeout $ready 2>&1); rc=$?
     echo "$out"
@@ -256,6 +279,8 @@ case $case_name in
       cp -a "$work/pristine/." "$host/"
       if [ "$line" != 1.6 ]; then  # the bind mount still names the directory just removed
         umount /etc/containerd && mount --bind "$host/etc/containerd" /etc/containerd
+        umount /usr/local && mount --bind "$host/usr/local" /usr/local
+        umount /opt && mount --bind "$host/opt" /opt
       fi
       start >/dev/null || echo "containerd did not start on the pristine config"
     }
