@@ -26,6 +26,28 @@ std::string self_exe() {
   return n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
 }
 
+// gpufence-runtime for the hooks: beside this binary, else beside a link on the way to it.
+// containerd execs plugin_path/10-gpufence-nri -> /usr/local/bin/gpufence-nri ->
+// /usr/local/lib/gpufence/gpufence-nri-<hash> (what install makes, docs/install.md), with no
+// arguments: only the middle link has gpufence-runtime (install's link) beside it.
+std::string default_hook_binary(const char* argv0) {
+  namespace fs = std::filesystem;
+  auto beside = [](const fs::path& p) { return p.parent_path() / "gpufence-runtime"; };
+  fs::path self_sibling = beside(self_exe());
+  if (::access(self_sibling.c_str(), X_OK) == 0) return self_sibling.string();
+  if (argv0 != nullptr && std::string_view(argv0).find('/') != std::string_view::npos) {
+    fs::path p = argv0;
+    for (int hop = 0; hop < 8; ++hop) {
+      if (::access(beside(p).c_str(), X_OK) == 0) return beside(p).string();
+      std::error_code ec;
+      auto target = fs::read_symlink(p, ec);
+      if (ec) break;
+      p = target.is_absolute() ? target : p.parent_path() / target;
+    }
+  }
+  return self_sibling.string();
+}
+
 int run(int argc, char** argv) {
   CLI::App app{
       "gpufence-nri: an NRI plugin for containerd (1.7 with NRI enabled, 2.x) that gives every "
@@ -43,9 +65,10 @@ int run(int argc, char** argv) {
   app.add_option("--name", options.name, "plugin name")->capture_default_str();
   app.add_option("--index", options.index, "two-digit plugin index (order among plugins)")
       ->capture_default_str();
-  app.add_option("--hook-binary", hook_binary,
-                 "gpufence-runtime as the host sees it, for the OCI hooks the decision adds "
-                 "(default: gpufence-runtime beside this binary)");
+  app.add_option(
+      "--hook-binary", hook_binary,
+      "gpufence-runtime as the host sees it, for the OCI hooks the decision adds "
+      "(default: gpufence-runtime beside this binary, or beside a link on the way to it)");
   CLI11_PARSE(app, argc, argv);
 
   auto config = load_runtime_config();
@@ -60,8 +83,8 @@ int run(int argc, char** argv) {
       log.warn("nri.log_file_unavailable", {{"error", st.error().message}});
     }
   }
-  if (hook_binary.empty())
-    hook_binary = (std::filesystem::path(self_exe()).parent_path() / "gpufence-runtime").string();
+  if (hook_binary.empty()) hook_binary = default_hook_binary(argc > 0 ? argv[0] : nullptr);
+  log.info("nri.started", {{"hook_binary", hook_binary}});
   ShimContext ctx{*config, log, host_nvml_inventory(config->nvml_library), hook_binary,
                   CdiEdits::already_injected};
   gnri::GpufenceHandler handler(ctx);
