@@ -52,6 +52,7 @@ cleanup() {
   umount /etc/containerd 2>/dev/null
   umount /usr/local 2>/dev/null
   umount /opt 2>/dev/null
+  umount /var/lib/gpufence 2>/dev/null
   umount "$host/etc/containerd" 2>/dev/null
   umount -R "$work/root" 2>/dev/null
   rm -rf "$work"
@@ -108,6 +109,10 @@ if [ "$line" != 1.6 ]; then
   # own root, so the fake host's /usr/local and /opt are those of this namespace.
   mount --bind "$host/usr/local" /usr/local || skip "cannot bind-mount over /usr/local here"
   mount --bind "$host/opt" /opt || skip "cannot bind-mount over /opt here"
+  # The plugin containerd launches logs to /var/lib/gpufence/runtime.log (its environment is
+  # containerd's to set): a scratch directory of this run's, not the machine's, holds it.
+  mkdir -p /var/lib/gpufence "$work/plugin-state"
+  mount --bind "$work/plugin-state" /var/lib/gpufence || skip "cannot bind-mount over /var/lib/gpufence here"
 fi
 cp "$cfg" "$work/original.toml"
 start || skip "this machine cannot run containerd: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
