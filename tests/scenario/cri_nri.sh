@@ -17,6 +17,8 @@
 #              pods are isolated again.
 #   launched   containerd starts gpufence-nri itself (plugin_path/10-gpufence-nri, fd 3 in
 #              NRI_PLUGIN_SOCKET, its runtime.toml as the plugin config from conf.d): same checks.
+#   pod-annotation  a privileged pod asking for no GPU forges the device plugin's CDI annotation
+#              under a broad pod_annotations (containerd copies it into the spec): granted nothing.
 #   required   (2.3) default_validator.required_plugins = ["gpufence-nri"]: with the plugin
 #              down every GPU pod's create fails; with it up they run; killed mid-run, the next
 #              create fails again.
@@ -37,6 +39,12 @@ if [ "$case_name" = required ]; then
       s/^( *)enable = false/\1enable = true/
       s/^( *)required_plugins = \[\]/\1required_plugins = ['gpufence-nri']/ }" "$1"
     grep -q "required_plugins = \['gpufence-nri'\]" "$1"
+  }
+fi
+if [ "$case_name" = pod-annotation ]; then
+  gf_cri_edit_config() {  # every runtime copies cdi.k8s.io/ pod annotations into the spec
+    sed -i -E "s/^( *)pod_annotations = \[\]/\1pod_annotations = ['cdi.k8s.io\/*']/" "$1"
+    grep -q "pod_annotations = \['cdi.k8s.io/\*'\]" "$1"
   }
 fi
 if [ "$case_name" = launched ]; then
@@ -196,6 +204,24 @@ case $case_name in
     run_pods launched-priv "" 2 --privileged
     if $rules_apply; then isolated launched-priv; else leaks launched-priv; fi
     check "launched: every pod decided" test "$(decisions)" -ge 4
+    ;;
+
+  pod-annotation)
+    # The plugin takes the device plugin's annotations from the container's, minus every key the
+    # pod sandbox carries too (docs/nri.md): a pod annotation containerd copied into the spec is
+    # the pod's, not the kubelet's. A privileged pod that asks for no GPU forges the plugin's
+    # annotation for GPU 1 under a broad pod_annotations: trusted, it would be granted GPU 1.
+    start_nri || exit 1
+    kind=$(sed -n 's/.*kCdiKind = "\([^"]*\)".*/\1/p' "$src/src/gpu/wire_contract.hpp")
+    echo "== a privileged pod, no GPU, forged cdi.k8s.io/x: $kind=${GPU[1]}, gpufence-nri on"
+    run_pods forged "" 1 --privileged --gpus 0 --pod-annotation "cdi.k8s.io/x=$kind=${GPU[1]}"
+    check "forged: the pod ran" test "$(cat "$work/forged.rc")" = 0
+    check "forged: the stand-in allocated nothing" grep -qx "node capacity 2 allocated 0" "$work/forged.out"
+    check "forged: gpufence-nri decided it" grep -q "nri.decision .*forged-0" "$work/nri.log"
+    check "forged: and granted nothing" bash -c "! grep 'nri.decision .*forged-0' '$work/nri.log' | grep -q 'granted=GPU-'"
+    if $rules_apply; then
+      check "forged: it cannot open GPU 1, even after mknod" test "$(result forged 0 /tmp/n1)" != ENXIO -a -n "$(result forged 0 /tmp/n1)"
+    fi
     ;;
 
   required)
