@@ -29,6 +29,21 @@ host_gpufence() {
   MOCK_NVML_CONFIG=$work/etc-nvml/nvml.json MOCK_NVML_PROCESSES=$work/acct/processes \
     GPUFENCE_NVML_LIBRARY=$mock_dir/libnvidia-ml.so.1 "$build/bin/gpufence" "$@"
 }
+# seed_isolated NAME: checks 2b and 3 on a run gpufence enforced (needs the caller's `check`):
+# each pod lists one GPU, its own, its app runs there, and the doctor finds nothing.
+seed_isolated() {
+  local name=$1 p own uuid
+  check "$name: both pods ran" test "$(cat "$work/$name.rc")" = 0
+  for p in 0 1; do
+    own=$(gpu_of "$name" $p); uuid=${GPU[${own/\?/0}]}
+    check "$name: pod $p's nvidia-smi -L lists one GPU" test "$(smi_lines "$name" $p)" = 1
+    check "$name: it is the pod's own GPU $own" test "$(smi_uuid "$name" $p)" = "UUID:$uuid" -o "$(smi_uuid "$name" $p)" = "$uuid"
+    check "$name: pod $p's app runs on its own GPU $own" test "$(app_says "$name" $p)" = "$uuid"
+    check "$name: gpufence list shows one process on GPU $own" test "$(procs_on "$uuid" "$work/$name.list")" = 1
+  done
+  check "$name: doctor finds no process on an unallocated GPU" bash -c "! grep -q gpu.process-on-unallocated '$work/$name.doctor'"
+  check "$name: doctor finds no shared GPU" bash -c "! grep -q gpu.shared '$work/$name.doctor'"
+}
 # look NAME: while NAME's pods run, once both apps registered: gpufence list and gpufence doctor
 # (this node's PodResources, runc state and containerd config) into NAME.list / NAME.doctor.
 look() {

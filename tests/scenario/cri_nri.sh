@@ -17,6 +17,8 @@
 #              pods are isolated again.
 #   launched   containerd starts gpufence-nri itself (plugin_path/10-gpufence-nri, fd 3 in
 #              NRI_PLUGIN_SOCKET, its runtime.toml as the plugin config from conf.d): same checks.
+#   apps       the seed's checks 2b and 3: two deepstream-apps through gpufence launch list one
+#              GPU each, their own, and run on it (privileged on 2.3, unprivileged below).
 #   pod-annotation  a privileged pod asking for no GPU forges the device plugin's CDI annotation
 #              under a broad pod_annotations (containerd copies it into the spec): granted nothing.
 #   required   (2.3) default_validator.required_plugins = ["gpufence-nri"]: with the plugin
@@ -204,6 +206,22 @@ case $case_name in
     run_pods launched-priv "" 2 --privileged
     if $rules_apply; then isolated launched-priv; else leaks launched-priv; fi
     check "launched: every pod decided" test "$(decisions)" -ge 4
+    ;;
+
+  apps)
+    # The seed's checks 2b and 3 with no runtimeClassName: two deepstream-apps through
+    # `gpufence launch`, each listing one GPU (its own) and running on it, one process per GPU on
+    # the host, the doctor silent. The seed's own pods are privileged: from NRI v0.10 (2.3) they
+    # are narrowed too; below it (1.7, 2) the pods are unprivileged, the part NRI can keep there.
+    start_nri || exit 1
+    priv=()
+    $rules_apply && priv=(--privileged "${host_dev[@]}")
+    echo "== the seed's apps through gpufence launch, no runtimeClassName${priv:+, privileged}"
+    : > "$work/acct/processes"
+    RUN_IMAGE=$GF_SEED_APP_IMAGE RUN_EXEC=$seed_exec RUN_WHILE=look \
+      run_pods apps "" 2 "${priv[@]}" "${seed_pod[@]}" --shell "$(seed_shell "$launch")"
+    seed_isolated apps
+    sed 's/^/  [apps list] /' "$work/apps.list"
     ;;
 
   pod-annotation)

@@ -90,19 +90,6 @@ check "envall: gpufence-runtime granted nothing" bash -c "! grep -q 'granted=GPU
 # app stand-in, nvidia-smi -L stand-in), the driver's NVML (the mock, in its driver-like
 # visibility: a GPU shows only if its procfs entry is there and its node opens) as a volume with
 # the host's /usr for the dynamic tools, the driver procfs copy, the mock's process accounting.
-seed_isolated() {  # seed_isolated NAME: checks 2b and 3 on a run through the gpufence handler
-  local name=$1 p own uuid
-  check "$name: both pods ran" test "$(cat "$work/$name.rc")" = 0
-  for p in 0 1; do
-    own=$(gpu_of "$name" $p); uuid=${GPU[${own/\?/0}]}
-    check "$name: pod $p's nvidia-smi -L lists one GPU" test "$(smi_lines "$name" $p)" = 1
-    check "$name: it is the pod's own GPU $own" test "$(smi_uuid "$name" $p)" = "UUID:$uuid" -o "$(smi_uuid "$name" $p)" = "$uuid"
-    check "$name: pod $p's app runs on its own GPU $own" test "$(app_says "$name" $p)" = "$uuid"
-    check "$name: gpufence list shows one process on GPU $own" test "$(procs_on "$uuid" "$work/$name.list")" = 1
-  done
-  check "$name: doctor finds no process on an unallocated GPU" bash -c "! grep -q gpu.process-on-unallocated '$work/$name.doctor'"
-  check "$name: doctor finds no shared GPU" bash -c "! grep -q gpu.shared '$work/$name.doctor'"
-}
 
 echo "== checks 2b+3: two deepstream-apps through gpufence launch, gpufence handler, unprivileged"
 : > "$work/acct/processes"
