@@ -16,12 +16,21 @@
 # unprivileged and with privileged (the seed's) pods; and privileged pods through plain runc, where
 # the second replica must reach the first one's GPU, so the test fails if gpufence-runtime is
 # replaced by runc (GF_CRI_HANDLER_BINARY=$(command -v runc) shows that).
-# Usage: cri_autoscale.sh LINE       LINE = 1.6 | 1.7 | 2
+# With MODE nri (containerd 2.3): no runtimeClassName at all; gpufence-nri, connected to
+# containerd's NRI socket, enforces the allocation in the replicas the autoscaler adds, privileged
+# ones included (docs/nri.md); the same Deployment with the plugin stopped leaks.
+# Usage: cri_autoscale.sh LINE [MODE]       LINE = 1.6 | 1.7 | 2 | 2.3, MODE = handler (default) | nri
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
 build=${GPUFENCE_BUILD_DIR:-$src/build}
-line=${1:?usage: cri_autoscale.sh 1.6|1.7|2}
+line=${1:?usage: cri_autoscale.sh 1.6|1.7|2|2.3 [handler|nri]}
+mode=${2:-handler}
+if [ "$mode" = nri ]; then
+  [ "$line" = 2.3 ] || { echo "SKIP: privileged replicas are narrowed through NRI from v0.10 (containerd 2.2) on"; exit 77; }
+  [ -x "$build/bin/gpufence-nri" ] || { echo "SKIP: $build/bin/gpufence-nri is not built"; exit 77; }
+  GF_CRI_NRI=1
+fi
 # shellcheck source=scripts/lib/cri_node.sh disable=SC2034,SC2154
 . "$src/scripts/lib/cri_node.sh"
 [ -x "$build/bin/gpufence-test-cluster" ] || skip "$build/bin/gpufence-test-cluster is not built"
@@ -229,6 +238,41 @@ isolated() {
       grep -Eq "channel=($channels) .*granted=${GPU[${own/\?/0}]} " "$work/$name.decisions"
   done
 }
+
+if [ "$mode" = nri ]; then
+  # gpufence-nri with the node's runtime.toml: its decisions land in the same log the flows read.
+  GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml "$build/bin/gpufence-nri" --socket "$work/nri/nri.sock" \
+    --hook-binary "$build/bin/gpufence-runtime" 2> "$work/nri.stderr" &
+  nri_pid=$!
+  trap 'kill "$nri_pid" 2>/dev/null; cleanup' EXIT
+  for _ in $(seq 100); do grep -q 'nri.synchronized' "$work/runtime.log" 2>/dev/null && break; sleep 0.1; done
+  check "gpufence-nri registered with containerd" grep -q 'nri.synchronized' "$work/runtime.log"
+  # nri_isolated NAME: each replica opens only its own GPU, the other is denied even after mknod
+  # (a privileged replica keeps the other node: NRI does not forward a device removal), and
+  # gpufence-nri granted it from the kubelet's channels.
+  nri_isolated() {
+    local name=$1 p own other
+    for p in "${flow_pods[@]}"; do
+      own=$(gpu_of "$name" "$p"); other=$((1 - ${own/\?/0}))
+      check "$name: $p opens its GPU $own" test "$(result "$name" "$p" /dev/nvidia"$own")" = ENXIO
+      check "$name: $p cannot open GPU $other" test "$(result "$name" "$p" /dev/nvidia$other)" != ENXIO
+      check "$name: $p cannot open GPU $other even after mknod" test "$(result "$name" "$p" /tmp/n$other)" != ENXIO -a -n "$(result "$name" "$p" /tmp/n$other)"
+      check "$name: gpufence-nri granted $p GPU $own" grep -Eq "nri.decision .*granted=${GPU[${own/\?/0}]} " "$work/$name.decisions"
+    done
+  }
+  scale_flow nri-unpriv ""
+  nri_isolated nri-unpriv
+  scale_flow nri-priv "" --privileged
+  nri_isolated nri-priv
+  kill "$nri_pid" 2>/dev/null && wait "$nri_pid" 2>/dev/null
+  scale_flow nri-down "" --privileged
+  p1=${flow_pods[0]} p2=${flow_pods[1]}
+  check "nri-down: with the plugin stopped the second replica reaches the first one's GPU" \
+    test "$(result nri-down "$p2" /tmp/n"$(gpu_of nri-down "$p1")")" = ENXIO
+  [ "$failures" -eq 0 ] || { echo "$failures check(s) failed on containerd $line (nri)"; tail -30 "$work/containerd.log"; exit 1; }
+  echo "containerd $line (nri): all checks passed"
+  exit 0
+fi
 
 scale_flow unpriv gpufence
 isolated unpriv "device-specs|cdi-annotations"
