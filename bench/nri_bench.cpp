@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   RuntimeConfig config;
   config.device_root = root.string();
   config.procfs_gpus_dir = "/nonexistent";
+  config.nri_status_file = (root / "nri-status.json").string();  // not the machine's
   Logger log(LogLevel::off);
   ShimContext ctx{
       config, log,

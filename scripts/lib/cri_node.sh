@@ -77,6 +77,8 @@ cp -a "$node/proc/driver/nvidia/gpus" "$node/fakeproc/gpus"
 gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" \
   "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
 printf '[driver]\nprocfs_gpus_dir = "/fakeproc/gpus"\n' >> "$work/runtime.toml"
+# gpufence-nri's status (connected; what containerd created without it) in this run's directory.
+printf '[nri]\nstatus_file = "%s"\n' "$work/nri-status.json" >> "$work/runtime.toml"
 export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 # A copy the scenario may edit (cri_kubelet.sh renumbers the GPUs for a simulated reboot).
 cp "$src/tools/mock-nvml/examples/two-rtx3080.json" "$work/nvml.json"

@@ -15,6 +15,12 @@
 
 namespace gpufence::cli {
 
+namespace {
+std::string absolute_path(std::string& value) {
+  return std::filesystem::path(value).is_absolute() ? "" : "must be an absolute host path";
+}
+}  // namespace
+
 std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
   struct Args {
     GatherOptions gather;
@@ -52,6 +58,14 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
   d->add_flag("--in-cluster", args->in_cluster, "Same, with the pod's service account");
   d->add_option("--node-name", args->node_name,
                 "This node's name in the API (default: $NODE_NAME, else the host's hostname)");
+  d->add_option("--install-state", args->gather.install_state,
+                "gpufence install's record (which enforcement the node was given), a host path")
+      ->capture_default_str()
+      ->check(CLI::Validator(absolute_path, "ABSOLUTE", ""));
+  d->add_option("--nri-status", args->gather.nri_status,
+                "gpufence-nri's status file (runtime.toml [nri] status_file), a host path")
+      ->capture_default_str()
+      ->check(CLI::Validator(absolute_path, "ABSOLUTE", ""));
   d->add_flag("--json", args->json, "JSON report (schema gpufence.doctor/v1)");
   d->footer(
       "Examples:\n"

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/hostfs.hpp"
+#include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "nri/adjust.hpp"
 #include "nri/session.hpp"
@@ -56,7 +57,9 @@ int run(int argc, char** argv) {
       "Configuration: /etc/gpufence/runtime.toml or $GPUFENCE_RUNTIME_CONFIG (deploy/"
       "runtime.toml). Started by containerd from its plugin_path (NN-name, fd 3 in "
       "$NRI_PLUGIN_SOCKET), it serves that one connection; started on its own, it connects to "
-      "--socket and reconnects whenever containerd restarts. docs/nri.md"};
+      "--socket and reconnects whenever containerd restarts. Its status for `gpufence doctor` "
+      "(connected, and the containers containerd created without it) goes to [nri] status_file "
+      "(default /var/lib/gpufence/nri-status.json). docs/nri.md"};
   std::string socket_path = "/var/run/nri/nri.sock";
   gnri::SessionOptions options;
   std::string hook_binary;
@@ -87,11 +90,13 @@ int run(int argc, char** argv) {
   log.info("nri.started", {{"hook_binary", hook_binary}});
   ShimContext ctx{*config, log, host_nvml_inventory(config->nvml_library), hook_binary,
                   CdiEdits::already_injected};
-  gnri::GpufenceHandler handler(ctx);
+  const char* launched_fd = std::getenv("NRI_PLUGIN_SOCKET");
+  gnri::GpufenceHandler handler(
+      ctx, launched_fd ? cat("launched by containerd (fd ", launched_fd, ")") : socket_path);
 
   // Launched by containerd: fd 3, name and index from the environment (nri@v0.12.0:
   // pkg/adaptation/plugin.go newLaunchedPlugin); the connection is the plugin's life.
-  if (const char* fd_text = std::getenv("NRI_PLUGIN_SOCKET")) {
+  if (const char* fd_text = launched_fd) {
     if (const char* n = std::getenv("NRI_PLUGIN_NAME")) options.name = n;
     if (const char* i = std::getenv("NRI_PLUGIN_IDX")) options.index = i;
     int fd = std::atoi(fd_text);
@@ -101,12 +106,14 @@ int run(int argc, char** argv) {
     }
     auto st = gnri::run_session(fd, options, handler, log);
     if (!st) log.error("nri.session_failed", {{"error", st.error().message}});
+    handler.disconnected(gnri::NriState::exited);
     return st ? 0 : 1;
   }
 
   // External: connect, serve, and reconnect when containerd goes away (it never reconnects a
   // plugin itself, docs/nri.md).
   bool announced_wait = false;
+  handler.disconnected(gnri::NriState::waiting);
   for (;;) {
     auto fd = gnri::connect_nri_socket(socket_path);
     if (!fd) {
@@ -121,6 +128,7 @@ int run(int argc, char** argv) {
     log.info("nri.connected", {{"socket", socket_path}});
     auto st = gnri::run_session(*fd, options, handler, log);
     ::close(*fd);
+    handler.disconnected(gnri::NriState::waiting);
     if (!st)
       log.error("nri.session_failed", {{"error", st.error().message}});
     else

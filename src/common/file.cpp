@@ -52,8 +52,12 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, size_t 
   return read_fd(f.fd, path.native(), max_bytes);
 }
 
+namespace {
+Result<Fd> open_parent_dir(const std::filesystem::path& dir, Symlinks symlinks, MakeDir make_dir);
+}  // namespace
+
 Status write_file_atomic(const std::filesystem::path& path, std::string_view content,
-                         Durability durability) {
+                         Durability durability, Symlinks symlinks, MakeDir make_dir) {
   // Everything happens in the directory as it was opened once: the temp file is created there
   // O_EXCL|O_NOFOLLOW and renamed over the name there, so a link planted at the name, or at the
   // directory's name in between, decides nothing; rename replaces a link, never follows it.
@@ -61,8 +65,9 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
   const std::string name = path.filename().native();
   if (name.empty() || name == "." || name == "..")
     return fail(Errc::invalid_argument, "not a file name: ", path.native());
-  Fd dir{::open(parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)};
-  if (dir.fd < 0) return fail_errno("open directory", parent.native());
+  auto opened = open_parent_dir(parent, symlinks, make_dir);
+  if (!opened) return std::unexpected(opened.error());
+  const Fd& dir = *opened;
   mode_t mode = 0644;  // an existing regular file keeps its mode; a link's target's is not read
   struct stat st {};
   if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))

@@ -23,12 +23,24 @@ Result<std::string> read_regular_file(const std::filesystem::path& path,
 Result<std::string> read_fd(int fd, std::string_view origin,
                             size_t max_bytes = static_cast<size_t>(-1));
 
+// How much of a path may be a symbolic link when root opens it to write.
+enum class Symlinks {
+  none,            // no component at all (openat2 RESOLVE_NO_SYMLINKS): paths of gpufence's own
+  in_parent_only,  // the last component never (O_NOFOLLOW); the parent as the caller named it
+};
+
+// Whether a missing last directory of the path is made (0700, owned by the caller).
+enum class MakeDir { yes, no };
+
 enum class Durability { fsync, none };
 
 // Replaces `path` atomically: writes a temp file beside it, fsyncs, renames over, fsyncs the
-// directory. Keeps the old file's mode. On any failure the old content is untouched.
+// directory. Keeps the old file's mode. On any failure the old content is untouched. The
+// directory is opened as `symlinks` says (and its last component made 0700 when `make_dir`).
 Status write_file_atomic(const std::filesystem::path& path, std::string_view content,
-                         Durability durability = Durability::fsync);
+                         Durability durability = Durability::fsync,
+                         Symlinks symlinks = Symlinks::in_parent_only,
+                         MakeDir make_dir = MakeDir::no);
 
 // Where a write meant for `path` must land so that a symlink stays a symlink: follows links in
 // the last component (at most 40), an absolute target taken under `root` (--host-root). Returns
@@ -42,15 +54,6 @@ Result<std::filesystem::path> write_target_through_links(const std::filesystem::
 Result<std::filesystem::path> write_backup_exclusive(const std::filesystem::path& path,
                                                      std::string_view content,
                                                      std::string_view stamp);
-
-// How much of a path may be a symbolic link when root opens it to write.
-enum class Symlinks {
-  none,            // no component at all (openat2 RESOLVE_NO_SYMLINKS): paths of gpufence's own
-  in_parent_only,  // the last component never (O_NOFOLLOW); the parent as the caller named it
-};
-
-// Whether a missing last directory of the path is made (0700, owned by the caller).
-enum class MakeDir { yes, no };
 
 // Opens `path` for appending as root without letting whoever can write its directory decide
 // where the bytes land: resolved as `symlinks` says; a missing file is created `mode` with

@@ -600,10 +600,72 @@ void check_writable_sysfs(const Snapshot& s, std::vector<Finding>& out) {
 // The node was installed with NRI enforcement (install record): containerd must run NRI, and
 // creates must fail while gpufence-nri is down — required_plugins, containerd >= 2.2 only
 // (nri@v0.12.0:plugins/default-validator; docs/nri.md, "Fail closed").
+// gpufence-nri's own account (its status file): is it running and connected to containerd?
+void check_nri_plugin_connected(const NriView& n, const std::string& mode,
+                                std::vector<Finding>& out) {
+  std::string summary, evidence;
+  if (!n.status) {
+    summary =
+        "gpufence-nri has never reported on this node: it is not running, or writes its "
+        "status elsewhere ([nri] status_file)";
+    evidence = cat(mode, "; ", n.status_error);
+  } else if (n.plugin_process == NriView::Process::gone) {
+    summary = cat("gpufence-nri is not running (pid ", n.status->pid,
+                  " is gone or is another "
+                  "process now)");
+    evidence = cat(mode, "; ", n.status_file, ": last ", nri::nri_state_name(n.status->state),
+                   " since ", n.status->since);
+  } else if (n.status->state != nri::NriState::connected) {
+    summary = cat("gpufence-nri runs but is not connected to containerd (",
+                  nri::nri_state_name(n.status->state), " since ", n.status->since, ")");
+    evidence =
+        cat(mode, "; ", n.status_file, ": pid ", n.status->pid, ", socket ", n.status->socket);
+  } else {
+    return;
+  }
+  out.push_back(
+      {"nri.plugin-down", Severity::error,
+       cat(summary, n.fail_closed() ? ": every container create fails until it is back "
+                                      "(required_plugins)"
+                                    : ": containers created meanwhile are not enforced"),
+       evidence,
+       "installed by `gpufence install` (containerd starts plugin_path/10-gpufence-nri): "
+       "`systemctl restart containerd`, then check containerd's log for the plugin; run as a "
+       "service or DaemonSet: start it. Then run `gpufence doctor` again: it lists the "
+       "containers created while the plugin was down (nri.created-while-down)"});
+}
+
+// The containers containerd showed gpufence-nri at its last Synchronize with no decision of its
+// own whose decision would change their GPU access. Those that run through a handler whose binary
+// is gpufence-runtime were enforced by the shim instead.
+void check_nri_created_while_down(const Snapshot& s, const NriView& n, std::vector<Finding>& out) {
+  if (!n.status) return;
+  for (const auto& c : n.status->unenforced) {
+    auto bin = s.containerd_binaries.find(c.runtime_handler);
+    if (!c.runtime_handler.empty() && bin != s.containerd_binaries.end() &&
+        std::filesystem::path(bin->second).filename() == "gpufence-runtime")
+      continue;
+    out.push_back(
+        {"nri.created-while-down", Severity::error,
+         cat("container ", c.name, " of pod ", c.pod,
+             " was created without gpufence-nri: its GPU access is what containerd gave it"),
+         cat(c.why, "; container ", c.id, ", handler ",
+             c.runtime_handler.empty() ? std::string("(containerd's default)") : c.runtime_handler,
+             "; seen by gpufence-nri at ", n.status->synchronized_at, " (", n.status_file, ")"),
+         cat("recreate the pod now that gpufence-nri is up (kubectl delete pod -n ",
+             c.pod.substr(0, c.pod.find('/')), " ", c.pod.substr(c.pod.find('/') + 1),
+             "; its controller makes a new one); on containerd >= 2.2, required_plugins stops "
+             "creates while the plugin is down (`gpufence install --enforcement nri`)")});
+  }
+}
+
 void check_nri(const Snapshot& s, std::vector<Finding>& out) {
-  if (!s.nri || !s.nri->uses_nri()) return;
+  if (!s.nri) return;
+  check_nri_created_while_down(s, *s.nri, out);
+  if (!s.nri->uses_nri()) return;
   const NriView& n = *s.nri;
   const std::string mode = cat("enforcement ", n.enforcement, " (", n.state_file, ")");
+  check_nri_plugin_connected(n, mode, out);
   if (!n.enabled) {
     out.push_back({"nri.disabled", Severity::error,
                    "gpufence was installed to enforce through NRI, but containerd's config has "

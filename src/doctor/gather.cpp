@@ -120,6 +120,34 @@ std::vector<unsigned> numeric_pids(const HostFs& host) {
   return pids;
 }
 
+// gpufence-nri's status file, and whether the process it names is still that process (a pid
+// with another start time is a reused pid: the plugin is gone).
+void gather_nri_status(NriView& v, const HostFs& host, const std::string& path) {
+  v.status_file = path;
+  auto text = host.read(path);
+  if (!text) {
+    v.status_error = text.error().code == Errc::not_found ? cat("no status file at ", path)
+                                                          : text.error().message;
+    return;
+  }
+  auto status = nri::parse_nri_status(*text, path);
+  if (!status) {
+    v.status_error = status.error().message;
+    return;
+  }
+  v.status = *status;
+  auto stat = host.read(cat("/proc/", status->pid, "/stat"));
+  if (!stat) {
+    v.plugin_process =
+        stat.error().code == Errc::not_found ? NriView::Process::gone : NriView::Process::unknown;
+    return;
+  }
+  auto start = nri::parse_proc_start_time(*stat);
+  if (!start) return;
+  v.plugin_process =
+      *start == status->start_time ? NriView::Process::running : NriView::Process::gone;
+}
+
 // NRI in the config containerd reads, its socket, and the mode install recorded.
 NriView gather_nri(const HostFs& host, const ContainerdConfig& effective,
                    const GatherOptions& opt) {
@@ -139,6 +167,7 @@ NriView gather_nri(const HostFs& host, const ContainerdConfig& effective,
       v.enforcement = j.value("enforcement", std::string("runtime"));
     }
   }
+  gather_nri_status(v, host, opt.nri_status);
   return v;
 }
 

@@ -10,6 +10,7 @@
 
 #include "common/hostfs.hpp"
 #include "doctor/snapshot.hpp"
+#include "runtime/config.hpp"
 
 namespace gpufence {
 
@@ -34,6 +35,8 @@ struct GatherOptions {
   // `gpufence install`'s record: which enforcement (handler, NRI, both) the node was given.
   std::string install_state = "/etc/gpufence/install-state.json";
   std::string nri_plugin_name = "gpufence-nri";
+  // gpufence-nri's status file (runtime.toml [nri] status_file).
+  std::string nri_status = std::string(kNriStatusFile);
 };
 
 class KubeClient;

@@ -13,6 +13,7 @@
 #include "common/finding.hpp"
 #include "gpu/gpu.hpp"
 #include "gpu/wire_contract.hpp"
+#include "nri/status.hpp"
 
 namespace gpufence {
 
@@ -86,6 +87,12 @@ struct NriView {
   bool validator_enabled = false;
   std::vector<std::string> required_plugins;
   std::string plugin_name = "gpufence-nri";
+  // gpufence-nri's own account (nri/status.hpp): connected or not, what it found at Synchronize.
+  std::string status_file;
+  std::optional<nri::NriStatus> status;  // nullopt: status_error says why
+  std::string status_error;
+  enum class Process { running, gone, unknown };
+  Process plugin_process = Process::unknown;  // the status's pid, same start time: still it
   bool uses_nri() const { return enforcement == "nri" || enforcement == "both"; }
   bool fail_closed() const {
     return validator_enabled && std::find(required_plugins.begin(), required_plugins.end(),

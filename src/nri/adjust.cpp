@@ -11,7 +11,10 @@
 #include <thread>
 #include <tuple>
 
+#include <unistd.h>
+
 #include "common/escape.hpp"
+#include "common/file.hpp"
 #include "common/strings.hpp"
 #include "gpu/wire_contract.hpp"
 #include "runtime/device_rules.hpp"
@@ -342,6 +345,60 @@ Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Cont
     if (!out.shim.privileged) return fail(Errc::denied, where, ": ", gap);
     out.gaps.push_back(gap);
   }
+
+  // 6. The mark a later Synchronize reads (judge_synchronized).
+  if (out.adjust.ByteSizeLong() > 0)
+    (*out.adjust.mutable_annotations())[std::string(kDecidedAnnotation)] = "true";
+  return out;
+}
+
+namespace {
+
+bool carries_decision(const api::PodSandbox* pod, const api::Container& c) {
+  const std::string key(kDecidedAnnotation);
+  return c.annotations().contains(key) && !(pod && pod->annotations().contains(key));
+}
+
+// What a decision would change as far as GPUs go; "" when nothing.
+std::string gpu_effect(const NriDecision& d) {
+  std::vector<std::string> parts;
+  if (!d.shim.granted.empty()) parts.push_back(cat("grant ", join(d.shim.granted, ",")));
+  if (!d.shim.removed_nodes.empty())
+    parts.push_back(cat("take away ", join(d.shim.removed_nodes, ",")));
+  if (d.rules != "unchanged")
+    parts.push_back(d.shim.privileged ? "narrow its allow-all device rules to its GPUs"
+                                      : "narrow its device rules");
+  return join(parts, "; ");
+}
+
+}  // namespace
+
+SyncJudgement judge_synchronized(const std::vector<api::PodSandbox>& pods,
+                                 const std::vector<api::Container>& containers,
+                                 const RuntimeInfo& runtime, ShimContext& ctx) {
+  SyncJudgement out;
+  std::map<std::string, const api::PodSandbox*> by_id;
+  for (const auto& p : pods) by_id[p.id()] = &p;
+  const api::PodSandbox none;
+  for (const auto& c : containers) {
+    ++out.containers;
+    if (c.state() == api::CONTAINER_STOPPED) continue;
+    auto it = by_id.find(c.pod_sandbox_id());
+    const api::PodSandbox* pod = it == by_id.end() ? nullptr : it->second;
+    if (carries_decision(pod, c)) continue;
+    UnenforcedContainer u{c.id(), pod ? cat(pod->namespace_(), "/", pod->name()) : std::string(),
+                          c.name(), pod ? pod->runtime_handler() : std::string(), ""};
+    auto d = decide_container(pod ? *pod : none, c, runtime, ctx);
+    if (!d) {
+      u.why = cat("created without gpufence-nri; it would have been refused: ", d.error().message);
+    } else if (std::string effect = gpu_effect(*d); !effect.empty()) {
+      u.why = cat("created without gpufence-nri, which would ", effect);
+    } else {
+      if (d->adjust.ByteSizeLong() > 0) ++out.without_gpu_edit;
+      continue;
+    }
+    out.unenforced.push_back(std::move(u));
+  }
   return out;
 }
 
@@ -377,10 +434,100 @@ Status GpufenceHandler::configured(const RuntimeInfo& runtime) {
   return {};
 }
 
+// The status file's state, shared with the judging threads (which may outlive a session).
+struct GpufenceHandler::StatusState {
+  std::mutex mutex;
+  std::condition_variable judged;
+  NriStatus status;
+  uint64_t session = 0;  // a judgement of an earlier session is dropped
+  int judging = 0;
+};
+
+GpufenceHandler::GpufenceHandler(ShimContext& ctx, std::string socket)
+    : m_ctx(ctx), m_status(std::make_shared<StatusState>()) {
+  m_status->status.pid = ::getpid();
+  if (auto text = read_file("/proc/self/stat"))
+    if (auto t = parse_proc_start_time(*text)) m_status->status.start_time = *t;
+  m_status->status.socket = std::move(socket);
+  m_status->status.since = utc_now_text();
+}
+
+namespace {
+void write_status(const std::string& path, const NriStatus& status, Logger& log) {
+  if (path.empty()) return;
+  if (auto w = write_nri_status(path, status); !w)
+    log.warn("nri.status_unwritten", {{"file", path}, {"error", w.error().message}});
+}
+}  // namespace
+
+void GpufenceHandler::disconnected(NriState state) {
+  std::lock_guard lock(m_status->mutex);
+  ++m_status->session;
+  m_status->status.state = state;
+  m_status->status.since = utc_now_text();
+  write_status(m_ctx.config.nri_status_file, m_status->status, m_ctx.log);
+}
+
+void GpufenceHandler::wait_for_judgement() {
+  std::unique_lock lock(m_status->mutex);
+  m_status->judged.wait(lock, [&] { return m_status->judging == 0; });
+}
+
 void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
   m_ctx.log.info("nri.synchronized", {{"pods", std::to_string(request.pods_size())},
                                       {"containers", std::to_string(request.containers_size())},
                                       {"more", request.more() ? "true" : "false"}});
+  m_sync_pods.insert(m_sync_pods.end(), request.pods().begin(), request.pods().end());
+  m_sync_containers.insert(m_sync_containers.end(), request.containers().begin(),
+                           request.containers().end());
+  if (request.more()) return;
+
+  // Connected: said at once; what the containers show, once judged off the runtime's clock.
+  uint64_t session;
+  {
+    std::lock_guard lock(m_status->mutex);
+    session = ++m_status->session;
+    NriStatus& s = m_status->status;
+    s.state = NriState::connected;
+    s.since = utc_now_text();
+    s.runtime = m_runtime.name;
+    s.runtime_version = m_runtime.version;
+    s.nri_version = m_runtime.nri_text();
+    s.device_rules = m_runtime.device_rules;
+    ++m_status->judging;
+    write_status(m_ctx.config.nri_status_file, s, m_ctx.log);
+  }
+  auto job = [state = m_status, session, path = m_ctx.config.nri_status_file,
+              pods = std::move(m_sync_pods), containers = std::move(m_sync_containers),
+              runtime = m_runtime, ctx = std::make_shared<ShimContext>(m_ctx)]() {
+    auto judgement = judge_synchronized(pods, containers, runtime, *ctx);
+    for (const auto& u : judgement.unenforced)
+      ctx->log.warn("nri.unenforced", {{"container", u.id},
+                                       {"pod", u.pod},
+                                       {"name", u.name},
+                                       {"handler", u.runtime_handler},
+                                       {"why", u.why}});
+    std::lock_guard lock(state->mutex);
+    if (state->session == session) {
+      NriStatus& s = state->status;
+      s.synchronized_at = utc_now_text();
+      s.containers = judgement.containers;
+      s.without_gpu_edit = judgement.without_gpu_edit;
+      s.unenforced = std::move(judgement.unenforced);
+      write_status(path, s, ctx->log);
+    }
+    --state->judging;
+    state->judged.notify_all();
+  };
+  m_sync_pods.clear();
+  m_sync_containers.clear();
+  try {
+    std::thread(std::move(job)).detach();
+  } catch (const std::system_error& e) {
+    m_ctx.log.error("nri.unjudged", {{"error", e.what()}});
+    std::lock_guard lock(m_status->mutex);
+    --m_status->judging;
+  }
 }
 
 // A runtime that times out on a plugin (plugin_request_timeout, 2 s by default) drops it and

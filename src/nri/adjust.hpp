@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "nri/service.hpp"
+#include "nri/status.hpp"
 #include "runtime/shim.hpp"
 
 namespace gpufence::nri {
@@ -44,19 +45,34 @@ struct NriDecision {
   std::vector<std::string> gaps;  // promises this runtime cannot keep for this container
 };
 
-// Decides for one container; an error means the creation must fail.
+// Decides for one container; an error means the creation must fail. A non-empty adjustment also
+// sets kDecidedAnnotation, so the container shows at the next Synchronize that it was decided.
 Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Container& container,
                                      const RuntimeInfo& runtime, ShimContext& ctx);
+
+// What a Synchronize shows: containerd's containers that carry no decision of gpufence-nri's
+// (created while it was down, or before it was installed), judged by deciding each again as if
+// it were being created. Stopped containers hold no device and are not judged.
+struct SyncJudgement {
+  int64_t containers = 0;
+  int64_t without_gpu_edit = 0;  // undecided, but the decision changes no GPU access
+  std::vector<UnenforcedContainer> unenforced;
+};
+SyncJudgement judge_synchronized(const std::vector<api::PodSandbox>& pods,
+                                 const std::vector<api::Container>& containers,
+                                 const RuntimeInfo& runtime, ShimContext& ctx);
 
 }  // namespace gpufence::nri
 
 namespace gpufence::nri {
 
 // The plugin's handler: decides each container, logs one escaped line per decision (the shim's
-// format: nri.decision / nri.refused), and fails the creation where the shim would refuse.
+// format: nri.decision / nri.refused), and fails the creation where the shim would refuse. It
+// keeps the status file (config's nri_status_file): connected or not, and what the last
+// Synchronize showed, judged on a thread of its own so the runtime's answer never waits for it.
 class GpufenceHandler : public PluginHandler {
  public:
-  explicit GpufenceHandler(ShimContext& ctx) : m_ctx(ctx) {}
+  GpufenceHandler(ShimContext& ctx, std::string socket = "");
   ~GpufenceHandler() override;
   GpufenceHandler(const GpufenceHandler&) = delete;
   GpufenceHandler& operator=(const GpufenceHandler&) = delete;
@@ -67,14 +83,22 @@ class GpufenceHandler : public PluginHandler {
   Result<api::ContainerAdjustment> create_container(const api::PodSandbox& pod,
                                                     const api::Container& container) override;
   const RuntimeInfo& runtime() const { return m_runtime; }
+  // The connection ended: `waiting` for the runtime to come back, or `exited` for good.
+  void disconnected(NriState state);
+  // Blocks until the judgement of the last complete Synchronize is in the status file.
+  void wait_for_judgement();
 
  private:
+  struct StatusState;
   Result<NriDecision> decide_within_budget(const api::PodSandbox& pod,
                                            const api::Container& container);
   struct Worker;
   ShimContext& m_ctx;
   RuntimeInfo m_runtime;
   std::shared_ptr<Worker> m_worker;
+  std::shared_ptr<StatusState> m_status;
+  std::vector<api::PodSandbox> m_sync_pods;  // a split Synchronize, gathered until its last chunk
+  std::vector<api::Container> m_sync_containers;
 };
 
 }  // namespace gpufence::nri

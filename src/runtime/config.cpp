@@ -154,6 +154,16 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
                          cfg.procfs_gpus_dir = *v;
                          return {};
                        });
+    } else if (section == "nri") {
+      st = apply_table(*table, "nri", {"status_file"},
+                       [&](std::string_view, const toml::node& n) -> Status {
+                         auto v = string_value(n, "value");
+                         if (!v) return std::unexpected(v.error());
+                         if (!v->empty() && v->front() != '/')
+                           return fail(Errc::parse, "must be an absolute path or \"\"");
+                         cfg.nri_status_file = *v;
+                         return {};
+                       });
     } else {
       return fail(Errc::parse, origin, ": unknown section [", section.str(), "]");
     }

@@ -24,6 +24,9 @@ inline std::vector<std::string> default_control_nodes() {
   return out;
 }
 
+// Where gpufence-nri keeps its status and the doctor reads it (runtime.toml [nri] status_file).
+inline constexpr std::string_view kNriStatusFile = "/var/lib/gpufence/nri-status.json";
+
 struct RuntimeConfig {
   std::string low_level_runtime = "runc";  // a path, or a name looked up on PATH
   // "" logs to stderr. gpufence's own directory, which no common hostPath covers (runtime.toml).
@@ -39,6 +42,9 @@ struct RuntimeConfig {
   std::vector<std::string> cdi_spec_dirs = {"/etc/cdi", "/var/run/cdi"};
   // The driver's per-GPU directory; inside a container it is narrowed to the granted GPUs.
   std::string procfs_gpus_dir = "/proc/driver/nvidia/gpus";
+  // gpufence-nri's status for the doctor (nri/status.hpp); "" writes none. Beside the log, in
+  // gpufence's own directory.
+  std::string nri_status_file = std::string(kNriStatusFile);
 
   bool trusts(TrustedChannel c) const;
 };

@@ -21,6 +21,10 @@
 #              GPU each, their own, and run on it (privileged on 2.3, unprivileged below).
 #   pod-annotation  a privileged pod asking for no GPU forges the device plugin's CDI annotation
 #              under a broad pod_annotations (containerd copies it into the spec): granted nothing.
+#   down       what the doctor says about gpufence-nri (no required_plugins): with it up, nothing;
+#              stopped, nri.plugin-down; a GPU pod created meanwhile is named once the plugin is
+#              back (nri.created-while-down: its next Synchronize judges every container that
+#              carries no decision of its own), the pod created while it was up is not.
 #   required   (2.3) default_validator.required_plugins = ["gpufence-nri"]: with the plugin
 #              down every GPU pod's create fails; with it up they run; killed mid-run, the next
 #              create fails again.
@@ -240,6 +244,46 @@ case $case_name in
     if $rules_apply; then
       check "forged: it cannot open GPU 1, even after mknod" test "$(result forged 0 /tmp/n1)" != ENXIO -a -n "$(result forged 0 /tmp/n1)"
     fi
+    ;;
+
+  down)
+    printf '{"enforcement": "nri"}\n' > "$work/install-state.json"
+    nri_doctor() {  # nri_doctor OUT: this node's doctor, gpufence-nri's status and install record
+      "$build/bin/gpufence" doctor --containerd-config "$cfg" --runc-root "$runc_root" \
+        --pod-resources-socket "$work/absent.sock" --install-state "$work/install-state.json" \
+        --nri-status "$work/nri-status.json" > "$work/$1" 2>&1
+    }
+    judged() {  # the judgement of the last Synchronize names pod $1 (or times out)
+      local _
+      for _ in $(seq 100); do grep -q "\"pod\": \"default/$1\"" "$work/nri-status.json" 2>/dev/null && return 0; sleep 0.1; done
+      return 1
+    }
+    while_down() {  # the pods of "undecided" run, created while gpufence-nri was stopped
+      start_nri || return 1
+      check "undecided: gpufence-nri's next Synchronize names the pod created while it was down" judged undecided-0
+      nri_doctor doctor-back
+      check "back: the doctor does not say the plugin is down" bash -c "! grep -q nri.plugin-down '$work/doctor-back'"
+      check "back: the doctor names the pod created while it was down" grep -qE 'nri.created-while-down.*pod default/undecided-0' "$work/doctor-back"
+      check "back: and not the pod created while it was up" bash -c "! grep -E 'nri.created-while-down' '$work/doctor-back' | grep -q 'pod default/decided-0'"
+      check "back: and says what gpufence-nri would have done" grep -qE 'would (narrow|grant)' "$work/doctor-back"
+    }
+    while_up() {  # the pod of "decided" runs, created while gpufence-nri was up
+      nri_doctor doctor-up
+      check "up: the doctor says nothing about gpufence-nri being down" bash -c "! grep -qE 'nri.(plugin-down|created-while-down)' '$work/doctor-up'"
+      stop_nri
+      nri_doctor doctor-down
+      check "stopped: the doctor says gpufence-nri is not running" grep -qE 'nri.plugin-down.*not running' "$work/doctor-down"
+      local k=$kubelet_pid p=$plugin_pid
+      echo "== a privileged GPU pod created while gpufence-nri is stopped"
+      RUN_WHILE=while_down run_pods undecided "" 1 --privileged
+      kubelet_pid=$k plugin_pid=$p
+    }
+    start_nri || exit 1
+    echo "== a privileged GPU pod created while gpufence-nri is up"
+    RUN_WHILE=while_up run_pods decided "" 1 --privileged
+    check "decided: the pod ran" test "$(cat "$work/decided.rc")" = 0
+    check "undecided: the pod ran (no required_plugins)" test "$(cat "$work/undecided.rc")" = 0
+    sed 's/^/  [doctor back] /' "$work/doctor-back" | grep nri. | head -10
     ;;
 
   required)

@@ -602,6 +602,28 @@ std::vector<Finding> nri_findings(const std::vector<Finding>& all) {
 
 }  // namespace
 
+namespace {
+
+// gpufence-nri's status as the plugin writes it (nri/status.hpp), naming a process of the fake
+// host's /proc whose start time is `proc_start` (the status says `start`).
+void write_nri_status(const test::FakeNode& node, nri::NriState state, uint64_t start,
+                      uint64_t proc_start, std::vector<nri::UnenforcedContainer> unenforced = {}) {
+  nri::NriStatus st;
+  st.pid = 4242;
+  st.start_time = start;
+  st.state = state;
+  st.since = "2026-12-02T03:00:00Z";
+  st.socket = "/var/run/nri/nri.sock";
+  st.synchronized_at = "2026-12-02T03:00:01Z";
+  st.unenforced = std::move(unenforced);
+  node.write("var/lib/gpufence/nri-status.json", nri::render_nri_status(st));
+  std::string stat = "4242 (gpufence-nri) S";
+  for (int f = 4; f <= 52; ++f) stat += " " + std::to_string(f == 22 ? proc_start : 0);
+  node.write("proc/4242/stat", stat + "\n");
+}
+
+}  // namespace
+
 TEST_F(DoctorChecks, NriFindingsOnlyWhereInstallChoseNri) {
   // No record, or a runtime one: NRI is not gpufence's enforcement point, nothing to say.
   m_node->write("etc/containerd/config.toml", "version = 2\n");
@@ -611,6 +633,7 @@ TEST_F(DoctorChecks, NriFindingsOnlyWhereInstallChoseNri) {
 }
 
 TEST_F(DoctorChecks, NriModeWithNriOffInTheConfigIsAnError) {
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99);
   m_node->write("etc/gpufence/install-state.json", state("nri"));
   // containerd 1.7's config without the NRI table: off by default.
   m_node->write("etc/containerd/config.toml", "version = 2\n");
@@ -625,6 +648,7 @@ TEST_F(DoctorChecks, NriModeWithNriOffInTheConfigIsAnError) {
 }
 
 TEST_F(DoctorChecks, NriModeWithoutTheSocketIsAnError) {
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99);
   m_node->write("etc/gpufence/install-state.json", state("nri"));
   m_node->write("etc/containerd/config.toml", kNriRequired);
   auto f = nri_findings(judge(snapshot()));
@@ -634,6 +658,7 @@ TEST_F(DoctorChecks, NriModeWithoutTheSocketIsAnError) {
 }
 
 TEST_F(DoctorChecks, NriModeFailClosedWithTheSocketIsClean) {
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99);
   m_node->write("etc/gpufence/install-state.json", state("nri"));
   m_node->write("etc/containerd/config.toml", kNriRequired);
   ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
@@ -646,6 +671,7 @@ TEST_F(DoctorChecks, NriModeFailClosedWithTheSocketIsClean) {
 
 // containerd < 2.2 (no required_plugins), paired with the shim: a warning naming both fixes.
 TEST_F(DoctorChecks, BothBelowContainerd22WarnsWithTheFix) {
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99);
   m_node->write("etc/gpufence/install-state.json", state("both"));
   m_node->write("etc/containerd/config.toml",
                 "version = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n");
@@ -657,4 +683,76 @@ TEST_F(DoctorChecks, BothBelowContainerd22WarnsWithTheFix) {
   EXPECT_EQ(f[0].severity, Severity::warning);
   EXPECT_NE(f[0].fix.find("--enforcement both"), std::string::npos) << f[0].fix;
   EXPECT_NE(f[0].fix.find("upgrade containerd to 2.2"), std::string::npos) << f[0].fix;
+}
+
+TEST_F(DoctorChecks, NriPluginThatNeverReportedIsDown) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  auto f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.plugin-down");
+  EXPECT_EQ(f[0].severity, Severity::error);
+  EXPECT_NE(f[0].summary.find("never reported"), std::string::npos) << f[0].summary;
+  EXPECT_NE(f[0].summary.find("every container create fails"), std::string::npos)
+      << "required_plugins is set: " << f[0].summary;
+}
+
+TEST_F(DoctorChecks, NriPluginWhosePidIsAnotherProcessNowIsDown) {
+  m_node->write("etc/gpufence/install-state.json", state("both"));
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  // The status says connected, but pid 4242 started at another time: a reused pid.
+  write_nri_status(*m_node, nri::NriState::connected, 99, 1234);
+  auto f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.plugin-down");
+  EXPECT_NE(f[0].summary.find("not running"), std::string::npos) << f[0].summary;
+  // No process at all.
+  std::filesystem::remove_all(m_dir / "proc/4242");
+  f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].summary.find("not running"), std::string::npos) << f[0].summary;
+}
+
+TEST_F(DoctorChecks, NriPluginRunningButNotConnectedIsDown) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  write_nri_status(*m_node, nri::NriState::waiting, 99, 99);
+  auto f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.plugin-down");
+  EXPECT_NE(f[0].summary.find("not connected"), std::string::npos) << f[0].summary;
+}
+
+TEST_F(DoctorChecks, NriContainersCreatedWhileItWasDownAreNamed) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  m_node->write("etc/containerd/config.toml",
+                kNriRequired +
+                    "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]\n"
+                    "  runtime_type = 'io.containerd.runc.v2'\n"
+                    "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n"
+                    "  BinaryName = '/usr/local/bin/gpufence-runtime'\n");
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99,
+                   {{"c1", "default/ds-0", "app\x1b[2J", "", "would grant GPU-1"},
+                    // through the shim's handler: enforced there, not reported
+                    {"c2", "default/ds-1", "app", "nvidia", "would grant GPU-0"}});
+  auto snap = snapshot();
+  auto f = nri_findings(judge(snap));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.created-while-down");
+  EXPECT_EQ(f[0].severity, Severity::error);
+  EXPECT_NE(f[0].summary.find("pod default/ds-0"), std::string::npos) << f[0].summary;
+  EXPECT_NE(f[0].evidence.find("would grant GPU-1"), std::string::npos) << f[0].evidence;
+  EXPECT_NE(f[0].fix.find("kubectl delete pod -n default ds-0"), std::string::npos) << f[0].fix;
+  // The pod's bytes are data in the report: no terminal escape reaches it.
+  std::string text = render_doctor_text(snap, judge(snap));
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  // Without an install record the plugin's account still counts (it ran, it saw them).
+  std::filesystem::remove(m_dir / "etc/gpufence/install-state.json");
+  f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.created-while-down");
 }

@@ -9,6 +9,7 @@
 
 #include <thread>
 
+#include "common/file.hpp"
 #include "common/strings.hpp"
 #include "nri/adjust.hpp"
 #include "support/fake_node.hpp"
@@ -39,12 +40,21 @@ class NriDecide : public ::testing::Test {
                  "  8 sd\n");
     m_config.device_root = m_root.path().string();
     m_config.procfs_gpus_dir = "/nonexistent";  // no driver-procfs hook in these specs
+    m_config.nri_status_file = (m_root / "state/nri-status.json").string();
   }
 
   void make_node(const std::string& rel, unsigned major, unsigned minor) {
     auto path = m_root.path() / rel;
     std::filesystem::create_directories(path.parent_path());
     ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0666, makedev(major, minor)), 0) << path;
+  }
+
+  static RuntimeInfo runtime(std::string_view nri_version) {
+    RuntimeInfo rt;
+    rt.name = "containerd";
+    rt.nri = parse_nri_version(nri_version);
+    rt.device_rules = rt.nri >= NriVersion{0, 10, 0};
+    return rt;
   }
 
   Result<NriDecision> decide(const api::Container& c, std::string_view nri_version) {
@@ -306,4 +316,129 @@ TEST_F(NriDecide, ADecisionThatHangsIsARefusalBeforeTheRuntimeGivesUp) {
   auto next = handler.create_container(m_pod, unprivileged(0));
   ASSERT_TRUE(next) << next.error().message;
   std::this_thread::sleep_for(std::chrono::milliseconds(400));  // let the hung decision end
+}
+
+namespace {
+
+bool marked(const api::ContainerAdjustment& a) {
+  auto it = a.annotations().find(std::string(kDecidedAnnotation));
+  return it != a.annotations().end() && it->second == "true";
+}
+
+std::vector<std::string> ids_of(const std::vector<UnenforcedContainer>& list) {
+  std::vector<std::string> out;
+  for (const auto& u : list) out.push_back(u.id);
+  return out;
+}
+
+}  // namespace
+
+TEST_F(NriDecide, AnAdjustedContainerCarriesTheDecidedMark) {
+  auto gpu = decide(unprivileged(0), "v0.12.0");
+  ASSERT_TRUE(gpu) << gpu.error().message;
+  EXPECT_TRUE(marked(gpu->adjust));
+  auto priv = decide(privileged(-1), "v0.8.0");  // the gap below v0.10: still decided
+  ASSERT_TRUE(priv) << priv.error().message;
+  EXPECT_TRUE(marked(priv->adjust));
+  // Nothing to change: the adjustment stays empty, no mark (a plain container is untouched).
+  auto plain = decide(unprivileged(-1), "v0.12.0");
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_EQ(plain->adjust.ByteSizeLong(), 0u);
+}
+
+TEST_F(NriDecide, SynchronizeNamesWhatWasCreatedWithoutThePlugin) {
+  ShimContext ctx{m_config, m_log,
+                  []() -> Result<std::unique_ptr<GpuInventory>> {
+                    return fail(Errc::nvml, "no NVML in this test");
+                  },
+                  "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
+  const std::string mark(kDecidedAnnotation);
+  api::PodSandbox pod;
+  pod.set_id("p1");
+  pod.set_name("ds");
+  pod.set_namespace_("default");
+  api::PodSandbox forging = pod;  // a pod that sets the mark itself (pod_annotations copies it)
+  forging.set_id("p2");
+  (*forging.mutable_annotations())[mark] = "true";
+  auto in = [](api::Container c, std::string id, std::string pod_id) {
+    c.set_id(std::move(id));
+    c.set_pod_sandbox_id(std::move(pod_id));
+    c.set_state(api::CONTAINER_RUNNING);
+    return c;
+  };
+  std::vector<api::Container> cs;
+  cs.push_back(in(unprivileged(0), "decided", "p1"));
+  (*cs.back().mutable_annotations())[mark] = "true";
+  cs.push_back(in(unprivileged(1), "gpu-while-down", "p1"));
+  cs.push_back(in(privileged(-1), "privileged-while-down", "p1"));
+  cs.push_back(in(unprivileged(-1), "plain", "p1"));
+  cs.push_back(in(privileged(0), "forged-mark", "p2"));
+  (*cs.back().mutable_annotations())[mark] = "true";
+  cs.push_back(in(privileged(-1), "stopped", "p1"));
+  cs.back().set_state(api::CONTAINER_STOPPED);
+  cs.push_back(in(unprivileged(-1), "unknown-gpu", "p1"));
+  (*cs.back().mutable_annotations())["cdi.k8s.io/x"] =
+      "nvidia.com/gpu=GPU-00000000-0000-0000-0000-00000000dead";
+
+  auto j = judge_synchronized({pod, forging}, cs, runtime("v0.12.0"), ctx);
+  EXPECT_EQ(j.containers, 7);
+  EXPECT_EQ(ids_of(j.unenforced),
+            (std::vector<std::string>{"gpu-while-down", "privileged-while-down", "forged-mark",
+                                      "unknown-gpu"}));
+  ASSERT_EQ(j.unenforced.size(), 4u);
+  EXPECT_EQ(j.unenforced[0].pod, "default/ds");
+  EXPECT_NE(j.unenforced[0].why.find(std::string("grant ") + kUuid1), std::string::npos)
+      << j.unenforced[0].why;
+  EXPECT_NE(j.unenforced[1].why.find("allow-all"), std::string::npos) << j.unenforced[1].why;
+  EXPECT_NE(j.unenforced[3].why.find("refused"), std::string::npos) << j.unenforced[3].why;
+}
+
+TEST_F(NriDecide, TheHandlerKeepsItsStatusForTheDoctor) {
+  ShimContext ctx{m_config, m_log,
+                  []() -> Result<std::unique_ptr<GpuInventory>> {
+                    return fail(Errc::nvml, "no NVML in this test");
+                  },
+                  "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
+  GpufenceHandler handler(ctx, "/run/nri/nri.sock");
+  auto read_status = [&] {
+    auto text = read_file(m_config.nri_status_file);
+    EXPECT_TRUE(text) << text.error().message;
+    auto s = parse_nri_status(text ? *text : "", "status");
+    EXPECT_TRUE(s) << s.error().message;
+    return s ? *s : NriStatus{};
+  };
+  handler.disconnected(NriState::waiting);
+  EXPECT_EQ(read_status().state, NriState::waiting);
+
+  api::ConfigureRequest configure;
+  configure.set_runtime_name("containerd");
+  configure.set_runtime_version("v2.3.4");
+  configure.set_nri_version("v0.12.0");
+  ASSERT_TRUE(handler.configured(runtime_info(configure)));
+  // A split Synchronize (v0.8+): judged once its last chunk is in.
+  api::SynchronizeRequest first, last;
+  *first.add_pods() = m_pod;
+  first.set_more(true);
+  api::Container c = privileged(-1);
+  c.set_id("while-down");
+  c.set_state(api::CONTAINER_RUNNING);
+  *last.add_containers() = c;
+  handler.synchronized(first);
+  handler.synchronized(last);
+  handler.wait_for_judgement();
+  NriStatus s = read_status();
+  EXPECT_EQ(s.state, NriState::connected);
+  EXPECT_EQ(s.pid, ::getpid());
+  EXPECT_GT(s.start_time, 0u);
+  EXPECT_EQ(s.socket, "/run/nri/nri.sock");
+  EXPECT_EQ(s.runtime_version, "v2.3.4");
+  EXPECT_TRUE(s.device_rules);
+  EXPECT_EQ(s.containers, 1);
+  EXPECT_EQ(ids_of(s.unenforced), (std::vector<std::string>{"while-down"}));
+  EXPECT_FALSE(s.synchronized_at.empty());
+
+  handler.disconnected(NriState::waiting);
+  s = read_status();
+  EXPECT_EQ(s.state, NriState::waiting);
+  EXPECT_EQ(ids_of(s.unenforced), (std::vector<std::string>{"while-down"}));  // kept, with its date
 }

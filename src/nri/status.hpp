@@ -1,0 +1,65 @@
+// What gpufence-nri tells the doctor, in a file of its own (runtime.toml [nri] status_file, default
+// /var/lib/gpufence/nri-status.json): whether it is connected to containerd, and which containers
+// containerd created without it — found at each Synchronize, where containerd lists every
+// container it has (docs/nri.md, "Status: connected, and what was created while it was down").
+// The one definition of the file's format: the plugin writes it, the doctor reads it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace gpufence::nri {
+
+// The annotation every container gpufence-nri adjusted carries (set by its adjustment, so it is in
+// the spec containerd keeps and shows again at Synchronize). It is read, like the device plugin's
+// annotations, only when the pod sandbox does not carry the same key: a pod cannot forge it.
+inline constexpr std::string_view kDecidedAnnotation = "gpufence.io/nri-decided";
+
+enum class NriState { connected, waiting, exited };
+std::string_view nri_state_name(NriState s);
+
+// A container that exists with no decision of gpufence-nri's and that the decision would change
+// as far as GPUs go (grant, deny, narrow, refuse): created while the plugin was down.
+struct UnenforcedContainer {
+  std::string id;
+  std::string pod;  // namespace/name
+  std::string name;
+  std::string runtime_handler;  // the pod's CRI handler ("" = containerd's default)
+  std::string why;              // what the decision would have done
+  bool operator==(const UnenforcedContainer&) const = default;
+};
+
+struct NriStatus {
+  int64_t pid = 0;
+  uint64_t start_time = 0;  // field 22 of /proc/<pid>/stat: tells a reused pid from this process
+  NriState state = NriState::waiting;
+  std::string since;  // UTC, when the state was entered
+  std::string socket;
+  std::string runtime, runtime_version, nri_version;
+  bool device_rules = false;     // the runtime applies device cgroup adjustments (NRI >= v0.10)
+  std::string synchronized_at;   // UTC of the last Synchronize judged; "" = none yet
+  int64_t containers = 0;        // containers containerd listed then
+  int64_t without_gpu_edit = 0;  // created without it, but the decision changes no GPU access
+  std::vector<UnenforcedContainer> unenforced;
+  bool operator==(const NriStatus&) const = default;
+};
+
+std::string render_nri_status(const NriStatus& s);
+Result<NriStatus> parse_nri_status(std::string_view text, std::string_view origin);
+
+// Field 22 (starttime, clock ticks since boot) of a /proc/<pid>/stat line; the command name in
+// field 2 may hold spaces and parentheses, so fields are counted after its last ')'.
+Result<uint64_t> parse_proc_start_time(std::string_view stat_line);
+
+// Replaces the status file atomically (temp file + rename) in a directory no component of whose
+// path may be a symbolic link, its last directory made 0700 when missing (docs/nri.md).
+Status write_nri_status(const std::string& path, const NriStatus& s);
+
+// "2026-12-02T03:50:00Z" for now.
+std::string utc_now_text();
+
+}  // namespace gpufence::nri
