@@ -171,7 +171,7 @@ class DoctorContainerd : public ::testing::Test {
     m_node->install_gpufence_handler();
   }
   std::vector<std::string> run() {
-    return ids(judge(gather_snapshot(HostFs(m_dir.path()), &m_inv, "", {})));
+    return ids(judge(gather_snapshot(HostFs(m_dir.path()), {}, {.inventory = m_inv})));
   }
   bool fired(const std::string& id) {
     auto all = run();
@@ -233,7 +233,7 @@ TEST_F(DoctorContainerd, TwoSpecsDefiningOneGpu) {
   m_node->write("var/run/cdi/gpufence.io-gpu.yaml", spec("01", "gpufence.io/gpu"));
   EXPECT_FALSE(fired("cdi.duplicate-device"));
   m_node->write("var/run/cdi/operator.yaml", spec("1"));
-  auto snap = gather_snapshot(HostFs(m_dir.path()), &m_inv, "", {});
+  auto snap = gather_snapshot(HostFs(m_dir.path()), {}, {.inventory = m_inv});
   auto findings = judge(snap);
   auto dup = std::find_if(findings.begin(), findings.end(),
                           [](const Finding& f) { return f.id == "cdi.duplicate-device"; });
