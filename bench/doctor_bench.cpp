@@ -42,7 +42,7 @@ void BM_DoctorSnapshotAndJudge(benchmark::State& state) {
   HostFs host(dir.path());
   size_t findings = 0;
   for (auto _ : state) {
-    auto snap = gather_snapshot(host, &inv, "", {});
+    auto snap = gather_snapshot(host, {}, {.inventory = inv});
     auto f = judge(snap);
     findings = f.size();
     benchmark::DoNotOptimize(f);

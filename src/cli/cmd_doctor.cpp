@@ -102,15 +102,21 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                          << " does not exist (wrong --host-root?)\n";
                return 2;
              }
+             GatherSources sources;
              auto nvml = NvmlInventory::open(nvml_library_path(ctx.nvml_library), host);
+             if (nvml)
+               sources.inventory = **nvml;
+             else
+               sources.inventory = std::unexpected(nvml.error());
              std::unique_ptr<KubeClient> kube;
-             std::string kube_error;
              if (!args->kubeconfig.empty() || args->in_cluster) {
                auto creds = load_credentials(args->in_cluster ? std::string() : args->kubeconfig);
-               if (creds)
+               if (creds) {
                  kube = make_rest_client(*creds);
-               else
-                 kube_error = creds.error().message;
+                 sources.kube = *kube;
+               } else {
+                 sources.kube = std::unexpected(creds.error());
+               }
              }
              std::string node = args->node_name;
              if (node.empty()) {
@@ -119,9 +125,8 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                else if (auto h = host.read("/etc/hostname"))
                  node = std::string(trim(*h));
              }
-             Snapshot snap = gather_snapshot(host, nvml ? nvml->get() : nullptr,
-                                             nvml ? "" : nvml.error().message, opt, kube.get(),
-                                             kube_error, node);
+             sources.node_name = node;
+             Snapshot snap = gather_snapshot(host, opt, sources);
              auto findings = judge(snap);
              if (args->json)
                std::cout << doctor_json_text(render_doctor_json(snap, findings));

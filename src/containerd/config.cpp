@@ -288,48 +288,254 @@ Result<ContainerdConfig> merge_imports_from_host(const ContainerdConfig& main, c
 
 namespace {
 
+// One runtime table as the checks see it: the handler and where it sits in the file.
+struct RuntimeTable {
+  RuntimeHandler handler;
+  std::string where;  // "<file>: [<table>]", the evidence's start
+};
+
+// What every containerd check reads: the config, the options, and its runtime tables read once.
+struct ConfigUnderCheck {
+  const ContainerdConfig& cfg;
+  const ContainerdCheckOptions& options;
+  // Under plugins."io.containerd.runtime.v1.linux".runtimes: the CRI plugin never reads them.
+  const toml::table* v1_linux_runtimes = nullptr;
+  std::vector<RuntimeTable> v1_linux;
+  std::vector<RuntimeTable> cri;  // the CRI plugin's runtimes, the handlers a RuntimeClass names
+
+  bool is_gpu_handler(std::string_view name) const {
+    return std::find(options.handlers.begin(), options.handlers.end(), name) !=
+           options.handlers.end();
+  }
+  bool defines(std::string_view name) const {
+    return std::any_of(cri.begin(), cri.end(),
+                       [&](const RuntimeTable& t) { return t.handler.name == name; });
+  }
+  // The table a fix names: where the CRI plugin reads a runtime in this config's version.
+  std::string table_of(std::string_view runtime) const {
+    return runtime_table_name(cfg.version, runtime);
+  }
+};
+
+ConfigUnderCheck read_config_under_check(const ContainerdConfig& cfg,
+                                         const ContainerdCheckOptions& options) {
+  ConfigUnderCheck in{cfg, options, nullptr, {}, {}};
+  in.v1_linux_runtimes =
+      table_at(cfg.doc, {"plugins", "io.containerd.runtime.v1.linux", "runtimes"});
+  for (auto& h : runtimes_of(in.v1_linux_runtimes)) {
+    std::string where =
+        cat(cfg.path, ": [plugins.\"io.containerd.runtime.v1.linux\".runtimes.", h.name, "]");
+    in.v1_linux.push_back({std::move(h), std::move(where)});
+  }
+  for (auto& h : cri_runtimes(cfg)) {
+    std::string where = cat(cfg.path, ": [", runtime_table_name(cfg.version, h.name), "]");
+    in.cri.push_back({std::move(h), std::move(where)});
+  }
+  return in;
+}
+
+// Every runtime table with settings of its own: the ignored v1 linux ones, then the CRI ones.
+template <class F>
+void for_each_runtime_table(const ConfigUnderCheck& in, F&& f) {
+  for (const auto& t : in.v1_linux) f(t);
+  for (const auto& t : in.cri) f(t);
+}
+
+// The runtimes whose path matters for GPU pods: a handler RuntimeClasses name, or one that runs
+// gpufence-runtime.
+template <class F>
+void for_each_gpu_runtime(const ConfigUnderCheck& in, F&& f) {
+  for (const auto& t : in.cri) {
+    const RuntimeHandler& h = t.handler;
+    bool runs_gpufence =
+        h.binary_name && std::filesystem::path(*h.binary_name).filename() == "gpufence-runtime";
+    if (in.is_gpu_handler(h.name) || runs_gpufence) f(t);
+  }
+}
+
+bool runs_under_runc_shim(const RuntimeHandler& h) {
+  return h.runtime_type == "io.containerd.runc.v2" || h.runtime_type == "io.containerd.runc.v1" ||
+         h.runtime_type.empty();
+}
+
+// A runtimes table under the old linux runtime plugin: the CRI plugin never reads it.
+void check_runtime_under_v1_linux(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  if (!in.v1_linux_runtimes) return;
+  for (const auto& [name, node] : *in.v1_linux_runtimes) {
+    out.push_back(
+        {"containerd.runtime-under-v1-linux", Severity::error,
+         cat("runtime '", name.str(),
+             "' is defined under plugins.\"io.containerd.runtime.v1.linux\", which the CRI "
+             "plugin does not read"),
+         cat(in.cfg.path, ": [plugins.\"io.containerd.runtime.v1.linux\".runtimes.", name.str(),
+             "] (that plugin only has shim, runtime, runtime_root, no_shim, shim_debug; "
+             "containerd drops the table silently)"),
+         cat("define it as [", in.table_of(name.str()),
+             "] with runtime_type = \"io.containerd.runc.v2\" and options.BinaryName = the "
+             "runtime's path, "
+             "or run: gpufence setup containerd --runtime-name ",
+             name.str())});
+  }
+}
+
+// runtime_engine under the runc shim: only io.containerd.runtime.v1.linux ran it.
+void check_runtime_engine_ignored(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  for_each_runtime_table(in, [&](const RuntimeTable& t) {
+    const RuntimeHandler& h = t.handler;
+    if (h.runtime_engine.empty() || !runs_under_runc_shim(h)) return;
+    out.push_back({"containerd.runtime-engine-ignored", Severity::error,
+                   cat("runtime '", h.name, "' sets runtime_engine, which ",
+                       h.runtime_type.empty() ? "io.containerd.runc.v2" : h.runtime_type,
+                       " ignores: ", h.runtime_engine, " never runs"),
+                   cat(t.where, " runtime_engine = \"", h.runtime_engine,
+                       "\" (deprecated; only io.containerd.runtime.v1.linux used it)"),
+                   cat("remove runtime_engine and set [", in.table_of(h.name),
+                       ".options] BinaryName = \"", h.runtime_engine, "\"")});
+  });
+}
+
+// An option runc's Options do not have (the seed's `Env`): containerd drops it silently.
+void check_unknown_runc_option(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  for_each_runtime_table(in, [&](const RuntimeTable& t) {
+    const RuntimeHandler& h = t.handler;
+    if (!runs_under_runc_shim(h)) return;
+    for (const auto& key : h.option_keys) {
+      if (kRuncOptionKeys.contains(key)) continue;
+      out.push_back(
+          {"containerd.unknown-runc-option", Severity::error,
+           cat("runtime '", h.name, "' has option '", key,
+               "', which runc's options do not have: containerd ignores it silently"),
+           cat(t.where, ".options has ", key,
+               " (runc options: BinaryName, SystemdCgroup, Root, NoPivotRoot, NoNewKeyring, "
+               "ShimCgroup, IoUid, IoGid, CriuPath, CriuImagePath, CriuWorkPath)"),
+           key == "Env"
+               ? std::string("remove Env: containerd passes no environment to the runtime this "
+                             "way; GPU selection comes from the device plugin's Allocate answer")
+               : cat("remove ", key, " from the options table")});
+    }
+  });
+}
+
+// A GPU handler without BinaryName runs plain runc: nothing enforces the allocation.
+void check_handler_plain_runc(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  for (const auto& [h, where] : in.cri) {
+    if (!in.is_gpu_handler(h.name) || h.binary_name) continue;
+    out.push_back({"containerd.handler-plain-runc", Severity::error,
+                   cat("runtime '", h.name,
+                       "' has no options.BinaryName: it runs plain runc, so nothing enforces GPU "
+                       "allocation"),
+                   cat(where, " has no BinaryName"),
+                   cat("set [", in.table_of(h.name),
+                       ".options] BinaryName = \"/usr/local/bin/gpufence-runtime\", or run: "
+                       "gpufence setup containerd --runtime-name ",
+                       h.name)});
+  }
+}
+
+// A BinaryName that is not an executable file on the host (checked only with a host to look at).
+void check_binary_missing(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  const HostFs* host = in.options.host;
+  if (!host) return;
+  for (const auto& [h, where] : in.cri) {
+    if (!h.binary_name) continue;
+    auto info = host->stat(*h.binary_name);
+    bool executable = info && info->type != FileType::directory &&
+                      ::access(host->resolve(*h.binary_name).c_str(), X_OK) == 0;
+    if (executable) continue;
+    out.push_back({"containerd.binary-missing", Severity::error,
+                   cat("runtime '", h.name, "' points at ", *h.binary_name, ", which is ",
+                       info ? "not executable" : "missing"),
+                   cat(where, ".options BinaryName = \"", *h.binary_name, "\""),
+                   cat("install the runtime at ", *h.binary_name,
+                       " (gpufence: copy build/bin/gpufence-runtime there) or fix BinaryName")});
+  }
+}
+
+// A GPU handler wired to some other runtime, when gpufence is expected to enforce.
+void check_handler_not_gpu_runtime(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  if (!in.options.expect_gpufence) return;
+  for (const auto& [h, where] : in.cri) {
+    if (!in.is_gpu_handler(h.name) || !h.binary_name) continue;
+    std::string base = std::filesystem::path(*h.binary_name).filename();
+    if (base == "gpufence-runtime" || base.starts_with("nvidia-container-runtime")) continue;
+    out.push_back({"containerd.handler-not-gpu-runtime", Severity::warning,
+                   cat("runtime '", h.name, "' runs ", *h.binary_name,
+                       ", neither gpufence-runtime nor NVIDIA's runtime"),
+                   cat(where, ".options BinaryName = \"", *h.binary_name, "\""),
+                   "point BinaryName at gpufence-runtime so the allocation is enforced"});
+  }
+}
+
 // A GPU handler must run its BinaryName through the runc v2 shim; anything else never runs
 // gpufence-runtime, whatever BinaryName says.
-void check_bypass(const RuntimeHandler& h, const std::string& where, std::vector<Finding>& out) {
-  auto bypass = [&](std::string evidence, std::string why) {
-    out.push_back(
-        {"containerd.handler-bypasses-binary", Severity::error,
-         cat("runtime '", h.name, "' never runs its BinaryName: ", why), std::move(evidence),
-         cat("set runtime_type = \"io.containerd.runc.v2\", remove runtime_engine, runtime_root, "
-             "runtime_path and options.Runtime, keep options.BinaryName; or run: gpufence setup "
-             "containerd --runtime-name ",
-             h.name)});
-  };
-  const std::string& type = h.runtime_type;
-  if (type.find("${") != std::string::npos) return;  // a template variable (microk8s)
-  if (type == "io.containerd.runtime.v1.linux") {
-    bypass(cat(where, " runtime_type = \"", type, "\""),
-           cat("the v1 linux shim ignores options.BinaryName and runs ",
-               h.options_runtime
-                   ? *h.options_runtime
-                   : (h.runtime_engine.empty() ? std::string("runc") : h.runtime_engine)));
-  } else if (type == "io.containerd.runc.v1") {
-    bypass(cat(where, " runtime_type = \"", type, "\""),
-           "io.containerd.runc.v1 is deprecated and gone in containerd 2.0, where the handler "
-           "fails; io.containerd.runc.v2 is the shim gpufence-runtime is tested under");
-  } else if (!type.empty() && type != "io.containerd.runc.v2") {
-    bypass(cat(where, " runtime_type = \"", type, "\""),
-           cat(type, " is not the runc shim, so BinaryName does not name the OCI runtime it runs"));
-  }
-  if (!h.runtime_path.empty()) {
-    bypass(cat(where, " runtime_path = \"", h.runtime_path, "\""),
-           cat("runtime_path makes containerd start ", h.runtime_path,
-               " as the shim instead of containerd-shim-runc-v2"));
-  }
-  // options.Runtime under the runc shim is dropped (containerd.unknown-runc-option says so).
+void check_handler_bypasses_binary(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  for_each_gpu_runtime(in, [&](const RuntimeTable& t) {
+    const RuntimeHandler& h = t.handler;
+    auto bypass = [&](std::string evidence, std::string why) {
+      out.push_back(
+          {"containerd.handler-bypasses-binary", Severity::error,
+           cat("runtime '", h.name, "' never runs its BinaryName: ", why), std::move(evidence),
+           cat("set runtime_type = \"io.containerd.runc.v2\", remove runtime_engine, "
+               "runtime_root, runtime_path and options.Runtime, keep options.BinaryName; or run: "
+               "gpufence setup containerd --runtime-name ",
+               h.name)});
+    };
+    const std::string& type = h.runtime_type;
+    if (type.find("${") != std::string::npos) return;  // a template variable (microk8s)
+    if (type == "io.containerd.runtime.v1.linux") {
+      bypass(cat(t.where, " runtime_type = \"", type, "\""),
+             cat("the v1 linux shim ignores options.BinaryName and runs ",
+                 h.options_runtime
+                     ? *h.options_runtime
+                     : (h.runtime_engine.empty() ? std::string("runc") : h.runtime_engine)));
+    } else if (type == "io.containerd.runc.v1") {
+      bypass(cat(t.where, " runtime_type = \"", type, "\""),
+             "io.containerd.runc.v1 is deprecated and gone in containerd 2.0, where the handler "
+             "fails; io.containerd.runc.v2 is the shim gpufence-runtime is tested under");
+    } else if (!type.empty() && type != "io.containerd.runc.v2") {
+      bypass(
+          cat(t.where, " runtime_type = \"", type, "\""),
+          cat(type, " is not the runc shim, so BinaryName does not name the OCI runtime it runs"));
+    }
+    if (!h.runtime_path.empty()) {
+      bypass(cat(t.where, " runtime_path = \"", h.runtime_path, "\""),
+             cat("runtime_path makes containerd start ", h.runtime_path,
+                 " as the shim instead of containerd-shim-runc-v2"));
+    }
+    // options.Runtime under the runc shim is dropped (containerd.unknown-runc-option says so).
+  });
+}
+
+// pod_annotations that let a pod write a cdi.k8s.io/ annotation gpufence-runtime would trust.
+void check_pod_annotations_cdi(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  for_each_gpu_runtime(in, [&](const RuntimeTable& t) {
+    const RuntimeHandler& h = t.handler;
+    for (const auto& pattern : h.pod_annotations) {
+      auto forged = pod_annotation_cdi_witness(pattern);
+      if (!forged) continue;
+      out.push_back(
+          {"containerd.pod-annotations-cdi", Severity::error,
+           cat("runtime '", h.name, "' copies pod annotations matching \"", pattern,
+               "\" into container specs: any pod can write a cdi.k8s.io/ annotation (e.g. \"",
+               *forged,
+               "\") and gpufence-runtime would take it for the device plugin's allocation"),
+           cat(t.where, " pod_annotations = [..., \"", pattern, "\", ...]"),
+           cat("remove \"", pattern, "\" from pod_annotations of [", in.table_of(h.name),
+               "] (gpufence-runtime trusts cdi.k8s.io/ container annotations only because "
+               "containerd does not copy pod annotations there; only the device plugin's "
+               "Allocate answer may set them)")});
+    }
+  });
 }
 
 // CDI on (enable_cdi, or containerd 2.x's default) with no spec of the device plugin's kind:
 // containerd resolves the plugin's CDI devices itself and fails every GPU pod at CreateContainer.
-void check_cdi_specs(const ContainerdConfig& cfg, const HostFs& host, std::vector<Finding>& out) {
+void check_cdi_no_gpu_spec(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  if (!in.options.host) return;
+  const ContainerdConfig& cfg = in.cfg;
   CdiSettings cdi = cdi_settings(cfg);
   if (!cdi.enabled) return;
-  auto specs = summarize_cdi_spec_files(read_cdi_spec_files(host, cdi.spec_dirs));
+  auto specs = summarize_cdi_spec_files(read_cdi_spec_files(*in.options.host, cdi.spec_dirs));
   std::vector<std::string> gpu_specs, broken;
   for (const auto& s : specs) {
     if (s.kind != kCdiKind) continue;
@@ -353,176 +559,78 @@ void check_cdi_specs(const ContainerdConfig& cfg, const HostFs& host, std::vecto
            "), or with a device strategy that does not use CDI")});
 }
 
-}  // namespace
-
-std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,
-                                             const ContainerdCheckOptions& options) {
-  std::vector<Finding> out;
-  const std::string cri = cri_plugin_name(cfg.version);
-  auto runtimes = cri_runtimes(cfg);
-  auto find = [&](std::string_view name) {
-    return std::find_if(runtimes.begin(), runtimes.end(),
-                        [&](const RuntimeHandler& h) { return h.name == name; });
-  };
-
-  // A runtimes table under the old linux runtime plugin: the CRI plugin never reads it.
-  if (const toml::table* v1 =
-          table_at(cfg.doc, {"plugins", "io.containerd.runtime.v1.linux", "runtimes"})) {
-    for (const auto& [name, node] : *v1) {
-      out.push_back(
-          {"containerd.runtime-under-v1-linux", Severity::error,
-           cat("runtime '", name.str(),
-               "' is defined under plugins.\"io.containerd.runtime.v1.linux\", which the CRI "
-               "plugin does not read"),
-           cat(cfg.path, ": [plugins.\"io.containerd.runtime.v1.linux\".runtimes.", name.str(),
-               "] (that plugin only has shim, runtime, runtime_root, no_shim, shim_debug; "
-               "containerd drops the table silently)"),
-           cat("define it as [", runtime_table_name(cfg.version, name.str()),
-               "] with runtime_type = \"io.containerd.runc.v2\" and options.BinaryName = the "
-               "runtime's path, "
-               "or run: gpufence setup containerd --runtime-name ",
-               name.str())});
-    }
-  }
-
-  // Checks of one runtime table's own settings, wherever the table sits.
-  auto check_settings = [&](const RuntimeHandler& h, const std::string& where) {
-    bool runc_shim = h.runtime_type == "io.containerd.runc.v2" ||
-                     h.runtime_type == "io.containerd.runc.v1" || h.runtime_type.empty();
-    if (!h.runtime_engine.empty() && runc_shim) {
-      out.push_back({"containerd.runtime-engine-ignored", Severity::error,
-                     cat("runtime '", h.name, "' sets runtime_engine, which ",
-                         h.runtime_type.empty() ? "io.containerd.runc.v2" : h.runtime_type,
-                         " ignores: ", h.runtime_engine, " never runs"),
-                     cat(where, " runtime_engine = \"", h.runtime_engine,
-                         "\" (deprecated; only io.containerd.runtime.v1.linux used it)"),
-                     cat("remove runtime_engine and set [", runtime_table_name(cfg.version, h.name),
-                         ".options] BinaryName = \"", h.runtime_engine, "\"")});
-    }
-    if (runc_shim) {
-      for (const auto& key : h.option_keys) {
-        if (kRuncOptionKeys.contains(key)) continue;
-        out.push_back(
-            {"containerd.unknown-runc-option", Severity::error,
-             cat("runtime '", h.name, "' has option '", key,
-                 "', which runc's options do not have: containerd ignores it silently"),
-             cat(where, ".options has ", key,
-                 " (runc options: BinaryName, SystemdCgroup, Root, NoPivotRoot, NoNewKeyring, "
-                 "ShimCgroup, IoUid, IoGid, CriuPath, CriuImagePath, CriuWorkPath)"),
-             key == "Env"
-                 ? std::string("remove Env: containerd passes no environment to the runtime this "
-                               "way; GPU selection comes from the device plugin's Allocate answer")
-                 : cat("remove ", key, " from the options table")});
-      }
-    }
-  };
-  if (const toml::table* v1 =
-          table_at(cfg.doc, {"plugins", "io.containerd.runtime.v1.linux", "runtimes"})) {
-    for (const auto& h : runtimes_of(v1)) {
-      check_settings(
-          h, cat(cfg.path, ": [plugins.\"io.containerd.runtime.v1.linux\".runtimes.", h.name, "]"));
-    }
-  }
-
-  for (const auto& h : runtimes) {
-    std::string where = cat(cfg.path, ": [", runtime_table_name(cfg.version, h.name), "]");
-    check_settings(h, where);
-    bool gpu_handler = std::find(options.handlers.begin(), options.handlers.end(), h.name) !=
-                       options.handlers.end();
-    if (gpu_handler && !h.binary_name) {
-      out.push_back({"containerd.handler-plain-runc", Severity::error,
-                     cat("runtime '", h.name,
-                         "' has no options.BinaryName: it runs plain runc, so nothing enforces GPU "
-                         "allocation"),
-                     cat(where, " has no BinaryName"),
-                     cat("set [", runtime_table_name(cfg.version, h.name),
-                         ".options] BinaryName = \"/usr/local/bin/gpufence-runtime\", or run: "
-                         "gpufence setup containerd --runtime-name ",
-                         h.name)});
-    }
-    if (h.binary_name && options.host) {
-      auto info = options.host->stat(*h.binary_name);
-      bool executable = info && info->type != FileType::directory &&
-                        ::access(options.host->resolve(*h.binary_name).c_str(), X_OK) == 0;
-      if (!executable) {
-        out.push_back(
-            {"containerd.binary-missing", Severity::error,
-             cat("runtime '", h.name, "' points at ", *h.binary_name, ", which is ",
-                 info ? "not executable" : "missing"),
-             cat(where, ".options BinaryName = \"", *h.binary_name, "\""),
-             cat("install the runtime at ", *h.binary_name,
-                 " (gpufence: copy build/bin/gpufence-runtime there) or fix BinaryName")});
-      }
-    }
-    if (gpu_handler && options.expect_gpufence && h.binary_name) {
-      std::string base = std::filesystem::path(*h.binary_name).filename();
-      if (base != "gpufence-runtime" && !base.starts_with("nvidia-container-runtime")) {
-        out.push_back({"containerd.handler-not-gpu-runtime", Severity::warning,
-                       cat("runtime '", h.name, "' runs ", *h.binary_name,
-                           ", neither gpufence-runtime nor NVIDIA's runtime"),
-                       cat(where, ".options BinaryName = \"", *h.binary_name, "\""),
-                       "point BinaryName at gpufence-runtime so the allocation is enforced"});
-      }
-    }
-  }
-
-  for (const auto& h : runtimes) {
-    std::string where = cat(cfg.path, ": [", runtime_table_name(cfg.version, h.name), "]");
-    bool gpu_handler = std::find(options.handlers.begin(), options.handlers.end(), h.name) !=
-                       options.handlers.end();
-    bool runs_gpufence =
-        h.binary_name && std::filesystem::path(*h.binary_name).filename() == "gpufence-runtime";
-    if (!gpu_handler && !runs_gpufence) continue;
-    check_bypass(h, where, out);
-    for (const auto& pattern : h.pod_annotations) {
-      auto forged = pod_annotation_cdi_witness(pattern);
-      if (!forged) continue;
-      out.push_back(
-          {"containerd.pod-annotations-cdi", Severity::error,
-           cat("runtime '", h.name, "' copies pod annotations matching \"", pattern,
-               "\" into container specs: any pod can write a cdi.k8s.io/ annotation (e.g. \"",
-               *forged,
-               "\") and gpufence-runtime would take it for the device plugin's allocation"),
-           cat(where, " pod_annotations = [..., \"", pattern, "\", ...]"),
-           cat("remove \"", pattern, "\" from pod_annotations of [",
-               runtime_table_name(cfg.version, h.name),
-               "] (gpufence-runtime trusts cdi.k8s.io/ container annotations only because "
-               "containerd does not copy pod annotations there; only the device plugin's "
-               "Allocate answer may set them)")});
-    }
-  }
-
-  if (options.host) check_cdi_specs(cfg, *options.host, out);
-
-  for (const auto& handler : options.handlers) {
-    if (find(handler) != runtimes.end()) continue;
+// A handler RuntimeClasses name with no runtime table: its pods fail to start.
+void check_handler_missing(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  for (const auto& handler : in.options.handlers) {
+    if (in.defines(handler)) continue;
     out.push_back({"containerd.handler-missing", Severity::error,
                    cat("RuntimeClass handler '", handler,
                        "' has no runtime in containerd's CRI config: pods using it fail to start"),
-                   cat(cfg.path, ": no [", runtime_table_name(cfg.version, handler), "] table"),
+                   cat(in.cfg.path, ": no [", in.table_of(handler), "] table"),
                    cat("run: gpufence setup containerd --runtime-name ", handler,
                        " (adds the handler pointing at gpufence-runtime)")});
   }
+}
 
-  // default_runtime_name must name a defined runtime, or the CRI plugin does not load. With no
-  // runtimes table in the file, containerd's built-in default (runc) still exists.
+// default_runtime_name must name a defined runtime, or the CRI plugin does not load. With no
+// runtimes table in the file, containerd's built-in default (runc) still exists.
+void check_default_runtime_undefined(const ConfigUnderCheck& in, std::vector<Finding>& out) {
+  const ContainerdConfig& cfg = in.cfg;
   std::string def = default_runtime_name(cfg);
   const toml::table* containerd = cri_containerd_table(cfg);
   bool file_defines_runtimes = containerd && containerd->get_as<toml::table>("runtimes");
   bool template_variable =
       def.find("${") != std::string::npos;  // microk8s fills it in when it renders the template
-  if (!template_variable && find(def) == runtimes.end() &&
-      (file_defines_runtimes || def != "runc")) {
-    out.push_back({"containerd.default-runtime-undefined", Severity::error,
-                   cat("default_runtime_name = \"", def, "\" names no defined runtime: containerd's CRI plugin fails to load"),
-                   cat(cfg.path, ": [plugins.\"", cri, "\".containerd] default_runtime_name = \"", def, "\"; defined: ",
-                       runtimes.empty() ? std::string("none") : [&] {
-                         std::vector<std::string> names;
-                         for (const auto& r : runtimes) names.push_back(r.name);
-                         return join(names, ", ");
-                       }()),
-                   cat("define [", runtime_table_name(cfg.version, def), "] (runtime_type = \"io.containerd.runc.v2\") or set default_runtime_name to a defined runtime")});
-  }
+  if (template_variable || in.defines(def) || (!file_defines_runtimes && def == "runc")) return;
+  std::vector<std::string> names;
+  for (const auto& t : in.cri) names.push_back(t.handler.name);
+  out.push_back({"containerd.default-runtime-undefined", Severity::error,
+                 cat("default_runtime_name = \"", def,
+                     "\" names no defined runtime: containerd's CRI plugin fails to load"),
+                 cat(cfg.path, ": [plugins.\"", cri_plugin_name(cfg.version),
+                     "\".containerd] default_runtime_name = \"", def,
+                     "\"; defined: ", names.empty() ? std::string("none") : join(names, ", ")),
+                 cat("define [", in.table_of(def),
+                     "] (runtime_type = \"io.containerd.runc.v2\") or set default_runtime_name "
+                     "to a defined runtime")});
+}
+
+struct ContainerdCheck {
+  std::string_view id;
+  void (*run)(const ConfigUnderCheck&, std::vector<Finding>&);
+};
+
+// In the order they run: a report lists a config's findings by kind, in this order.
+const std::vector<ContainerdCheck> kContainerdChecks = {
+    {"containerd.runtime-under-v1-linux", check_runtime_under_v1_linux},
+    {"containerd.runtime-engine-ignored", check_runtime_engine_ignored},
+    {"containerd.unknown-runc-option", check_unknown_runc_option},
+    {"containerd.handler-plain-runc", check_handler_plain_runc},
+    {"containerd.binary-missing", check_binary_missing},
+    {"containerd.handler-not-gpu-runtime", check_handler_not_gpu_runtime},
+    {"containerd.handler-bypasses-binary", check_handler_bypasses_binary},
+    {"containerd.pod-annotations-cdi", check_pod_annotations_cdi},
+    {"containerd.cdi-no-gpu-spec", check_cdi_no_gpu_spec},
+    {"containerd.handler-missing", check_handler_missing},
+    {"containerd.default-runtime-undefined", check_default_runtime_undefined},
+};
+
+}  // namespace
+
+const std::vector<std::string>& containerd_check_ids() {
+  static const std::vector<std::string> ids = [] {
+    std::vector<std::string> out;
+    for (const auto& c : kContainerdChecks) out.emplace_back(c.id);
+    return out;
+  }();
+  return ids;
+}
+
+std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,
+                                             const ContainerdCheckOptions& options) {
+  const ConfigUnderCheck in = read_config_under_check(cfg, options);
+  std::vector<Finding> out;
+  for (const auto& check : kContainerdChecks) check.run(in, out);
   return out;
 }
 

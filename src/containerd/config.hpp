@@ -124,8 +124,11 @@ struct ContainerdCheckOptions {
   bool expect_gpufence = false;  // warn when a handler is not wired to a GPU runtime
 };
 
-// Everything wrong with the config for GPU pods, each with the exact fix.
+// Everything wrong with the config for GPU pods, each with the exact fix: a table of
+// {id, check} (config.cpp), each check a function emitting findings of its id only, run in order.
 std::vector<Finding> check_containerd_config(const ContainerdConfig& cfg,
                                              const ContainerdCheckOptions& options);
+// The ids of those checks, in the order they run (stable: tests and docs name them).
+const std::vector<std::string>& containerd_check_ids();
 
 }  // namespace gpufence

@@ -260,63 +260,87 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
   return view;
 }
 
-Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
-                         const std::string& inventory_error, const GatherOptions& options,
-                         KubeClient* kube, const std::string& kube_error,
-                         const std::string& node_name) {
-  Snapshot s;
-  GatherOptions opt = options;
-  s.resource_name = opt.resource_name;
+namespace {
 
-  // The API server's view first: the RuntimeClasses GPU pods use are the handlers to check.
-  if (kube) {
-    auto view = read_kube_view(*kube, node_name, opt.resource_name);
-    if (view) {
-      for (const auto& pod : view->pods) {
-        if (pod.gpus <= 0 || pod.runtime_class.empty()) continue;
-        auto rc = view->runtime_classes.find(pod.runtime_class);
-        if (rc == view->runtime_classes.end()) continue;
-        if (std::find(opt.handlers.begin(), opt.handlers.end(), rc->second) == opt.handlers.end()) {
-          opt.handlers.push_back(rc->second);
-        }
-      }
-      s.kube = std::move(*view);
-    } else {
-      s.skipped.push_back("Kubernetes API: " + view.error().message);
-    }
-  } else {
-    s.skipped.push_back("Kubernetes API: " +
-                        (kube_error.empty()
-                             ? std::string("not asked (--kubeconfig or --in-cluster)")
-                             : kube_error));
-  }
+// One gathering: what every step reads, and the snapshot the steps fill in order (the order of
+// `snap.skipped` is the report's).
+struct GatherContext {
+  const HostFs& host;
+  GatherOptions opt;  // handlers grow by the RuntimeClasses GPU pods name (read_api_view)
+  const GatherSources& sources;
+  Snapshot snap;
+  std::set<unsigned> gpu_minors;  // every GPU minor NVML or the host's /dev names
+};
 
-  // GPUs and their processes.
-  if (!inventory) {
-    s.skipped.push_back("NVML: " + inventory_error);
-  } else if (auto gpus = inventory->gpus()) {
-    for (auto& g : *gpus) {
-      NodeGpu ng{g, {}};
-      if (auto procs = inventory->processes(g.uuid))
-        ng.processes = std::move(*procs);
-      else
-        s.skipped.push_back(cat("NVML processes of ", g.uuid, ": ", procs.error().message));
-      s.gpus.push_back(std::move(ng));
-    }
-  } else {
-    s.skipped.push_back("NVML: " + gpus.error().message);
+// 1. The API server's view first: the RuntimeClasses GPU pods use are the handlers to check.
+void read_api_view(GatherContext& ctx) {
+  if (!ctx.sources.kube) {
+    ctx.snap.skipped.push_back("Kubernetes API: " + ctx.sources.kube.error().message);
+    return;
   }
-  std::set<unsigned> gpu_minors;
-  for (const auto& g : s.gpus) gpu_minors.insert(g.gpu.minor);
-  if (auto names = host.list("/dev")) {
+  auto view = read_kube_view(ctx.sources.kube->get(), ctx.sources.node_name, ctx.opt.resource_name);
+  if (!view) {
+    ctx.snap.skipped.push_back("Kubernetes API: " + view.error().message);
+    return;
+  }
+  auto& handlers = ctx.opt.handlers;
+  for (const auto& pod : view->pods) {
+    if (pod.gpus <= 0 || pod.runtime_class.empty()) continue;
+    auto rc = view->runtime_classes.find(pod.runtime_class);
+    if (rc == view->runtime_classes.end()) continue;
+    if (std::find(handlers.begin(), handlers.end(), rc->second) == handlers.end())
+      handlers.push_back(rc->second);
+  }
+  ctx.snap.kube = std::move(*view);
+}
+
+// 2. The GPUs and the processes NVML sees on each.
+void read_gpus(GatherContext& ctx) {
+  if (!ctx.sources.inventory) {
+    ctx.snap.skipped.push_back("NVML: " + ctx.sources.inventory.error().message);
+    return;
+  }
+  GpuInventory& inventory = ctx.sources.inventory->get();
+  auto gpus = inventory.gpus();
+  if (!gpus) {
+    ctx.snap.skipped.push_back("NVML: " + gpus.error().message);
+    return;
+  }
+  for (auto& g : *gpus) {
+    NodeGpu ng{g, {}};
+    if (auto procs = inventory.processes(g.uuid))
+      ng.processes = std::move(*procs);
+    else
+      ctx.snap.skipped.push_back(cat("NVML processes of ", g.uuid, ": ", procs.error().message));
+    ctx.snap.gpus.push_back(std::move(ng));
+  }
+}
+
+// 3. The GPU minors to judge access to: NVML's, and every /dev/nvidiaN the host has (a GPU NVML
+//    does not list can still be opened).
+void list_gpu_minors(GatherContext& ctx) {
+  for (const auto& g : ctx.snap.gpus) ctx.gpu_minors.insert(g.gpu.minor);
+  if (auto names = ctx.host.list("/dev")) {
     for (const auto& n : *names) {
-      if (auto m = gpu_node_minor("/dev/" + n)) gpu_minors.insert(*m);
+      if (auto m = gpu_node_minor("/dev/" + n)) ctx.gpu_minors.insert(*m);
     }
   }
+}
 
-  // Containers, from every process's cgroup.
-  s.probed = opt.probe;
+// Every process sorted into its container by its cgroup, and what the others say about PID
+// namespaces.
+struct ProcessCensus {
   std::map<std::string, NodeContainer> by_id;
+  // The host's PID namespace, as PID 1 sees it: a container whose process shows the same one
+  // shares it (hostPID), and can reach every process on the node (docs/trust-model.md).
+  std::optional<std::string> host_pid_ns;
+  // The PID namespace of each process in no container's cgroup -> (pid, its devices cgroup): a
+  // container's process that left its cgroup shows up here in the container's namespace.
+  std::multimap<std::string, std::pair<unsigned, std::string>> outside_by_ns;
+};
+
+ProcessCensus take_process_census(const HostFs& host) {
+  ProcessCensus census;
   std::vector<std::pair<unsigned, std::string>> no_container;  // pid, its devices cgroup
   for (unsigned pid : numeric_pids(host)) {
     auto proc = ProcessDir::open(host, pid);
@@ -328,191 +352,228 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
       no_container.emplace_back(pid, devices_cgroup(*cg));
       continue;
     }
-    auto& c = by_id[*id];
+    auto& c = census.by_id[*id];
     if (c.id.empty()) c.id = *id;
     c.pids.push_back(pid);
     if (!in_own_devices_cgroup(*cg, *id))
       c.left_cgroup.push_back(cat("pid ", pid, " in devices cgroup ", devices_cgroup(*cg)));
   }
-  // The host's PID namespace, as PID 1 sees it: a container whose process shows the same one
-  // shares it (hostPID), and can reach every process on the node (docs/trust-model.md).
-  std::optional<std::string> host_pid_ns;
   if (auto init = ProcessDir::open(host, 1)) {
-    if (auto ns = init->link("ns/pid")) host_pid_ns = *ns;
+    if (auto ns = init->link("ns/pid")) census.host_pid_ns = *ns;
   }
-  // The PID namespace of each process in no container's cgroup, read once: a container's process
-  // that left its cgroup shows up here in the container's namespace.
-  std::multimap<std::string, std::pair<unsigned, std::string>> outside_by_ns;
+  // Read once, for every container.
   for (const auto& [pid, where] : no_container) {
     auto dir = ProcessDir::open(host, pid);
     if (!dir) continue;  // exited meanwhile
-    if (auto ns = dir->link("ns/pid"); ns && (!host_pid_ns || *ns != *host_pid_ns))
-      outside_by_ns.emplace(*ns, std::make_pair(pid, where));
+    if (auto ns = dir->link("ns/pid"); ns && (!census.host_pid_ns || *ns != *census.host_pid_ns))
+      census.outside_by_ns.emplace(*ns, std::make_pair(pid, where));
   }
-  if (auto scope = host.read("/proc/sys/kernel/yama/ptrace_scope"))
-    s.ptrace_scope = std::string(trim(*scope));
-  for (auto& [id, c] : by_id) {
+  return census;
+}
+
+// What the held member's /proc says: environment, capabilities, PID namespace, mounts, and the
+// GPU nodes in the container's own /dev.
+void read_member_facts(GatherContext& ctx, const ProcessCensus& census, const ProcessDir& proc,
+                       const Result<Fd>& root, NodeContainer& c) {
+  if (auto env = proc.read("environ", kMaxEnvironBytes)) {
+    auto vars = parse_environ(*env);
+    if (vars.contains("NVIDIA_VISIBLE_DEVICES"))
+      c.nvidia_visible_devices = vars["NVIDIA_VISIBLE_DEVICES"];
+    if (vars.contains("CUDA_VISIBLE_DEVICES"))
+      c.cuda_visible_devices = vars["CUDA_VISIBLE_DEVICES"];
+  } else if (env.error().code == Errc::invalid_argument) {
+    ctx.snap.skipped.push_back(cat("environment of ", c.label(), ": ", env.error().message));
+  }
+  if (auto status = proc.read("status")) {
+    c.cap_bnd = status_caps(*status, "CapBnd");
+    c.cap_eff = status_caps(*status, "CapEff");
+    if (c.cap_bnd) c.privileged = (*c.cap_bnd >> kCapSysAdmin) & 1;
+  }
+  if (auto ns = proc.link("ns/pid"); ns && census.host_pid_ns) {
+    c.host_pid = *ns == *census.host_pid_ns;
+    // A process of its own PID namespace in no container's cgroup left the container's cgroup
+    // (on v2, and on v1 when every controller was moved): it is still the container's.
+    auto [first, last] = census.outside_by_ns.equal_range(*ns);
+    for (auto it = first; !*c.host_pid && it != last; ++it)
+      c.left_cgroup.push_back(
+          cat("pid ", it->second.first, " of its PID namespace in cgroup ", it->second.second));
+  }
+  if (auto mounts = proc.read("mountinfo")) c.writable_sysfs = writable_sysfs_mounts(*mounts);
+  // The container's own files, resolved inside its root: its symlinks are its own
+  // (common/in_root.hpp).
+  if (root) {
+    if (auto devs = list_in_root(root->fd, "/dev")) {
+      for (const auto& n : *devs) {
+        if (auto m = gpu_node_minor("/dev/" + n)) c.gpu_nodes_present.insert(*m);
+      }
+    }
+  }
+}
+
+// The container's OCI bundle: its pod and name from the CRI annotations, and the spec's text
+// (its cgroup rules are the last word on what it may open). A pod's sandbox (pause) container
+// runs the kubelet's infrastructure image, not the pod's code (docs/containerd-lines.md,
+// "Sandboxes"): not a container to judge.
+enum class BundleKind { container, sandbox };
+BundleKind read_bundle(const GatherContext& ctx, NodeContainer& c, std::string& oci_text) {
+  c.bundle = find_bundle(ctx.host, c.id, ctx.opt);
+  if (c.bundle.empty()) return BundleKind::container;
+  auto cfg = ctx.host.read(c.bundle + "/config.json");
+  if (!cfg) return BundleKind::container;
+  oci_text = *cfg;
+  try {
+    auto spec = nlohmann::json::parse(*cfg);
+    auto ann = spec.value("annotations", nlohmann::json::object());
+    c.pod = ann.value("io.kubernetes.cri.sandbox-name", "");
+    c.pod_namespace = ann.value("io.kubernetes.cri.sandbox-namespace", "");
+    c.name = ann.value("io.kubernetes.cri.container-name", "");
+    if (ann.value("io.kubernetes.cri.container-type", "") == "sandbox") return BundleKind::sandbox;
+  } catch (const nlohmann::json::exception&) {
+  }
+  return BundleKind::container;
+}
+
+// Which GPUs its cgroup lets it open: the probe's measurement, else the v1 devices.list, else
+// the rules the runtime was given.
+void read_openable(GatherContext& ctx, unsigned pid, const std::string& cg, bool in_own,
+                   std::string oci_text, NodeContainer& c) {
+  auto& skipped = ctx.snap.skipped;
+  auto v1 = cgroup_path(cg, "devices");
+  if (!in_own) {
+    // Every process left the container's devices cgroup: the one they are in is not the
+    // container's, and neither its rules nor the OCI spec's say what they can open.
+    skipped.push_back(cat("devices cgroup of ", c.label(),
+                          ": every process left it (gpu.left-devices-cgroup); what it can "
+                          "open is not read from any rules"));
+    oci_text.clear();
+    v1.reset();
+  }
+  if (auto own = v1 ? v1 : cgroup_path(cg, ""); own && has_dot_dot(*own)) {
+    // Seen from another cgroup namespace ("/../.."): the path names no cgroup under
+    // /sys/fs/cgroup, so it is neither probed nor read there (docs/trust-model.md).
+    skipped.push_back(cat("cgroup of ", c.label(), " is ", *own,
+                          ", outside the doctor's cgroup namespace: not probed or read "
+                          "(run the doctor privileged, as deploy/kubernetes/doctor-job.yaml "
+                          "does, for the host's)"));
+    v1.reset();
+  } else if (ctx.opt.probe && in_own) {
+    std::string procs =
+        v1 ? cat("/sys/fs/cgroup/devices", *v1, "/cgroup.procs")
+           : cat("/sys/fs/cgroup", cgroup_path(cg, "").value_or("/"), "/cgroup.procs");
+    auto probed = probe_gpu_access(ctx.host, pid, ctx.host.resolve(procs).string(), ctx.gpu_minors);
+    if (probed) {
+      c.openable = *probed;
+      c.openable_source = "probe";
+    } else {
+      skipped.push_back(cat("probe of ", c.label(), ": ", probed.error().message));
+    }
+  }
+  if (!c.openable && v1) {
+    if (auto list = ctx.host.read(cat("/sys/fs/cgroup/devices", *v1, "/devices.list"))) {
+      if (auto minors = openable_gpu_minors_from_devices_list(*list, ctx.gpu_minors)) {
+        c.openable = *minors;
+        c.openable_source = "devices.list";
+      }
+    }
+  }
+  if (!c.openable && !oci_text.empty()) {
+    // v1 shows only "a *:* rwm" once a spec starts with allow-all, and v2 has no list at all:
+    // replay the rules the runtime was given instead.
+    c.openable = openable_gpu_minors_from_oci_rules(oci_text, ctx.gpu_minors);
+    c.openable_source = "oci-spec rules";
+  }
+}
+
+// The gpu-id keys of the DeepStream configs asked for (--app-config), read inside its root.
+void read_app_gpu_ids(const GatherContext& ctx, const Result<Fd>& root, NodeContainer& c) {
+  if (!root) return;
+  for (const auto& path : ctx.opt.app_configs) {
+    auto text = read_regular_in_root(root->fd, path);
+    if (!text) continue;
+    // Each value once: the file is the container's, and 1 MiB of one "gpu-id=7" line repeated
+    // must make one finding, not a hundred thousand that bury the rest.
+    std::vector<int> ids;
+    std::set<int> seen;
+    for (const auto& k : deepstream_gpu_ids(*text))
+      if (seen.insert(k.gpu_id).second) ids.push_back(k.gpu_id);
+    if (!ids.empty()) c.app_gpu_ids[path] = ids;
+  }
+}
+
+// 4. The containers, from every process's cgroup, each seen through one held member.
+void read_containers(GatherContext& ctx) {
+  ctx.snap.probed = ctx.opt.probe;
+  ProcessCensus census = take_process_census(ctx.host);
+  if (auto scope = ctx.host.read("/proc/sys/kernel/yama/ptrace_scope"))
+    ctx.snap.ptrace_scope = std::string(trim(*scope));
+  for (auto& [id, c] : census.by_id) {
     // One member, held by its /proc directory and seen in the container through it: its environ,
     // status and root below are that process's even if it exits meanwhile and its pid is reused
     // (doctor/process_dir.hpp).
     std::string cg;
     bool in_own = false;
-    auto proc = held_member(host, c, cg, in_own);
+    auto proc = held_member(ctx.host, c, cg, in_own);
     if (!proc) {
-      s.skipped.push_back(cat("container ", c.label(), ": every process exited while read"));
+      ctx.snap.skipped.push_back(cat("container ", c.label(), ": every process exited while read"));
       continue;
     }
-    unsigned pid = proc->pid();
-    if (auto env = proc->read("environ", kMaxEnvironBytes)) {
-      auto vars = parse_environ(*env);
-      if (vars.contains("NVIDIA_VISIBLE_DEVICES"))
-        c.nvidia_visible_devices = vars["NVIDIA_VISIBLE_DEVICES"];
-      if (vars.contains("CUDA_VISIBLE_DEVICES"))
-        c.cuda_visible_devices = vars["CUDA_VISIBLE_DEVICES"];
-    } else if (env.error().code == Errc::invalid_argument) {
-      s.skipped.push_back(cat("environment of ", c.label(), ": ", env.error().message));
-    }
-    if (auto status = proc->read("status")) {
-      c.cap_bnd = status_caps(*status, "CapBnd");
-      c.cap_eff = status_caps(*status, "CapEff");
-      if (c.cap_bnd) c.privileged = (*c.cap_bnd >> kCapSysAdmin) & 1;
-    }
-    if (auto ns = proc->link("ns/pid"); ns && host_pid_ns) {
-      c.host_pid = *ns == *host_pid_ns;
-      // A process of its own PID namespace in no container's cgroup left the container's cgroup
-      // (on v2, and on v1 when every controller was moved): it is still the container's.
-      auto [first, last] = outside_by_ns.equal_range(*ns);
-      for (auto it = first; !*c.host_pid && it != last; ++it)
-        c.left_cgroup.push_back(
-            cat("pid ", it->second.first, " of its PID namespace in cgroup ", it->second.second));
-    }
-    if (auto mounts = proc->read("mountinfo")) c.writable_sysfs = writable_sysfs_mounts(*mounts);
-    // The container's own files, resolved inside its root: its symlinks are its own
-    // (common/in_root.hpp).
     auto root = proc->root();
-    if (root) {
-      if (auto devs = list_in_root(root->fd, "/dev")) {
-        for (const auto& n : *devs) {
-          if (auto m = gpu_node_minor("/dev/" + n)) c.gpu_nodes_present.insert(*m);
-        }
-      }
-    }
-    c.bundle = find_bundle(host, id, opt);
+    read_member_facts(ctx, census, *proc, root, c);
     std::string oci_text;
-    if (!c.bundle.empty()) {
-      if (auto cfg = host.read(c.bundle + "/config.json")) {
-        oci_text = *cfg;
-        try {
-          auto spec = nlohmann::json::parse(*cfg);
-          auto ann = spec.value("annotations", nlohmann::json::object());
-          c.pod = ann.value("io.kubernetes.cri.sandbox-name", "");
-          c.pod_namespace = ann.value("io.kubernetes.cri.sandbox-namespace", "");
-          c.name = ann.value("io.kubernetes.cri.container-name", "");
-          // A pod's sandbox (pause) container runs the kubelet's infrastructure image, not the
-          // pod's code (docs/containerd-lines.md, "Sandboxes"): not a container to judge.
-          if (ann.value("io.kubernetes.cri.container-type", "") == "sandbox") continue;
-        } catch (const nlohmann::json::exception&) {
-        }
-      }
-    }
-    // Which GPUs its cgroup lets it open.
-    auto v1 = cgroup_path(cg, "devices");
-    if (!in_own) {
-      // Every process left the container's devices cgroup: the one they are in is not the
-      // container's, and neither its rules nor the OCI spec's say what they can open.
-      s.skipped.push_back(cat("devices cgroup of ", c.label(),
-                              ": every process left it (gpu.left-devices-cgroup); what it can "
-                              "open is not read from any rules"));
-      oci_text.clear();
-      v1.reset();
-    }
-    if (auto own = v1 ? v1 : cgroup_path(cg, ""); own && has_dot_dot(*own)) {
-      // Seen from another cgroup namespace ("/../.."): the path names no cgroup under
-      // /sys/fs/cgroup, so it is neither probed nor read there (docs/trust-model.md).
-      s.skipped.push_back(cat("cgroup of ", c.label(), " is ", *own,
-                              ", outside the doctor's cgroup namespace: not probed or read "
-                              "(run the doctor privileged, as deploy/kubernetes/doctor-job.yaml "
-                              "does, for the host's)"));
-      v1.reset();
-    } else if (opt.probe && in_own) {
-      std::string procs =
-          v1 ? cat("/sys/fs/cgroup/devices", *v1, "/cgroup.procs")
-             : cat("/sys/fs/cgroup", cgroup_path(cg, "").value_or("/"), "/cgroup.procs");
-      auto probed = probe_gpu_access(host, pid, host.resolve(procs).string(), gpu_minors);
-      if (probed) {
-        c.openable = *probed;
-        c.openable_source = "probe";
-      } else {
-        s.skipped.push_back(cat("probe of ", c.label(), ": ", probed.error().message));
-      }
-    }
-    if (!c.openable && v1) {
-      if (auto list = host.read(cat("/sys/fs/cgroup/devices", *v1, "/devices.list"))) {
-        if (auto minors = openable_gpu_minors_from_devices_list(*list, gpu_minors)) {
-          c.openable = *minors;
-          c.openable_source = "devices.list";
-        }
-      }
-    }
-    if (!c.openable && !oci_text.empty()) {
-      // v1 shows only "a *:* rwm" once a spec starts with allow-all, and v2 has no list at all:
-      // replay the rules the runtime was given instead.
-      c.openable = openable_gpu_minors_from_oci_rules(oci_text, gpu_minors);
-      c.openable_source = "oci-spec rules";
-    }
-    for (const auto& path : opt.app_configs) {
-      if (!root) break;
-      auto text = read_regular_in_root(root->fd, path);
-      if (!text) continue;
-      // Each value once: the file is the container's, and 1 MiB of one "gpu-id=7" line repeated
-      // must make one finding, not a hundred thousand that bury the rest.
-      std::vector<int> ids;
-      std::set<int> seen;
-      for (const auto& k : deepstream_gpu_ids(*text))
-        if (seen.insert(k.gpu_id).second) ids.push_back(k.gpu_id);
-      if (!ids.empty()) c.app_gpu_ids[path] = ids;
-    }
-    s.containers.push_back(std::move(c));
+    if (read_bundle(ctx, c, oci_text) == BundleKind::sandbox) continue;
+    read_openable(ctx, proc->pid(), cg, in_own, std::move(oci_text), c);
+    read_app_gpu_ids(ctx, root, c);
+    ctx.snap.containers.push_back(std::move(c));
   }
+}
 
-  // The kubelet's view.
+// 5. The kubelet's view through PodResources: what it allocated to which container. The first
+//    socket that answers; without one, the allocation checks have nothing to compare.
+void read_kubelet_view(GatherContext& ctx) {
   std::string why;
-  for (const auto& sock : opt.pod_resources_sockets) {
-    if (!host.exists(sock)) continue;
-    auto view = read_pod_resources(host.resolve(sock).string(), opt.resource_name);
+  for (const auto& sock : ctx.opt.pod_resources_sockets) {
+    if (!ctx.host.exists(sock)) continue;
+    auto view =
+        ctx.sources.read_pod_resources(ctx.host.resolve(sock).string(), ctx.opt.resource_name);
     if (view) {
-      s.allocations = view->allocations;
-      s.allocatable = view->allocatable;
+      ctx.snap.allocations = std::move(view->allocations);
+      ctx.snap.allocatable = std::move(view->allocatable);
       break;
     }
     why = view.error().message;
   }
-  if (!s.allocations) {
-    s.skipped.push_back(
+  if (!ctx.snap.allocations) {
+    ctx.snap.skipped.push_back(
         "kubelet: " +
-        (why.empty() ? "no PodResources socket at " + join(opt.pod_resources_sockets, ", ") : why) +
+        (why.empty() ? "no PodResources socket at " + join(ctx.opt.pod_resources_sockets, ", ")
+                     : why) +
         "; allocation checks skipped");
-  } else {
-    std::vector<std::string> unknown;
-    for (const auto& c : s.containers)
-      if (!in_kubelet_view(s, c)) unknown.push_back(c.label());
-    if (!unknown.empty())
-      s.skipped.push_back(cat(unknown.size(),
-                              " container(s) the kubelet's PodResources does not name (another "
-                              "runtime's, another kubelet's, or made by hand): not judged: ",
-                              join(unknown, ", ")));
+    return;
   }
+  std::vector<std::string> unknown;
+  for (const auto& c : ctx.snap.containers)
+    if (!in_kubelet_view(ctx.snap, c)) unknown.push_back(c.label());
+  if (!unknown.empty())
+    ctx.snap.skipped.push_back(cat(unknown.size(),
+                                   " container(s) the kubelet's PodResources does not name "
+                                   "(another runtime's, another kubelet's, or made by hand): not "
+                                   "judged: ",
+                                   join(unknown, ", ")));
+}
 
-  for (const auto& dir : opt.plugin_dirs) {
-    auto names = host.list(dir);
+// 6. The device plugin directories: the plugins registered there, and the kubelet's stored
+//    Allocate answers, which it replays (checks: gpu.checkpoint-renumbered).
+void read_device_plugin_dirs(GatherContext& ctx) {
+  Snapshot& s = ctx.snap;
+  for (const auto& dir : ctx.opt.plugin_dirs) {
+    auto names = ctx.host.list(dir);
     if (!names) continue;
-    // The kubelet's stored Allocate answers, which it replays (checks: gpu.checkpoint-renumbered).
     if (s.checkpoint_path.empty() &&
         std::find(names->begin(), names->end(), "kubelet_internal_checkpoint") != names->end()) {
       std::string path = dir + "/kubelet_internal_checkpoint";
-      auto text = host.read(path);
+      auto text = ctx.host.read(path);
       auto entries = text
-                         ? parse_kubelet_checkpoint(*text, opt.resource_name)
+                         ? parse_kubelet_checkpoint(*text, ctx.opt.resource_name)
                          : Result<std::vector<CheckpointAllocation>>(std::unexpected(text.error()));
       if (entries) {
         s.checkpoint = std::move(*entries);
@@ -525,8 +586,24 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
       if (n.ends_with(".sock") && n != "kubelet.sock") s.plugin_sockets.push_back(dir + "/" + n);
     }
   }
-  gather_containerd(s, host, opt);
-  return s;
+}
+
+}  // namespace
+
+Snapshot gather_snapshot(const HostFs& host, const GatherOptions& options,
+                         const GatherSources& sources) {
+  GatherContext ctx{host, options, sources, {}, {}};
+  ctx.snap.resource_name = ctx.opt.resource_name;
+  read_api_view(ctx);
+  read_gpus(ctx);
+  list_gpu_minors(ctx);
+  read_containers(ctx);
+  read_kubelet_view(ctx);
+  read_device_plugin_dirs(ctx);
+  // 7. containerd's config as containerd reads it (imports merged), its CDI specs and NRI; the
+  //    handlers judged include those read_api_view added.
+  gather_containerd(ctx.snap, ctx.host, ctx.opt);
+  return std::move(ctx.snap);
 }
 
 }  // namespace gpufence

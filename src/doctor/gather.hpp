@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,37 @@ struct GatherOptions {
 
 class KubeClient;
 
-// `inventory` may be null (NVML unavailable: `inventory_error` says why); so may `kube` (no API
-// access: `kube_error` says why). `node_name` picks this node's objects in the API.
-Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
-                         const std::string& inventory_error, const GatherOptions& options,
-                         KubeClient* kube = nullptr, const std::string& kube_error = "",
-                         const std::string& node_name = "");
+// PodResources v1 over the kubelet's socket: List and GetAllocatableResources.
+struct PodResourcesView {
+  std::vector<KubeletAllocation> allocations;
+  std::vector<std::string> allocatable;
+};
+Result<PodResourcesView> read_pod_resources(const std::string& socket_path,
+                                            const std::string& resource_name);
+// What the kubelet's PodResources socket at `socket_path` answers: read_pod_resources (gRPC) on
+// a node, a fake in the doctor's unit tests.
+using PodResourcesReader = std::function<Result<PodResourcesView>(
+    const std::string& socket_path, const std::string& resource_name)>;
+
+// A source the doctor may lack: the source, or why it is absent (gathering notes that in
+// Snapshot::skipped and goes on without it).
+template <class T>
+using DoctorSource = Result<std::reference_wrapper<T>>;
+
+// The outside world the doctor reads besides the host's files.
+struct GatherSources {
+  DoctorSource<GpuInventory> inventory = fail(Errc::nvml, "no GPU inventory given");
+  DoctorSource<KubeClient> kube =
+      fail(Errc::invalid_argument, "not asked (--kubeconfig or --in-cluster)");
+  std::string node_name = "";  // picks this node's objects in the API
+  PodResourcesReader read_pod_resources = gpufence::read_pod_resources;
+};
+
+// The snapshot, in named steps (gather.cpp, gather_snapshot): the API server's view, NVML's
+// GPUs, the containers from /proc and their cgroups, the kubelet's PodResources and device
+// plugin directory, containerd's config.
+Snapshot gather_snapshot(const HostFs& host, const GatherOptions& options,
+                         const GatherSources& sources);
 
 // The API server's view of one node: its capacity, its pods, the RuntimeClasses.
 Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
@@ -64,13 +90,5 @@ Result<std::set<unsigned>> probe_gpu_access(const HostFs& host, unsigned pid,
                                             const std::string& cgroup_procs_file,
                                             const std::set<unsigned>& minors,
                                             std::chrono::milliseconds timeout = kProbeTimeout);
-
-// PodResources v1 over the kubelet's socket: List and GetAllocatableResources.
-struct PodResourcesView {
-  std::vector<KubeletAllocation> allocations;
-  std::vector<std::string> allocatable;
-};
-Result<PodResourcesView> read_pod_resources(const std::string& socket_path,
-                                            const std::string& resource_name);
 
 }  // namespace gpufence

@@ -127,6 +127,59 @@ TEST(ContainerdCheck, EachCheckFiresAndStaysQuiet) {
   EXPECT_TRUE(empty.empty());
 }
 
+// The checks are a table of {id, check}: the ids stay what tests, docs and users' scripts name,
+// every finding carries one of them, and a report lists a config's findings by kind in the
+// table's order, whichever runtime each comes from.
+TEST(ContainerdCheck, FindingsComeFromTheTableInItsOrder) {
+  const std::vector<std::string> stable = {
+      "containerd.runtime-under-v1-linux",   "containerd.runtime-engine-ignored",
+      "containerd.unknown-runc-option",      "containerd.handler-plain-runc",
+      "containerd.binary-missing",           "containerd.handler-not-gpu-runtime",
+      "containerd.handler-bypasses-binary",  "containerd.pod-annotations-cdi",
+      "containerd.cdi-no-gpu-spec",          "containerd.handler-missing",
+      "containerd.default-runtime-undefined"};
+  EXPECT_EQ(containerd_check_ids(), stable);
+
+  test::TempDir host;
+  host.write("usr/local/bin/other-runtime", "x");  // not executable
+  HostFs fs(host.path());
+  // Three GPU handlers, each wrong in its own ways, listed before a v1 linux table.
+  const std::string text = R"(version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  enable_cdi = true
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "crun"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.a]
+  runtime_type = "io.containerd.runc.v1"
+  pod_annotations = ["cdi.k8s.io/*"]
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.a.options]
+    BinaryName = "/usr/local/bin/other-runtime"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.b]
+  runtime_type = "io.containerd.runc.v2"
+  runtime_engine = "/usr/bin/nvidia-container-runtime"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.b.options]
+    Env = ["A=1"]
+[plugins."io.containerd.runtime.v1.linux".runtimes.c]
+  runtime_engine = "/usr/bin/nvidia-container-runtime"
+)";
+  auto findings = check_containerd_config(parse(text), {{"a", "b", "gpu"}, &fs, true});
+  auto found = ids(findings);
+  EXPECT_EQ(std::set<std::string>(found.begin(), found.end()),
+            std::set<std::string>(stable.begin(), stable.end()))
+      << "every check fires on this config: " << join(found, ", ");
+  auto rank = [&](const std::string& id) {
+    return std::find(stable.begin(), stable.end(), id) - stable.begin();
+  };
+  EXPECT_TRUE(std::is_sorted(found.begin(), found.end(), [&](const auto& x, const auto& y) {
+    return rank(x) < rank(y);
+  })) << join(found, ", ");
+  // Each names its runtime: the engine of b and of the ignored table c, both.
+  std::vector<std::string> engines;
+  for (const auto& f : findings)
+    if (f.id == "containerd.runtime-engine-ignored") engines.push_back(f.summary.substr(0, 11));
+  EXPECT_EQ(engines, (std::vector<std::string>{"runtime 'c'", "runtime 'b'"}));
+}
+
 TEST(ContainerdImports, Version2ReplacesPluginSectionsVersion3Merges) {
   std::map<std::string, std::string> files = {
       {"/etc/containerd/conf.d/a.toml",

@@ -47,7 +47,7 @@ class DoctorChecks : public ::testing::Test {
     ASSERT_TRUE(m_server->start());
   }
   Snapshot snapshot(GatherOptions opt = {}) {
-    return gather_snapshot(HostFs(m_dir.path()), &m_inv, "", opt);
+    return gather_snapshot(HostFs(m_dir.path()), opt, {.inventory = m_inv});
   }
   std::vector<std::string> ids(const std::vector<Finding>& f) {
     std::vector<std::string> out;
@@ -203,7 +203,7 @@ TEST_F(DoctorChecks, VisibleDevicesMismatch) {
   auto c2 = good("a", 100, 0, uuid(0));
   c2.env = env({"NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"});
   n2.add(c2);
-  auto snap = gather_snapshot(HostFs(d2.path()), &m_inv, "", {});
+  auto snap = gather_snapshot(HostFs(d2.path()), {}, {.inventory = m_inv});
   snap.allocations = std::vector<KubeletAllocation>{{"default", "a", "main", {uuid(0)}}};
   for (const auto& f : judge(snap)) EXPECT_NE(f.id, "env.visible-devices-mismatch");
 }
@@ -335,7 +335,8 @@ TEST_F(DoctorChecks, BrokenInputsNeverCrashAndSkippedLayersAreNamed) {
   m_node->write(
       "sys/fs/cgroup/devices/kubepods/besteffort/podx/" + std::string(64, 'a') + "/devices.list",
       "c 195");
-  auto snap = gather_snapshot(HostFs(m_dir.path()), nullptr, "cannot load NVML library x", {});
+  auto snap = gather_snapshot(HostFs(m_dir.path()), {},
+                              {.inventory = fail(Errc::nvml, "cannot load NVML library x")});
   EXPECT_EQ(snap.containers.size(), 1u);
   auto text = render_doctor_text(snap, judge(snap));
   EXPECT_NE(text.find("NVML: cannot load NVML library x"), std::string::npos);

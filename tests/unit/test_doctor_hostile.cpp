@@ -61,7 +61,7 @@ class DoctorHostile : public ::testing::Test {
     ASSERT_TRUE(m_server->start());
   }
   Snapshot snapshot(GatherOptions opt = {}) {
-    return gather_snapshot(HostFs(m_dir.path()), &m_inv, "", opt);
+    return gather_snapshot(HostFs(m_dir.path()), opt, {.inventory = m_inv});
   }
   std::string task_dir(const std::string& id) {
     return "run/containerd/io.containerd.runtime.v2.task/k8s.io/" + id;

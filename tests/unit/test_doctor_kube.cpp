@@ -49,7 +49,8 @@ class DoctorKube : public ::testing::Test {
     auto creds = credentials_from_kubeconfig(m_api.kubeconfig(), (m_dir / "kubeconfig").string());
     EXPECT_TRUE(creds) << creds.error().message;
     auto client = make_rest_client(*creds);
-    m_snap = gather_snapshot(HostFs(m_dir.path()), &m_inv, "", {}, client.get(), "", "gpu-1");
+    m_snap = gather_snapshot(HostFs(m_dir.path()), {},
+                             {.inventory = m_inv, .kube = *client, .node_name = "gpu-1"});
     std::vector<std::string> out;
     for (const auto& f : judge(m_snap)) out.push_back(f.id);
     return out;

@@ -1,9 +1,10 @@
-// The doctor's judge as a table of {id, check}: the id list comes from the table, every check can
+// The doctor's judge as a table of {id, check}: ids unique and documented, every check can
 // fire, and each emits only its own id. Plus the doctor's view of containerd's annotation and CDI
 // settings on a fake node.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "common/strings.hpp"
@@ -83,12 +84,16 @@ std::vector<std::string> ids(const std::vector<Finding>& f) {
 
 }  // namespace
 
-TEST(DoctorTable, TheIdListIsTheTable) {
-  std::vector<std::string> from_table;
-  for (const auto& c : doctor_checks()) from_table.emplace_back(c.id);
-  EXPECT_EQ(doctor_check_ids(), from_table);
-  EXPECT_EQ(std::set<std::string>(from_table.begin(), from_table.end()).size(), from_table.size())
-      << "ids are unique";
+// Ids are what users, scripts and docs name a finding by: one check per id, and each one named
+// in docs/doctor.md.
+TEST(DoctorTable, IdsAreUniqueAndDocumented) {
+  const auto& ids = doctor_check_ids();
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), ids.size()) << "ids are unique";
+  std::ifstream in(test::source_path("docs/doctor.md"));
+  const std::string doc((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_FALSE(doc.empty()) << "docs/doctor.md not read";
+  for (const auto& id : ids)
+    EXPECT_NE(doc.find("`" + id + "`"), std::string::npos) << id << " is not in docs/doctor.md";
   EXPECT_TRUE(check_id_matches("containerd.*", "containerd.pod-annotations-cdi"));
   EXPECT_FALSE(check_id_matches("containerd.*", "cdi.duplicate-device"));
   EXPECT_FALSE(check_id_matches("gpu.shared", "gpu.shared-x"));
@@ -171,7 +176,7 @@ class DoctorContainerd : public ::testing::Test {
     m_node->install_gpufence_handler();
   }
   std::vector<std::string> run() {
-    return ids(judge(gather_snapshot(HostFs(m_dir.path()), &m_inv, "", {})));
+    return ids(judge(gather_snapshot(HostFs(m_dir.path()), {}, {.inventory = m_inv})));
   }
   bool fired(const std::string& id) {
     auto all = run();
@@ -233,7 +238,7 @@ TEST_F(DoctorContainerd, TwoSpecsDefiningOneGpu) {
   m_node->write("var/run/cdi/gpufence.io-gpu.yaml", spec("01", "gpufence.io/gpu"));
   EXPECT_FALSE(fired("cdi.duplicate-device"));
   m_node->write("var/run/cdi/operator.yaml", spec("1"));
-  auto snap = gather_snapshot(HostFs(m_dir.path()), &m_inv, "", {});
+  auto snap = gather_snapshot(HostFs(m_dir.path()), {}, {.inventory = m_inv});
   auto findings = judge(snap);
   auto dup = std::find_if(findings.begin(), findings.end(),
                           [](const Finding& f) { return f.id == "cdi.duplicate-device"; });
