@@ -11,7 +11,7 @@
 #include "cdi/spec.hpp"
 #include "cli/commands.hpp"
 #include "common/hostfs.hpp"
-#include "deviceplugin/metrics.hpp"
+#include "common/http_server.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "install/install.hpp"
 
@@ -154,13 +154,15 @@ int watch(const InstallOptions& opt, const InstallEnv& env, const InstallArgs& a
           InstallReport first) {
   std::atomic<bool> healthy = first.ok();
   std::string socket = first.socket;
-  MetricsServer server;
+  HttpServer server;
   auto render = [&healthy] {
     return cat("# HELP gpufence_install_handler_loaded 1 when containerd runs the handler\n",
                "# TYPE gpufence_install_handler_loaded gauge\n", "gpufence_install_handler_loaded ",
                healthy ? 1 : 0, "\n");
   };
-  if (auto st = server.start(args.healthz, render, [&healthy] { return healthy.load(); }); !st) {
+  if (auto st = server.start(args.healthz, {render, [&healthy] { return healthy.load(); },
+                                            "containerd does not run what install put in"});
+      !st) {
     std::cerr << "gpufence install --watch: " << st.error().message << "\n";
     return 2;
   }
