@@ -5,7 +5,8 @@
 //   bench_healthz_flood shared|split IDLE SLOW PROBES
 // shared: one listener serves /metrics and /healthz (the layout before issue 16); split: /healthz
 // on a listener of its own (--health-address). Built by bench/healthz_flood.sh against the
-// current deviceplugin/metrics.cpp and against an older commit's, for the before/after table.
+// current common/http_server.cpp (GPUFENCE_HTTP_SERVER) and against an older commit's
+// deviceplugin/metrics.cpp, for the before/after table.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -19,15 +20,34 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#ifdef GPUFENCE_HTTP_SERVER
+#include "common/http_server.hpp"
+#else
 #include "deviceplugin/metrics.hpp"
+#endif
 
 using namespace std::chrono;
 
 namespace {
+
+// The listener as it is now (common/http_server.hpp) or as it was (deviceplugin/metrics.hpp's
+// MetricsServer): the same start, so the two builds differ only in the listener.
+#ifdef GPUFENCE_HTTP_SERVER
+using Server = gpufence::HttpServer;
+bool start(Server& s, std::function<std::string()> metrics, std::function<bool()> healthy) {
+  return s.start("127.0.0.1:0", {std::move(metrics), std::move(healthy), "unhealthy"}).has_value();
+}
+#else
+using Server = gpufence::MetricsServer;
+bool start(Server& s, std::function<std::string()> metrics, std::function<bool()> healthy) {
+  return s.start("127.0.0.1:0", std::move(metrics), std::move(healthy)).has_value();
+}
+#endif
 
 int connect_to(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -93,12 +113,12 @@ int main(int argc, char** argv) {
   std::string mode = argv[1];
   int idle = std::atoi(argv[2]), slow = std::atoi(argv[3]), probes = std::atoi(argv[4]);
   auto render = [] { return std::string(4096, '#') + "\n"; };  // about a real scrape's size
-  gpufence::MetricsServer metrics, health;
+  Server metrics, health;
   if (mode == "shared") {
-    if (!metrics.start("127.0.0.1:0", render, [] { return true; })) return 1;
+    if (!start(metrics, render, [] { return true; })) return 1;
   } else {
-    if (!metrics.start("127.0.0.1:0", render, nullptr)) return 1;
-    if (!health.start("127.0.0.1:0", nullptr, [] { return true; })) return 1;
+    if (!start(metrics, render, nullptr)) return 1;
+    if (!start(health, nullptr, [] { return true; })) return 1;
   }
   int health_port = mode == "shared" ? metrics.port() : health.port();
 

@@ -11,9 +11,9 @@
 #include "cdi/spec.hpp"
 #include "cli/commands.hpp"
 #include "common/hostfs.hpp"
-#include "deviceplugin/metrics.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "install/install.hpp"
+#include "install/watch.hpp"
 
 namespace gpufence::cli {
 namespace {
@@ -148,65 +148,22 @@ InstallEnv make_env(const HostFs& host, ProcessRunner& runner, RuntimeProbe& pro
                     [] { return std::chrono::steady_clock::now(); }};
 }
 
-// `install --watch`: stay up, serve /healthz, and put the handler back whenever containerd
-// comes back without it (a restart on a regenerated config, a snap refresh).
+// `install --watch`: the loop is install/watch.cpp's; here it gets stdout, stderr and SIGTERM.
 int watch(const InstallOptions& opt, const InstallEnv& env, const InstallArgs& args,
-          InstallReport first) {
-  std::atomic<bool> healthy = first.ok();
-  std::string socket = first.socket;
-  MetricsServer server;
-  auto render = [&healthy] {
-    return cat("# HELP gpufence_install_handler_loaded 1 when containerd runs the handler\n",
-               "# TYPE gpufence_install_handler_loaded gauge\n", "gpufence_install_handler_loaded ",
-               healthy ? 1 : 0, "\n");
-  };
-  if (auto st = server.start(args.healthz, render, [&healthy] { return healthy.load(); }); !st) {
+          const InstallReport& first) {
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  WatchOptions watch;
+  watch.healthz_address = args.healthz;
+  watch.interval = std::chrono::milliseconds(static_cast<long>(args.interval * 1000));
+  WatchHooks hooks{
+      [] { return g_stop.load(); },
+      [](const InstallReport& report) { std::cout << render_install_report(report) << std::flush; },
+      [](std::string_view line) { std::cerr << "gpufence install --watch: " << line << "\n"; }};
+  if (auto st = watch_install(opt, env, first, watch, hooks); !st) {
     std::cerr << "gpufence install --watch: " << st.error().message << "\n";
     return 2;
   }
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
-  std::cerr << "gpufence install --watch: serving /healthz on " << args.healthz
-            << ", re-checking every " << args.interval << "s\n";
-  auto next = std::chrono::steady_clock::now();
-  while (!g_stop) {
-    next += std::chrono::milliseconds(static_cast<long>(args.interval * 1000));
-    while (!g_stop && std::chrono::steady_clock::now() < next)
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (g_stop) break;
-    // What the first run installed: the handler, NRI, or both.
-    const Enforcement mode = first.enforcement.value_or(Enforcement::runtime);
-    auto check = [&]() -> Result<bool> {
-      if (socket.empty()) return false;
-      if (uses_handler(mode)) {
-        auto h = handler_loaded(env, socket, opt.runtime_name, opt.binary.link,
-                                std::chrono::milliseconds(5000));
-        if (!h || !*h) return h;
-      }
-      return !uses_nri(mode) || nri_enabled(env, opt.nri_socket);
-    };
-    auto loaded = check();
-    // containerd not answering may be one mid-restart: give it the ready timeout to come back
-    // before restarting it again.
-    auto patience = std::chrono::steady_clock::now() + opt.ready_timeout;
-    while (!loaded && !g_stop && std::chrono::steady_clock::now() < patience) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(250));
-      loaded = check();
-    }
-    if (loaded && *loaded) {
-      healthy = true;
-      continue;
-    }
-    std::cerr << "gpufence install --watch: handler "
-              << (loaded ? "missing from the running containerd"
-                         : "unverifiable: " + loaded.error().message)
-              << "; installing again\n";
-    auto report = run_install(opt, env);
-    std::cout << render_install_report(report) << std::flush;
-    socket = report.socket;
-    healthy = report.ok();
-  }
-  server.stop();
   return 0;
 }
 

@@ -3,67 +3,16 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
-#include <set>
 
 #include "cli/commands.hpp"
-#include "common/file.hpp"
 #include "common/hostfs.hpp"
 #include "common/strings.hpp"
+#include "launch/config_walk.hpp"
 #include "launch/launch.hpp"
 
 extern char** environ;
 
 namespace gpufence::cli {
-namespace {
-
-struct ConfigJob {
-  std::map<std::string, std::string>
-      copies;  // original path -> writable copy, where one was needed
-  std::set<std::string> done;
-  int rewritten = 0;
-  std::filesystem::path copy_dir;
-};
-
-// Rewrites `path` and the nvinfer configs it references (children first, so the parent can point
-// at their copies). A read-only file (a ConfigMap) is written to a copy instead.
-Status process_config(const std::filesystem::path& path, size_t allocated, ConfigJob& job,
-                      int depth) {
-  if (depth > 4 || job.done.contains(path.string())) return {};
-  job.done.insert(path.string());
-  auto text = read_file(path);
-  if (!text) return std::unexpected(text.error());
-  const ConfigFormat format = config_format(path.string());
-  auto rw = rewrite_gpu_ids(format, *text, allocated, path.string());
-  if (!rw) return std::unexpected(rw.error());
-  std::map<std::string, std::string> renames;
-  for (const auto& ref : rw->referenced) {
-    std::filesystem::path child = std::filesystem::path(ref).is_absolute()
-                                      ? std::filesystem::path(ref)
-                                      : path.parent_path() / ref;
-    if (!std::filesystem::exists(child)) continue;  // DeepStream reports its own missing files
-    if (auto st = process_config(child, allocated, job, depth + 1); !st) return st;
-    if (auto it = job.copies.find(child.string()); it != job.copies.end())
-      renames[ref] = it->second;
-  }
-  std::string out = rw->text;
-  if (!renames.empty()) {
-    auto renamed = rename_config_refs(format, rw->text, renames, path.string());
-    if (!renamed) return std::unexpected(renamed.error());
-    out = *renamed;
-  }
-  job.rewritten += rw->changed;
-  if (out == *text) return {};
-  if (auto st = write_file_atomic(path, out); st) return {};
-  // Not writable here: keep the rewritten text in a copy and point users of the file at it.
-  std::error_code ec;
-  std::filesystem::create_directories(job.copy_dir, ec);
-  auto copy = job.copy_dir / (std::to_string(job.copies.size()) + "-" + path.filename().string());
-  if (auto st = write_file_atomic(copy, out, Durability::none); !st) return st;
-  job.copies[path.string()] = copy.string();
-  return {};
-}
-
-}  // namespace
 
 std::vector<Command> add_launch_command(CLI::App& app, Context& ctx) {
   struct Args {
@@ -125,25 +74,22 @@ std::vector<Command> add_launch_command(CLI::App& app, Context& ctx) {
            return 1;
          }
          const char* tmp = std::getenv("TMPDIR");
-         ConfigJob job;
-         job.copy_dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") / "gpufence-launch";
-         for (const auto& c : args->configs) {
-           if (auto st = process_config(c, uuids->size(), job, 0); !st) {
-             std::cerr << "gpufence launch: " << st.error().message << "\n";
-             return 2;
-           }
+         const std::filesystem::path copy_dir =
+             std::filesystem::path(tmp && *tmp ? tmp : "/tmp") / "gpufence-launch";
+         auto files = local_config_files();
+         auto rewrites = rewrite_configs(args->configs, uuids->size(), copy_dir, *files);
+         if (!rewrites) {
+           std::cerr << "gpufence launch: " << rewrites.error().message << "\n";
+           return 2;
          }
-         std::vector<std::string> argv = args->command;
-         for (auto& a : argv) {
-           if (auto it = job.copies.find(a); it != job.copies.end()) a = it->second;
-         }
+         std::vector<std::string> argv = point_at_copies(args->command, *rewrites);
          std::string list = join(*uuids, ",");
          ::setenv("CUDA_VISIBLE_DEVICES", list.c_str(), 1);
-         std::cerr << "gpufence launch: allocated " << list << "; rewrote " << job.rewritten
+         std::cerr << "gpufence launch: allocated " << list << "; rewrote " << rewrites->rewritten
                    << " gpu-id key(s)"
-                   << (job.copies.empty()
+                   << (rewrites->copies.empty()
                            ? ""
-                           : " (read-only configs copied to " + job.copy_dir.string() + ")")
+                           : " (read-only configs copied to " + copy_dir.string() + ")")
                    << "; exec " << argv.front() << "\n";
          std::vector<char*> cargv;
          for (auto& a : argv) cargv.push_back(a.data());

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "common/hostfs.hpp"
+#include "common/http_server.hpp"
 #include "common/log.hpp"
 #include "deviceplugin/plugin.hpp"
 #include "gpu/nvml_inventory.hpp"
@@ -208,18 +209,20 @@ int main(int argc, char** argv) try {
   // /healthz on its own listener when asked (the chart does): the kubelet's liveness probe then
   // never queues behind /metrics clients. Without --health-address it stays on the metrics
   // listener, as in earlier releases, so manifests probing the metrics port keep working.
-  MetricsServer http, health;
+  HttpServer http, health;
   auto healthy = [&] { return (*plugin)->registered(); };
+  const std::string unhealthy = "not registered with the kubelet";
   if (!health_address.empty()) {
-    auto hst = health.start(health_address, nullptr, healthy);
+    auto hst = health.start(health_address, {nullptr, healthy, unhealthy});
     if (!hst) return fail_startup("--health-address: " + hst.error().message);
     log.info("plugin.health",
              {{"address", health_address}, {"port", std::to_string(health.port())}});
   }
   if (!metrics_address.empty()) {
-    auto mst = http.start(
-        metrics_address, [&] { return metrics.render(opt.resource_name); },
-        health_address.empty() ? std::function<bool()>(healthy) : nullptr);
+    auto mst =
+        http.start(metrics_address,
+                   {[&] { return metrics.render(opt.resource_name); },
+                    health_address.empty() ? std::function<bool()>(healthy) : nullptr, unhealthy});
     if (!mst) return fail_startup("--metrics-address: " + mst.error().message);
     log.info("plugin.metrics",
              {{"address", metrics_address}, {"port", std::to_string(http.port())}});

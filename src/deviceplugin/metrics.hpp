@@ -1,16 +1,12 @@
-// The plugin's Prometheus metrics and small HTTP listeners for /metrics and /healthz.
+// The plugin's Prometheus metrics (served by common/http_server.hpp).
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
-
-#include "common/error.hpp"
 
 namespace gpufence {
 
@@ -38,42 +34,6 @@ class PluginMetrics {
   std::atomic<std::uint64_t> m_allocations{0}, m_allocate_errors{0}, m_registrations{0},
       m_kubelet_restarts{0};
   std::atomic<size_t> m_healthy{0}, m_unhealthy{0};
-};
-
-// A small HTTP/1.0 listener for GET /metrics and GET /healthz on one TCP address
-// ("127.0.0.1:9400", ":9400"), on its own thread, serving many clients at once. Either route may be
-// left out (nullptr: 404), so liveness gets a listener of its own: a flood of the metrics port
-// (idle or byte-at-a-time clients) fills only that listener's client slots, and the kubelet's
-// probe still finds a free socket, thread and slots on the health port (docs/deviceplugin.md,
-// "/metrics and /healthz"). Every connection is bounded: kRequestDeadline to send its request,
-// kClientDeadline to the last byte of the answer, kMaxClients at once (past that, the waiting
-// client that has sent the least is dropped, after every request already sent has been read).
-class MetricsServer {
- public:
-  using Render = std::function<std::string()>;
-  static constexpr auto kRequestDeadline = std::chrono::seconds(2);
-  static constexpr auto kClientDeadline = std::chrono::seconds(10);
-  static constexpr size_t kMaxClients = 32;
-  static constexpr int kBacklog = 128;
-
-  MetricsServer() = default;
-  ~MetricsServer();
-  MetricsServer(const MetricsServer&) = delete;
-  MetricsServer& operator=(const MetricsServer&) = delete;
-  // `metrics` answers /metrics and `healthy` /healthz; a null one leaves its path at 404.
-  Status start(const std::string& address, Render metrics, std::function<bool()> healthy);
-  void stop();
-  int port() const { return m_port; }
-
- private:
-  void serve();
-  std::string answer(const std::string& request) const;
-  int m_listen_fd = -1;
-  int m_stop_pipe[2] = {-1, -1};
-  int m_port = 0;
-  Render m_render;
-  std::function<bool()> m_healthy;
-  std::thread m_thread;
 };
 
 }  // namespace gpufence

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "autoscale/controller.hpp"
+#include "autoscale/run.hpp"
 #include "common/file.hpp"
 #include "support/test_api_server.hpp"
 #include "support/test_support.hpp"
@@ -1177,4 +1178,124 @@ TEST_F(AutoscaleController, AnUnreadableQuantityIsAWarningNamingThePod) {
   ASSERT_FALSE(bad) << "the old reader took '1x' as 0 and said the template requests none";
   EXPECT_NE(bad.error().message.find("'1x'"), std::string::npos) << bad.error().message;
   EXPECT_EQ(m_api.puts(), puts);
+}
+
+// --- The loop (autoscale/run.hpp), on a fake clock: no process, no real waiting ---
+
+namespace {
+
+// Time moves only when the loop sleeps; `bound` stops a loop that waits on another clock.
+struct FakeLoop {
+  SteadyTime t = SteadyTime{} + 1000h;
+  size_t sleeps = 0;
+  std::vector<SteadyTime> steps;  // when each reconcile was reported
+  std::vector<Controller::Step> results;
+  SteadyTime bound = std::chrono::steady_clock::now() + 3s;
+
+  AutoscaleLoop loop(std::chrono::milliseconds period, std::function<bool()> done) {
+    AutoscaleLoop l;
+    l.period = period;
+    l.clock = {[this] { return t; },
+               [this](std::chrono::milliseconds d) {
+                 t += d;
+                 ++sleeps;
+               }};
+    l.report = [this](const Controller::Step& s) {
+      steps.push_back(t);
+      results.push_back(s);
+    };
+    l.stop_requested = [this, done] { return done() || std::chrono::steady_clock::now() > bound; };
+    return l;
+  }
+};
+
+}  // namespace
+
+TEST_F(AutoscaleController, TheLoopReconcilesEveryPeriodOfItsClockAndGivesTheLeaseBack) {
+  LeaseOptions lease{"video", "gpufence-autoscale-deepstream", "loop", 45s};
+  Controller c(*m_kube, m_opt, streams_from_configmap(*m_kube, "video/streams:count"),
+               cluster_from_lists(*m_kube, m_opt.node_selector), m_events, lease);
+  FakeLoop fake;
+  std::vector<std::string> holders;
+  auto loop = fake.loop(15s, [&] { return fake.steps.size() >= 3; });
+  auto report = loop.report;
+  loop.report = [&](const Controller::Step& s) {
+    report(s);
+    holders.push_back(m_api.object(kLease)["spec"]["holderIdentity"]);
+  };
+  auto end = run_autoscale_loop(c, loop);
+  ASSERT_EQ(fake.steps.size(), 3u) << "the loop waited on a clock other than its own";
+  EXPECT_EQ(fake.steps[1] - fake.steps[0], 15s);
+  EXPECT_EQ(fake.steps[2] - fake.steps[1], 15s);
+  for (const auto& s : fake.results) {
+    EXPECT_FALSE(s.error) << s.error->message;
+    EXPECT_TRUE(s.leader);
+  }
+  EXPECT_EQ(holders, (std::vector<std::string>{"loop", "loop", "loop"}));
+  ASSERT_TRUE(fake.results[0].result);
+  EXPECT_TRUE(fake.results[0].result->scaled) << "the leader's first reconcile scales";
+  EXPECT_FALSE(end.last_step_failed);
+  EXPECT_TRUE(end.released);
+  EXPECT_EQ(m_api.object(kLease)["spec"]["holderIdentity"], "") << "released when stopped";
+}
+
+TEST_F(AutoscaleController, TheLoopsExitIsItsLastReconcilesAndOnceNeverSleeps) {
+  test::TempDir dir;
+  auto streams = dir / "streams";  // absent at first: the first reconcile fails
+  Controller c(*m_kube, m_opt, streams_from_file(streams.string()),
+               cluster_from_lists(*m_kube, m_opt.node_selector), m_events, std::nullopt);
+  FakeLoop once;
+  auto l = once.loop(15s, [] { return false; });
+  l.repeat = Repeat::once;
+  auto end = run_autoscale_loop(c, l);
+  EXPECT_EQ(once.steps.size(), 1u);
+  EXPECT_EQ(once.sleeps, 0u);
+  EXPECT_TRUE(end.last_step_failed) << "no demand to read: exit 1";
+
+  // Fails, then the file appears: the second reconcile stands, and so does the exit status.
+  FakeLoop fake;
+  auto loop = fake.loop(15s, [&] { return fake.steps.size() >= 2; });
+  auto report = loop.report;
+  loop.report = [&](const Controller::Step& s) {
+    report(s);
+    dir.write("streams", "16\n");
+  };
+  end = run_autoscale_loop(c, loop);
+  ASSERT_EQ(fake.results.size(), 2u);
+  EXPECT_TRUE(fake.results[0].error);
+  EXPECT_FALSE(fake.results[1].error);
+  EXPECT_FALSE(end.last_step_failed) << "an earlier failure the loop recovered from is no exit 1";
+}
+
+// SIGTERM is seen within a slice of the sleep, not after the whole period.
+TEST_F(AutoscaleController, AStopRequestEndsTheLoopsSleepWithinASlice) {
+  Controller c(*m_kube, m_opt, streams_from_configmap(*m_kube, "video/streams:count"),
+               cluster_from_lists(*m_kube, m_opt.node_selector), m_events, std::nullopt);
+  FakeLoop fake;
+  const auto start = fake.t;
+  auto end = run_autoscale_loop(c, fake.loop(1h, [&] { return fake.t - start >= 1s; }));
+  EXPECT_EQ(fake.steps.size(), 1u);
+  EXPECT_LE(fake.t - start, 1s + 100ms);
+  EXPECT_FALSE(end.last_step_failed);
+}
+
+TEST(AutoscaleLease, NameAndDurationFromTheFlags) {
+  AutoscaleOptions opt;
+  opt.ns = "video";
+  opt.deployment = "deepstream";
+  auto l = lease_options(opt, "", "me", 0s, 15s);
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(l->ns, "video");
+  EXPECT_EQ(l->name, "gpufence-autoscale-deepstream");
+  EXPECT_EQ(l->identity, "me");
+  EXPECT_EQ(l->duration, 45s) << "three periods";
+  EXPECT_EQ(lease_options(opt, "", "me", 0s, 1s)->duration, 15s) << "at least 15 s";
+  EXPECT_EQ(lease_options(opt, "", "me", 0s, 0s)->duration, 15s);
+  EXPECT_EQ(lease_options(opt, "ops/l", "me", 20s, 15s)->duration, 20s) << "as given";
+  EXPECT_EQ(lease_options(opt, "ops/l", "me", 20s, 15s)->ns, "ops");
+  for (const char* bad : {"nolash", "/name", "ns/"}) {
+    auto r = lease_options(opt, bad, "me", 0s, 15s);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("NAMESPACE/NAME"), std::string::npos);
+  }
 }

@@ -1,11 +1,15 @@
 // gpufence launch: the pure parts on literal text, and the real binary on a fake root.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
 
 #include "common/file.hpp"
+#include "launch/config_walk.hpp"
 #include "launch/launch.hpp"
 #include "support/test_support.hpp"
 
@@ -229,4 +233,101 @@ TEST_F(LaunchBinary, ReadOnlyConfigIsCopiedAndTheCopyPassed) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "[source0]\ngpu-id=0\n") << "the app got the rewritten copy";
   EXPECT_NE(r.err.find("read-only configs copied"), std::string::npos);
+}
+
+// --- The config walk (launch/config_walk.hpp) over files in memory: no root, no mounts ---
+
+namespace {
+
+// Files in a map; `read_only` ones refuse replacement as a ConfigMap's mount does (EROFS).
+class FakeFiles final : public ConfigFiles {
+ public:
+  std::map<std::string, std::string> files;
+  std::set<std::string> read_only;
+  std::vector<std::string> reads;
+  Result<std::string> read(const std::filesystem::path& path) override {
+    reads.push_back(path.string());
+    auto it = files.find(path.string());
+    if (it == files.end()) return fail(Errc::not_found, "open ", path.string(), ": no such file");
+    return it->second;
+  }
+  bool exists(const std::filesystem::path& path) override { return files.contains(path.string()); }
+  Status replace(const std::filesystem::path& path, const std::string& text) override {
+    if (read_only.contains(path.string()))
+      return fail(Errc::io, "rename over ", path.string(), ": Read-only file system");
+    files[path.string()] = text;
+    return {};
+  }
+  Status write_copy(const std::filesystem::path& path, const std::string& text) override {
+    files[path.string()] = text;
+    return {};
+  }
+};
+
+}  // namespace
+
+// The seed's layout: deepstream-app's config in a ConfigMap (read-only) names an nvinfer config in
+// another, read-only too. Both get copies; the parent's copy names the child's copy, the app's
+// argv names the parent's copy, and the originals stay as they were.
+TEST(LaunchConfigs, ReadOnlyConfigsAreCopiedAndEveryReferencePointsAtTheCopies) {
+  FakeFiles fs;
+  fs.files["/cfg/ds.txt"] = "[primary-gie]\ngpu-id=1\nconfig-file=pgie.txt\n";
+  fs.files["/cfg/pgie.txt"] = "[property]\ngpu-id=1\n";
+  fs.read_only = {"/cfg/ds.txt", "/cfg/pgie.txt"};
+  auto r = rewrite_configs({"/cfg/ds.txt"}, 1, "/tmp/gl", fs);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->rewritten, 2);
+  ASSERT_EQ(r->copies.size(), 2u);
+  const auto child = r->copies.at("/cfg/pgie.txt"), parent = r->copies.at("/cfg/ds.txt");
+  EXPECT_EQ(child, "/tmp/gl/0-pgie.txt") << "children first";
+  EXPECT_EQ(parent, "/tmp/gl/1-ds.txt");
+  EXPECT_EQ(fs.files[child], "[property]\ngpu-id=0\n");
+  EXPECT_EQ(fs.files[parent], "[primary-gie]\ngpu-id=0\nconfig-file=/tmp/gl/0-pgie.txt\n");
+  EXPECT_EQ(fs.files["/cfg/ds.txt"], "[primary-gie]\ngpu-id=1\nconfig-file=pgie.txt\n");
+  EXPECT_EQ(point_at_copies({"deepstream-app", "-c", "/cfg/ds.txt"}, *r),
+            (std::vector<std::string>{"deepstream-app", "-c", parent}));
+}
+
+TEST(LaunchConfigs, WritableConfigsAreRewrittenInPlaceAndAWritableParentNamesAReadOnlyChildsCopy) {
+  FakeFiles fs;
+  fs.files["/app/ds.txt"] = "[primary-gie]\ngpu-id=1\nconfig-file=/cfg/pgie.txt\n";
+  fs.files["/cfg/pgie.txt"] = "[property]\ngpu-id=1\n";
+  fs.read_only = {"/cfg/pgie.txt"};
+  auto r = rewrite_configs({"/app/ds.txt"}, 1, "/tmp/gl", fs);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->copies.size(), 1u);
+  EXPECT_EQ(fs.files["/app/ds.txt"], "[primary-gie]\ngpu-id=0\nconfig-file=/tmp/gl/0-pgie.txt\n");
+  EXPECT_EQ(point_at_copies({"app", "/app/ds.txt"}, *r),
+            (std::vector<std::string>{"app", "/app/ds.txt"}));
+}
+
+// Each file once (a config naming itself, or two naming each other), at most 4 levels down, and
+// a reference to a missing file is DeepStream's to report, not a refusal.
+TEST(LaunchConfigs, LoopsDepthAndMissingFilesEndTheWalk) {
+  FakeFiles fs;
+  fs.files["/c/a.txt"] = "[x]\ngpu-id=1\nconfig-file=b.txt\nconfig-file=gone.txt\n";
+  fs.files["/c/b.txt"] = "[x]\nconfig-file=a.txt\nconfig-file=b.txt\n";
+  for (int i = 0; i < 7; ++i)
+    fs.files["/d/" + std::to_string(i) + ".txt"] =
+        "[x]\ngpu-id=1\nconfig-file=" + std::to_string(i + 1) + ".txt\n";
+  auto r = rewrite_configs({"/c/a.txt", "/d/0.txt"}, 1, "/tmp/gl", fs);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(std::count(fs.reads.begin(), fs.reads.end(), "/c/a.txt"), 1);
+  EXPECT_EQ(std::count(fs.reads.begin(), fs.reads.end(), "/c/b.txt"), 1);
+  EXPECT_EQ(std::count(fs.reads.begin(), fs.reads.end(), "/c/gone.txt"), 0);
+  EXPECT_EQ(fs.files["/d/4.txt"], "[x]\ngpu-id=0\nconfig-file=5.txt\n") << "depth 4 is read";
+  EXPECT_EQ(fs.files["/d/5.txt"], "[x]\ngpu-id=1\nconfig-file=6.txt\n") << "depth 5 is not";
+  EXPECT_EQ(r->rewritten, 1 + 5);
+}
+
+// With two GPUs a gpu-id past the end cannot be rewritten: the error names the file, and nothing
+// that came after it is touched.
+TEST(LaunchConfigs, AnIndexPastTheAllocationStopsTheWalkNamingTheFile) {
+  FakeFiles fs;
+  fs.files["/c/a.txt"] = "[x]\ngpu-id=5\n";
+  fs.files["/c/b.txt"] = "[x]\ngpu-id=1\n";
+  auto r = rewrite_configs({"/c/a.txt", "/c/b.txt"}, 2, "/tmp/gl", fs);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("/c/a.txt"), std::string::npos) << r.error().message;
+  EXPECT_EQ(fs.files["/c/b.txt"], "[x]\ngpu-id=1\n");
 }
