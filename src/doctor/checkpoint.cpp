@@ -7,7 +7,7 @@
 
 #include "common/base64.hpp"
 #include "common/strings.hpp"
-#include "deviceplugin/api.hpp"
+#include "deviceplugin/v1beta1/api.pb.h"  // proto/: the kubelet's message, not the plugin
 #include "doctor/parse.hpp"
 
 namespace gpufence {
