@@ -1,4 +1,6 @@
-# Thin wrapper over CMake. `make test` installs what it needs, builds and runs every test tier.
+# Thin wrapper over CMake. Plain `make` only builds (it changes nothing on the machine; `make deps`
+# installs the Debian packages). `make test`, `make demo` and `make bench` install what they need
+# first (idempotent), then build and run.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUFENCE_WERROR=ON
@@ -12,27 +14,34 @@ all: build
 deps:
 	@bash scripts/install-deps.sh
 
-configure: deps
-	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null
+configure:
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) >/dev/null || \
+	  { echo "configure failed: missing build dependencies? \`make deps\` installs them (Debian packages)"; exit 1; }
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build fuzz-build
+# deps strictly first, also under make -j.
+test:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory build fuzz-build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The libFuzzer build (clang, build-fuzz/); without clang+libFuzzer it records why and the
 # fuzz tests skip. `make fuzz` runs each target for FUZZ_SECONDS, one at a time (docs/fuzzing.md).
-fuzz-build: deps
+fuzz-build:
 	@JOBS=$(JOBS) bash tests/fuzz/fuzz.sh build
 
-fuzz: fuzz-build
+fuzz: deps
+	@$(MAKE) --no-print-directory fuzz-build
 	@bash tests/fuzz/fuzz.sh all $(FUZZ_SECONDS)
 
-demo: build
+demo: deps
+	@$(MAKE) --no-print-directory build
 	@bash scripts/demo.sh
 
-bench: build
+bench: deps
+	@$(MAKE) --no-print-directory build
 	@bash bench/run.sh
 
 format:
