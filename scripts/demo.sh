@@ -54,7 +54,7 @@ trap 'exit 130' INT TERM
 
 export MOCK_NVML_CONFIG=$here/tools/mock-nvml/examples/two-rtx3080.json
 export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
-GPU=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2)
+mapfile -t GPU < <(gf_gpu_uuids)  # the node's GPUs (scripts/lib/bundle.sh)
 
 node=$work/node
 gf_make_node_root "$node"

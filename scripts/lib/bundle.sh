@@ -25,36 +25,45 @@ gf_host_caps_json() {
 # Default capabilities of an unprivileged container (containerd's default set, no SYS_ADMIN).
 GF_DEFAULT_CAPS='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_FSETID","CAP_FOWNER","CAP_MKNOD","CAP_NET_RAW","CAP_SETGID","CAP_SETUID","CAP_SETFCAP","CAP_SETPCAP","CAP_NET_BIND_SERVICE","CAP_SYS_CHROOT","CAP_KILL","CAP_AUDIT_WRITE"]'
 
-# gf_make_node_root DIR: a fake host with two GPUs matching tools/mock-nvml/examples/two-rtx3080.json:
-# /dev/nvidia0, /dev/nvidia1, /dev/nvidiactl and the driver's /proc/driver/nvidia/gpus entries.
+# The simulated node's GPUs have one description: the mock NVML's
+# tools/mock-nvml/examples/two-rtx3080.json (GF_NODE_JSON names another). gf_node_gpus prints one
+# line per GPU: "minor bus uuid name" (bus as the driver's procfs writes it, 0000:01:00.0).
+gf_node_json() { echo "${GF_NODE_JSON:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/mock-nvml/examples/two-rtx3080.json}"; }
+gf_node_gpus() {
+  python3 -c 'import json, sys
+for g in json.load(open(sys.argv[1]))["gpus"]:
+    print(g["minor"], g["pci_bus_id"][4:].lower(), g["uuid"], g["name"])' "$(gf_node_json)"
+}
+# gf_gpu_uuids: the UUIDs, in minor order (GPU=($(gf_gpu_uuids))).
+gf_gpu_uuids() { gf_node_gpus | sort -n | awk '{print $3}'; }
+
+# gf_make_node_root DIR: a fake host with the GPUs of gf_node_gpus: /dev/nvidiaN, /dev/nvidiactl,
+# the driver's /proc/driver/nvidia/gpus entries and one DRM card per GPU (plus another vendor's).
 gf_make_node_root() {
-  local root=$1 i bus uuid
-  local uuids=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2)
-  mkdir -p "$root/dev"
-  mknod -m 666 "$root/dev/nvidia0" c 195 0
-  mknod -m 666 "$root/dev/nvidia1" c 195 1
+  local root=$1 minor bus uuid name card=0
+  mkdir -p "$root/dev/dri" "$root/proc"
   mknod -m 666 "$root/dev/nvidiactl" c 195 255
   # The host's registered majors, plus the NVIDIA driver's as a real GPU node has them.
-  mkdir -p "$root/proc"
   awk 'BEGIN{c=0} /^Character devices:/ {print; print "195 nvidia-frontend"; print "226 drm"; print "510 nvidia-caps"; print "511 nvidia-uvm"; next} {print}' /proc/devices \
     | awk '!seen[$0]++' > "$root/proc/devices"
-  # DRM nodes: card0/card1 belong to the two NVIDIA GPUs, card2 to another vendor's GPU.
-  mkdir -p "$root/dev/dri"
-  local card pci vendor
-  for card in 0:0000:01:00.0:0x10de 1:0000:02:00.0:0x10de 2:0000:00:02.0:0x8086; do
-    i=${card%%:*}; pci=${card#*:}; vendor=${pci##*:}; pci=${pci%:*}
-    mknod -m 666 "$root/dev/dri/card$i" c 226 "$i"
-    mkdir -p "$root/sys/class/drm/card$i" "$root/sys/devices/pci0000:00/$pci"
-    echo "226:$i" > "$root/sys/class/drm/card$i/dev"
-    echo "$vendor" > "$root/sys/devices/pci0000:00/$pci/vendor"
-    ln -s "../../../devices/pci0000:00/$pci" "$root/sys/class/drm/card$i/device"
-  done
-  for i in 0 1; do
-    bus=0000:0$((i + 1)):00.0
+  # gf_drm_card N PCI VENDOR: /dev/dri/cardN and its sysfs link to the PCI device.
+  gf_drm_card() {
+    mknod -m 666 "$root/dev/dri/card$1" c 226 "$1"
+    mkdir -p "$root/sys/class/drm/card$1" "$root/sys/devices/pci0000:00/$2"
+    echo "226:$1" > "$root/sys/class/drm/card$1/dev"
+    echo "$3" > "$root/sys/devices/pci0000:00/$2/vendor"
+    ln -s "../../../devices/pci0000:00/$2" "$root/sys/class/drm/card$1/device"
+  }
+  while read -r minor bus uuid name; do
+    mknod -m 666 "$root/dev/nvidia$minor" c 195 "$minor"
+    gf_drm_card "$card" "$bus" 0x10de
+    card=$((card + 1))
     mkdir -p "$root/proc/driver/nvidia/gpus/$bus"
-    printf 'Model: \t\t NVIDIA GeForce RTX 3080\nIRQ:   \t\t 13%s\nGPU UUID: \t %s\nVideo BIOS: \t 94.02.42.00.a9\nBus Type: \t PCIe\nDMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\nBus Location: \t %s\nDevice Minor: \t %s\nGPU Excluded:\t No\n' \
-      "$i" "${uuids[$i]}" "$bus" "$i" > "$root/proc/driver/nvidia/gpus/$bus/information"
-  done
+    printf 'Model: \t\t %s\nIRQ:   \t\t 13%s\nGPU UUID: \t %s\nVideo BIOS: \t 94.02.42.00.a9\nBus Type: \t PCIe\nDMA Size: \t 47 bits\nDMA Mask: \t 0x7fffffffffff\nBus Location: \t %s\nDevice Minor: \t %s\nGPU Excluded:\t No\n' \
+      "$name" "$minor" "$uuid" "$bus" "$minor" > "$root/proc/driver/nvidia/gpus/$bus/information"
+  done < <(gf_node_gpus)
+  # Another vendor's GPU: a DRM card no NVIDIA GPU owns, never touched by gpufence.
+  gf_drm_card "$card" 0000:00:02.0 0x8086
 }
 
 # gf_make_rootfs DIR PROBE: a busybox-static root with the probe binary.

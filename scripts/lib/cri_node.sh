@@ -6,9 +6,10 @@
 # then only the edits that keep this instance private and let it run in this VM), serving a
 # simulated two-GPU node, with the test images imported; and run_pods. Needs $src, $build, $line;
 # exits 77 (skip, saying why) when this machine cannot do it. See docs/containerd-lines.md.
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 . "$src/scripts/lib/bundle.sh"
 . "$src/scripts/lib/images.sh"
-skip() { echo "SKIP: $*"; exit 77; }
 # Which containerd: the system's for 1.6, a fetched one for 1.7 and 2, for 2.3 the build of
 # v2.3.4 kept with the test tools (scripts/fetch-containerd.sh: NRI API v0.12, the first line here
 # whose NRI applies device cgroup rules; docs/nri.md).
@@ -33,7 +34,7 @@ for b in gpufence gpufence-runtime gpufence-device-plugin gpufence-test-cri gpuf
 done
 why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
 
-work=$(mktemp -d "/tmp/${GF_CRI_WORK_PREFIX:-gpufence-cri}-XXXXXX")
+work=$(gf_work_dir "${GF_CRI_WORK_PREFIX:-gpufence-cri}")
 sock=$work/containerd.sock
 cgroup=gpufence-cri-${work##*-}  # the pods' cgroup parent
 ctr=("$bin/ctr" --address "$sock")
@@ -84,7 +85,7 @@ export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 cp "$src/tools/mock-nvml/examples/two-rtx3080.json" "$work/nvml.json"
 export MOCK_NVML_CONFIG=$work/nvml.json
 export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1
-GPU=(GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01 GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2)
+mapfile -t GPU < <(gf_gpu_uuids)  # the node's GPUs (scripts/lib/bundle.sh)
 
 # containerd's config as a user makes it: the default, then gpufence setup, then only the edits
 # that keep this instance private (paths, socket, NRI) and let it run in this VM.

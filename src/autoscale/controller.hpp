@@ -15,6 +15,7 @@
 #include "autoscale/leader.hpp"
 #include "autoscale/policy.hpp"
 #include "common/error.hpp"
+#include "gpu/wire_contract.hpp"
 #include "kube/client.hpp"
 #include "kube/watch.hpp"
 
@@ -24,7 +25,7 @@ struct AutoscaleOptions {
   std::string ns, deployment;
   long streams_per_pod = 4, min_replicas = 0, max_replicas = 10;
   std::string node_selector;  // label selector of GPU nodes ("" = every node)
-  std::string resource = "nvidia.com/gpu";
+  std::string resource = std::string(kGpuResourceName);
   bool dry_run = false;
 };
 

@@ -5,19 +5,18 @@
 # Usage: containerd.sh CASE
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:?}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:?}
-skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd"
 command -v containerd >/dev/null || skip "containerd is not installed (apt-get install containerd)"
 command -v ctr >/dev/null || skip "ctr is not installed"
 
-work=$(mktemp -d /tmp/gpufence-ctd-XXXXXX)
+work=$(gf_work_dir gpufence-ctd)
 pid=""
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; umount -R "$work/root" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-failures=0
 absent() { ! grep -q -- "$1" <<<"$2"; }
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 gf=$build/bin/gpufence
 
 # private_paths FILE: prepend root/state/socket so this containerd touches nothing of the host's.

@@ -11,14 +11,14 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_attacks.sh LINE CASE}
 case_name=${2:?usage: cri_attacks.sh LINE CASE}
 GF_CRI_WORK_PREFIX=gpufence-cri-attack
 # shellcheck source=scripts/lib/cri_node.sh disable=SC2034,SC2154
 . "$src/scripts/lib/cri_node.sh"
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 bb=/bin/busybox  # the app image's busybox, for the applets it has no link for
 
 case $case_name in

@@ -23,6 +23,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_autoscale.sh 1.6|1.7|2|2.3 [handler|nri]}
 mode=${2:-handler}
@@ -35,8 +37,6 @@ fi
 . "$src/scripts/lib/cri_node.sh"
 [ -x "$build/bin/gpufence-test-cluster" ] || skip "$build/bin/gpufence-test-cluster is not built"
 command -v python3 >/dev/null || skip "python3 (the test's API client) is not installed"
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 
 # --- The cluster stand-in and a client of its API ---
 

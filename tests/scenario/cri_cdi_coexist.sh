@@ -12,6 +12,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_cdi_coexist.sh 1.7|2}
 case $line in
@@ -23,8 +25,6 @@ esac
 . "$src/scripts/lib/cri_node.sh"
 # shellcheck source=scripts/lib/seed_pods.sh
 . "$src/scripts/lib/seed_pods.sh"
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 
 # NVIDIA's spec, in the shape nvidia-ctk v1.20 writes it, beside the plugin's (device hostPaths
 # under this node's root, as the plugin's are).

@@ -21,6 +21,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_kubelet.sh LINE CASE}
 case_name=${2:?usage: cri_kubelet.sh LINE CASE}
@@ -35,8 +37,6 @@ broad_pattern() {  # the user's runc runtime copies every cdi.k8s.io/ pod annota
 . "$src/scripts/lib/seed_pods.sh"
 # The plugin's CDI kind, as the product's wire contract names it (src/gpu/wire_contract.hpp).
 kind=$(sed -n 's/.*kCdiKind = "\([^"]*\)".*/\1/p' "$src/src/gpu/wire_contract.hpp")
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 no_grant() { ! grep -q 'granted=GPU' "$work/$1.decisions"; }
 # isolated NAME POD LABEL: the probe in that pod (LABEL: its exec label) opens only its own GPU.
 isolated() {

@@ -32,6 +32,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_nri.sh LINE CASE}
 case_name=${2:?usage: cri_nri.sh LINE CASE}
@@ -64,8 +66,6 @@ fi
 . "$src/scripts/lib/cri_node.sh"
 # shellcheck source=scripts/lib/seed_pods.sh
 . "$src/scripts/lib/seed_pods.sh"
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 rules_apply=false
 [ "$line" = 2.3 ] && rules_apply=true
 

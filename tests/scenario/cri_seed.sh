@@ -14,14 +14,14 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_seed.sh 1.6|1.7|2}
 # shellcheck source=scripts/lib/cri_node.sh disable=SC2034,SC2154
 . "$src/scripts/lib/cri_node.sh"
 # shellcheck source=scripts/lib/seed_pods.sh
 . "$src/scripts/lib/seed_pods.sh"
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 
 # isolated_run NAME CHANNELS: the pods ran, hold different GPUs, each reaches only its own, and
 # gpufence-runtime took each grant from one of CHANNELS (docs/trust-model.md: a mount marker

@@ -5,15 +5,16 @@
 # Usage: doctor.sh seed|fixed
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:?}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:?}
 . "$src/scripts/lib/bundle.sh"
-skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run runc"
 command -v runc >/dev/null || skip "runc is not installed"
 [ -d /sys/fs/cgroup/devices ] || skip "needs the cgroup v1 devices controller (this test reads devices.list)"
 why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
 
-work=$(mktemp -d /tmp/gpufence-doc-XXXXXX)
+work=$(gf_work_dir gpufence-doc)
 state=$work/state
 ids=(); pr_pid=""
 cleanup() {
@@ -23,13 +24,11 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 has() { grep -qE -- "$1" <<<"$2" || { echo "  expected /$1/"; return 1; }; }
 hasnt() { ! grep -qE -- "$1" <<<"$2" || { echo "  unexpected /$1/"; return 1; }; }
 
-GPU0=GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01
-GPU1=GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2
+mapfile -t GPU < <(gf_gpu_uuids)  # the node's GPUs (scripts/lib/bundle.sh)
+GPU0=${GPU[0]} GPU1=${GPU[1]}
 node=$work/node
 gf_make_node_root "$node"
 gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" "$build/lib/mock-nvml/default/libnvidia-ml.so.1"

@@ -6,16 +6,17 @@
 # control character, and keep --json valid (docs/trust-model.md, "Files a pod controls").
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:?}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:?}
 . "$src/scripts/lib/bundle.sh"
-skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run runc"
 command -v runc >/dev/null || skip "runc is not installed"
 command -v python3 >/dev/null || skip "python3 is needed to check the JSON"
 [ -d /sys/fs/cgroup/devices ] || skip "needs the cgroup v1 devices controller"
 why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
 
-work=$(mktemp -d /tmp/gpufence-hostile-XXXXXX)
+work=$(gf_work_dir gpufence-hostile)
 state=$work/state
 id=""; pr_pid=""
 cleanup() {
@@ -25,11 +26,9 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 
-GPU0=GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01
-GPU1=GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2
+mapfile -t GPU < <(gf_gpu_uuids)  # the node's GPUs (scripts/lib/bundle.sh)
+GPU0=${GPU[0]} GPU1=${GPU[1]}
 node=$work/node
 gf_make_node_root "$node"
 export GPUFENCE_NVML_LIBRARY=$build/lib/mock-nvml/default/libnvidia-ml.so.1

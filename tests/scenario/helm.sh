@@ -7,14 +7,14 @@
 # Usage: helm.sh CASE
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:?}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:?}
 chart=$src/deploy/helm/gpufence
 helm=$("$src/deploy/helm/fetch-helm.sh" "$build/tools/helm") || { rc=$?; [ $rc = 77 ] && { echo "SKIP: no helm"; exit 77; }; exit $rc; }
 python3 -c 'import yaml' 2>/dev/null || { echo "SKIP: python3-yaml is not installed"; exit 77; }
-work=$(mktemp -d /tmp/gpufence-helm-XXXXXX)
+work=$(gf_work_dir gpufence-helm)
 trap 'rm -rf "$work"' EXIT
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 template() { "$helm" template gf "$chart" --namespace gpufence "$@"; }
 
 # assert.py RENDERED.yaml EXPR...: each EXPR is Python evaluated with `docs` (the rendered

@@ -5,14 +5,15 @@
 # containers through it (Register, ListAndWatch, GetPreferredAllocation, Allocate).
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:?}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:?}
-skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd"
 command -v containerd >/dev/null || skip "containerd is not installed (apt-get install containerd)"
 command -v ctr >/dev/null || skip "ctr is not installed"
 command -v runc >/dev/null || skip "runc is not installed"
 
-work=$(mktemp -d /tmp/gpufence-img-XXXXXX)
+work=$(gf_work_dir gpufence-img)
 sock=$work/containerd.sock
 pid=""
 c() { ctr --address "$sock" -n k8s.io "$@"; }
@@ -24,8 +25,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 ref=ghcr.io/gpufence/gpufence:0.1.0
 
 # Step 1: the image, offline.

@@ -6,8 +6,9 @@
 # Usage: install.sh CASE
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:?}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:?}
-skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd"
 case_name=${1:?usage: install.sh CASE [LINE]}
 # LINE: the containerd line the private containerd runs: 1.6 (the system's, Debian 12), 2.1
@@ -41,7 +42,7 @@ fi
 command -v containerd >/dev/null || skip "containerd is not installed (apt-get install containerd)"
 command -v ctr >/dev/null || skip "ctr is not installed"
 
-work=$(mktemp -d /tmp/gpufence-inst-XXXXXX)
+work=$(gf_work_dir gpufence-inst)
 host=$work/host
 sock=$host/run/containerd/containerd.sock
 cfg=$host/etc/containerd/config.toml
@@ -58,8 +59,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 gf=$build/bin/gpufence
 mkdir -p "$host/etc/containerd" "$host/run/containerd" "$host/usr/local/bin" "$host/opt"
 # Two fake GPUs the mock NVML answers for, and driver libraries for the CDI spec to mount.

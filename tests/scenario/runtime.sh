@@ -6,17 +6,18 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 . "$src/scripts/lib/bundle.sh"
 
-skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run runc and mknod"
 command -v runc >/dev/null || skip "runc is not installed (apt-get install runc)"
 command -v busybox >/dev/null || [ -x /bin/busybox ] || skip "busybox-static is not installed"
 
 why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
 case_name=${1:?usage: runtime.sh CASE}
-work=$(mktemp -d /tmp/gpufence-scn-XXXXXX)
+work=$(gf_work_dir gpufence-scn)
 state=$work/state
 ids=()
 cleanup() {
@@ -28,10 +29,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-failures=0
-check() {  # check DESCRIPTION COMMAND...
-  if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi
-}
 # A GPU the container made itself with mknod is denied by the cgroup: either mknod fails (a deny
 # rule with "m") or the open does (default-deny without an allow).
 mknod_denied() { has_line "$1" "/tmp/n0 EPERM" >/dev/null || has_line "$1" "/tmp/n0 MKNOD_EPERM"; }
@@ -40,8 +37,8 @@ has_line() { grep -qxF -- "$2" <<<"$1" || { echo "  expected line '$2' in:"; sed
 node=$work/node
 gf_make_node_root "$node"
 nvml_cfg=$src/tools/mock-nvml/examples/two-rtx3080.json
-GPU0=GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01
-GPU1=GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2
+mapfile -t GPU < <(gf_gpu_uuids)  # the node's GPUs (scripts/lib/bundle.sh)
+GPU0=${GPU[0]} GPU1=${GPU[1]}
 gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
 export MOCK_NVML_CONFIG=$nvml_cfg
 export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml

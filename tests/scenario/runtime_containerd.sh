@@ -9,16 +9,17 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 . "$src/scripts/lib/bundle.sh"
-skip() { echo "SKIP: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd and mknod"
 command -v containerd >/dev/null || skip "containerd is not installed (apt-get install containerd)"
 command -v ctr >/dev/null || skip "ctr is not installed"
 command -v runc >/dev/null || skip "runc is not installed"
 why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
 
-work=$(mktemp -d /tmp/gpufence-rtc-XXXXXX)
+work=$(gf_work_dir gpufence-rtc)
 pid=""
 sock=$work/containerd.sock
 cleanup() {
@@ -29,8 +30,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 
 node=$work/node
 gf_make_node_root "$node"
@@ -59,7 +58,7 @@ case ${1:?usage: runtime_containerd.sh CASE} in
     check "GPU 1 opens" grep -qx "/dev/nvidia1 ENXIO" <<<"$out"
     check "GPU 0 is absent" grep -qx "/dev/nvidia0 ENOENT" <<<"$out"
     check "the control node is there" grep -qx "/dev/nvidiactl ENXIO" <<<"$out"
-    check "env names GPU 1" grep -qx "NVD=GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2" <<<"$out"
+    check "env names GPU 1" grep -qx "NVD=$(gf_gpu_uuids | sed -n 2p)" <<<"$out"
     check "the shim decided from the device specs" grep -q "container=iso1 .*channel=device-specs" "$work/runtime.log"
     [ "$failures" -eq 0 ] || echo "$out"
     ;;

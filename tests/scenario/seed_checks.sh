@@ -13,10 +13,11 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+# shellcheck source=scripts/lib/harness.sh
+. "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
 . "$src/scripts/lib/bundle.sh"
 
-skip() { echo "SKIP: $*"; exit 77; }
 case_name=${1:?usage: seed_checks.sh CASE}
 [ "$(id -u)" = 0 ] || skip "needs root to run runc and mknod"
 [ -x "$build/bin/gpufence-smi" ] || skip "gpufence-smi is not built ($build/bin)"
@@ -26,7 +27,7 @@ if [ "$case_name" != mock-visibility ]; then
   why=$(gf_runc_preflight "$build/bin/gpufence-probe") || skip "$why"
 fi
 
-work=$(mktemp -d /tmp/gpufence-seed-XXXXXX)
+work=$(gf_work_dir gpufence-seed)
 state=$work/state
 ids=()
 bg_pids=()
@@ -41,14 +42,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-failures=0
-check() { if "${@:2}"; then echo "ok   - $1"; else echo "FAIL - $1"; failures=$((failures + 1)); fi; }
 has() { grep -qE -- "$1" <<<"$2" || { echo "  expected /$1/ in:"; sed 's/^/    | /' <<<"$2"; return 1; }; }
 hasnt() { ! grep -qE -- "$1" <<<"$2" || { echo "  unexpected /$1/ in:"; sed 's/^/    | /' <<<"$2"; return 1; }; }
 count_is() { local n; n=$(grep -cE -- "$2" <<<"$3"); [ "$n" = "$1" ] || { echo "  expected $1 lines /$2/, got $n in:"; sed 's/^/    | /' <<<"$3"; return 1; }; }
 
-GPU0=GPU-5a1c0b3e-8f2d-4c6a-9e71-0d3b2a4f6c01
-GPU1=GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2
+mapfile -t GPU < <(gf_gpu_uuids)  # the node's GPUs (scripts/lib/bundle.sh)
+GPU0=${GPU[0]} GPU1=${GPU[1]}
 mock=$build/lib/mock-nvml/default/libnvidia-ml.so.1
 node=$work/node
 gf_make_node_root "$node"
