@@ -10,7 +10,9 @@
 
 #include "common/hostfs.hpp"
 #include "common/log.hpp"
+#include "common/strings.hpp"
 #include "deviceplugin/plugin.hpp"
+#include "distribution/distribution.hpp"
 #include "gpu/nvml_inventory.hpp"
 
 namespace {
@@ -67,8 +69,8 @@ int main(int argc, char** argv) try {
       "gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu (Device Plugin API "
       "v1beta1)"};
   app.add_option("--plugin-dir", opt.plugin_dir,
-                 "Kubelet device plugin directory (microk8s: "
-                 "/var/snap/microk8s/common/var/lib/kubelet/device-plugins)")
+                 "Kubelet device plugin directory (the distributions': " +
+                     join(every_distribution(NodePath::device_plugin_dir), ", ") + ")")
       ->capture_default_str();
   app.add_option("--resource-name", opt.resource_name, "Extended resource to advertise")
       ->capture_default_str();

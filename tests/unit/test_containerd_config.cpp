@@ -255,8 +255,8 @@ TEST(ContainerdSetup, Version3WritesADropInListedInImports) {
 TEST(ContainerdSetup, Microk8sTemplateKeepsPlaceholders) {
   FakeFiles fs;
   SetupOptions opt;
-  opt.flavor = Flavor::microk8s;
-  const std::string path = default_config_path(Flavor::microk8s);
+  opt.distribution = Distribution::microk8s;
+  const std::string path = std::string(distribution_row(Distribution::microk8s).config_input);
   EXPECT_FALSE(plan_containerd_setup(opt, fs.reader())) << "no microk8s: a clear error";
   fs.files[path] = fixture("microk8s-template.toml");
   auto plan = plan_containerd_setup(opt, fs.reader()).value();
@@ -279,7 +279,7 @@ TEST(ContainerdSetup, Microk8sTemplateKeepsPlaceholders) {
 TEST(ContainerdSetup, K3sTemplateBlockIsReplacedNotDuplicated) {
   FakeFiles fs;
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   auto plan = plan_containerd_setup(opt, fs.reader()).value();
   ASSERT_EQ(plan.changes.size(), 1u);
   EXPECT_TRUE(plan.changes[0].new_text.starts_with("{{ template \"base\" . }}"));
@@ -404,10 +404,10 @@ TEST(ContainerdRealConfigs, SetAsDefaultChangesOneLineAndKeepsEveryComment) {
   FakeFiles fs;
   const std::string original = fixture("microk8s-template.toml");
   SetupOptions opt;
-  opt.flavor = Flavor::microk8s;
+  opt.distribution = Distribution::microk8s;
   opt.set_as_default = true;
   opt.node_agents = DefaultForNodeAgents::accept;
-  fs.files[default_config_path(Flavor::microk8s)] = original;
+  fs.files[std::string(distribution_row(Distribution::microk8s).config_input)] = original;
   auto plan = plan_containerd_setup(opt, fs.reader()).value();
   ASSERT_EQ(plan.changes.size(), 1u);
   const auto& text = plan.changes[0].new_text;
@@ -438,8 +438,22 @@ TEST(ContainerdRealConfigs, SetAsDefaultIsRefusedWithoutTheNodeAgentsFlag) {
   EXPECT_EQ(plan.error().code, Errc::invalid_argument);
   EXPECT_NE(plan.error().message.find("device-plugin"), std::string::npos) << "says why";
   EXPECT_NE(plan.error().message.find("--include-node-agents"), std::string::npos);
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   EXPECT_FALSE(plan_containerd_setup(opt, fs.reader())) << "every flavor";
+}
+
+// k0s merges drop-ins from /etc/k0s/containerd.d into the config it generates; setup does not
+// write them yet and says so, rather than editing k0s's managed containerd.toml.
+TEST(ContainerdSetup, K0sIsRefusedNamingItsDropInDirectory) {
+  FakeFiles fs;
+  fs.files["/etc/k0s/containerd.toml"] = "# k0s_managed=true\nversion = 2\n";
+  SetupOptions opt;
+  opt.distribution = Distribution::k0s;
+  auto plan = plan_containerd_setup(opt, fs.reader());
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().code, Errc::unsupported);
+  EXPECT_NE(plan.error().message.find("/etc/k0s/containerd.d"), std::string::npos)
+      << plan.error().message;
 }
 
 TEST(ContainerdRealConfigs, ReRunWithAnotherBinaryReplacesTheHandlerKeepingComments) {
@@ -634,7 +648,7 @@ TEST(ContainerdSetup, Version3AddsItsImportByTextKeepingCommentsByteForByte) {
 TEST(ContainerdK3s, BlockCarriesAnnotationsAndK3sCgroupDriver) {
   FakeFiles fs;
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   fs.files[dir + "/config.toml.tmpl"] = fixture("k3s-config.toml.tmpl");
   auto plan = plan_containerd_setup(opt, fs.reader()).value();
@@ -652,7 +666,7 @@ TEST(ContainerdK3s, BlockCarriesAnnotationsAndK3sCgroupDriver) {
 TEST(ContainerdK3s, Version3TemplateGetsAVersion3Block) {
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   {
     FakeFiles fs;  // config-v3.toml.tmpl present: k3s with containerd 2.x reads it
     fs.files[dir + "/config-v3.toml.tmpl"] = fixture("k3s-config-v3.toml.tmpl");
@@ -681,7 +695,7 @@ TEST(ContainerdK3s, Version3TemplateGetsAVersion3Block) {
 TEST(ContainerdK3s, ARuntimeK3sRendersItselfIsNotDefinedTwice) {
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   auto block_names = [](const std::string& text) {
     auto begin = text.find("gpufence: begin");
     return text.substr(begin);
@@ -871,7 +885,7 @@ TEST(ContainerdRealConfigs, ImplicitDefaultRuntimeOfAVersionlessFileIsInherited)
 TEST(ContainerdK3s, WhatTheNodeRunsDecidesTheTemplateAndItsVersion) {
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   {
     // A base-only template and no rendered config yet: the node's containerd 2.x decides.
     FakeFiles fs;
@@ -971,6 +985,6 @@ TEST(ContainerdNri, Version1AndK3sAreRefusedForNri) {
   auto v1 = plan_containerd_setup(opt, fs.reader());
   ASSERT_FALSE(v1);
   EXPECT_NE(v1.error().message.find("version 1"), std::string::npos) << v1.error().message;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   EXPECT_FALSE(plan_containerd_setup(opt, fs.reader()));
 }
