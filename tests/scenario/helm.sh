@@ -61,8 +61,9 @@ case ${1:?usage: helm.sh CASE} in
     ;;
   paths)
     # distribution -> kubelet dir, containerd config, socket (docs/install.md)
-    # The chart's table itself is checked against the C++ one by test_distribution_table.
+    rows=0
     while read -r d kubelet config socket; do
+      rows=$((rows + 1))
       installer=true
       [ "$config" = - ] && installer=false
       template --set distribution=$d --set installer.enabled=$installer --set doctor.nodeName=n1 > "$work/$d.yaml" || { check "render $d" false; continue; }
@@ -75,13 +76,22 @@ case ${1:?usage: helm.sh CASE} in
         "'--containerd-socket=$socket' in args(one('DaemonSet','gpufence-node-installer'))"
       check "$d: doctor asks the kubelet at its pod-resources socket" assert "$work/$d.yaml" \
         "'--pod-resources-socket=$kubelet/pod-resources/kubelet.sock' in args(one('Job','gpufence-doctor'))"
-    done <<'EOF_TABLE'
-containerd /var/lib/kubelet /etc/containerd/config.toml /run/containerd/containerd.sock
-microk8s /var/snap/microk8s/common/var/lib/kubelet /var/snap/microk8s/current/args/containerd-template.toml /var/snap/microk8s/common/run/containerd.sock
-k3s /var/lib/kubelet /var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl /run/k3s/containerd/containerd.sock
-rke2 /var/lib/kubelet /var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl /run/k3s/containerd/containerd.sock
-k0s /var/lib/k0s/kubelet - -
-EOF_TABLE
+    done < <(python3 - "$chart/templates/_helpers.tpl" <<'PY'
+# The rows of the chart's own gpufence.distributions define (test_distribution_table checks
+# them against the C++ table): name, kubelet dir, containerd config and socket ("-" without
+# the installer).
+import sys, yaml
+text = open(sys.argv[1]).read()
+begin = text.index('{{- define "gpufence.distributions" -}}')
+body = text[text.index("-}}", begin) + 3:text.index("{{- end -}}", begin)]
+for name, d in yaml.safe_load(body).items():
+    if d.get("installer", True):
+        print(name, d["kubeletDir"], d["containerdConfig"], d["containerdSocket"])
+    else:
+        print(name, d["kubeletDir"], "-", "-")
+PY
+)
+    check "the chart's distributions were read ($rows)" test "$rows" -gt 0
     template --set distribution=microk8s --set paths.kubeletDir=/srv/kubelet --set driver.root=/run/nvidia/driver > "$work/o.yaml"
     check "paths.* and driver.root override the distribution's" assert "$work/o.yaml" \
       "hostpaths(one('DaemonSet','gpufence-device-plugin'))['device-plugins'] == '/srv/kubelet/device-plugins'" \
