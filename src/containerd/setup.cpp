@@ -12,6 +12,7 @@
 #include "common/go_match.hpp"
 #include "common/strings.hpp"
 #include "containerd/toml_text.hpp"
+#include "containerd/versions.hpp"
 
 namespace gpufence {
 namespace {
@@ -703,11 +704,12 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
   for (const auto& f : check_containerd_config(cfg, {{}, nullptr, false})) {
     plan.notes.push_back(cat("already in ", path, " (left alone): ", f.summary, "; fix: ", f.fix));
   }
-  // containerd 1.x replaces whole plugin sections from imports, so versions 1-2 are edited in
-  // place; versions 3-4 (containerd 2.x merges imports deeply) get a drop-in.
-  Status st = cfg.version <= 2 || rendered_template
-                  ? plan_in_place(opt, path, cfg, old_text, existing->has_value(), plan)
-                  : plan_drop_in(opt, path, cfg, old_text, existing->has_value(), read, plan);
+  // In place or a drop-in, as the version's row says (containerd/versions.hpp); microk8s's
+  // template always in place.
+  Status st =
+      config_version_row(cfg.version).placement == HandlerPlacement::in_place || rendered_template
+          ? plan_in_place(opt, path, cfg, old_text, existing->has_value(), plan)
+          : plan_drop_in(opt, path, cfg, old_text, existing->has_value(), read, plan);
   if (!st) return std::unexpected(st.error());
   if (rendered_template)
     plan.notes.push_back("restart microk8s to apply: microk8s stop && microk8s start");
@@ -727,9 +729,14 @@ std::optional<int> config_version_of_release(std::string_view release) {
   while (end < rest.size() && rest[end] >= '0' && rest[end] <= '9') ++end;
   auto minor = parse_number<int>(rest.substr(0, end));
   if (!major || !minor) return std::nullopt;
-  if (*major <= 1) return 2;
-  if (*major == 2 && *minor < 3) return 3;
-  return 4;
+  // The newest version a line at or before this release writes; an older release, the oldest.
+  std::optional<int> out;
+  for (const auto& row : config_version_table()) {
+    if (!row.written_from) continue;
+    if (!out || *row.written_from <= std::pair{*major, *minor}) out = row.version;
+    if (*row.written_from > std::pair{*major, *minor}) break;
+  }
+  return out;
 }
 
 std::vector<std::string> choose_backup_paths(const SetupPlan& plan, const HostFs& host) {

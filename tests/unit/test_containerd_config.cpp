@@ -9,6 +9,7 @@
 #include "common/strings.hpp"
 #include "containerd/config.hpp"
 #include "containerd/setup.hpp"
+#include "containerd/versions.hpp"
 #include "support/test_support.hpp"
 
 using namespace gpufence;
@@ -987,4 +988,42 @@ TEST(ContainerdNri, Version1AndK3sAreRefusedForNri) {
   EXPECT_NE(v1.error().message.find("version 1"), std::string::npos) << v1.error().message;
   opt.distribution = Distribution::k3s;
   EXPECT_FALSE(plan_containerd_setup(opt, fs.reader()));
+}
+
+// The per-version row table (containerd/versions.hpp) is what docs/containerd-lines.md and
+// docs/install.md say of each config version, and its readers answer from it.
+TEST(ContainerdVersions, EachRowIsWhatTheDocsSay) {
+  ASSERT_EQ(config_version_table().size(), static_cast<size_t>(kMaxConfigVersion));
+  struct Documented {
+    int version;
+    std::string cri;
+    bool cdi, nri;
+    HandlerPlacement placement;
+  };
+  for (const auto& d : std::vector<Documented>{
+           {1, "cri", false, false, HandlerPlacement::in_place},
+           {2, "io.containerd.grpc.v1.cri", false, false, HandlerPlacement::in_place},
+           {3, "io.containerd.cri.v1.runtime", true, true, HandlerPlacement::drop_in},
+           {4, "io.containerd.cri.v1.runtime", true, true, HandlerPlacement::drop_in}}) {
+    const auto& row = config_version_row(d.version);
+    EXPECT_EQ(row.version, d.version);
+    EXPECT_EQ(row.cri_plugin, d.cri) << d.version;
+    EXPECT_EQ(cri_plugin_name(d.version), d.cri) << d.version;
+    EXPECT_EQ(row.cdi_by_default, d.cdi) << d.version;
+    EXPECT_EQ(row.nri_by_default, d.nri) << d.version;
+    EXPECT_EQ(row.placement, d.placement) << d.version;
+    ContainerdConfig cfg;
+    cfg.version = d.version;
+    EXPECT_EQ(cdi_settings(cfg).enabled, d.cdi) << d.version;
+    EXPECT_EQ(nri_settings(cfg).enabled, d.nri) << d.version;
+  }
+  // `containerd config default` of each line (measured: 1.6.20, 1.7.24, 2.1.9, 2.3.4).
+  EXPECT_EQ(config_version_of_release("1.6.20~ds1"), 2);
+  EXPECT_EQ(config_version_of_release("v1.7.24"), 2);
+  EXPECT_EQ(config_version_of_release("v2.0.4-k3s2"), 3);
+  EXPECT_EQ(config_version_of_release("2.1.9+ds1"), 3);
+  EXPECT_EQ(config_version_of_release("v2.2.0"), 3);
+  EXPECT_EQ(config_version_of_release("v2.3.4"), 4);
+  EXPECT_EQ(config_version_of_release("v0.9.1"), 2);
+  EXPECT_EQ(config_version_of_release("garbage"), std::nullopt);
 }
