@@ -137,11 +137,11 @@ int main(int argc, char** argv) try {
   app.add_option("--log-file", log_file, "Append logs to this file instead of stderr");
   app.add_option("--log-level", log_level, "debug, info, warn, error or off")
       ->capture_default_str();
-  app.footer(
+  app.footer(cat(
       "Example:\n"
       "  gpufence-device-plugin --metrics-address :9400\n"
-      "  (registers nvidia.com/gpu with /var/lib/kubelet/device-plugins/kubelet.sock and serves\n"
-      "   /var/lib/kubelet/device-plugins/gpufence-nvidia-gpu.sock)");
+      "  (registers nvidia.com/gpu with ",
+      opt.plugin_dir, "/kubelet.sock and serves\n   ", opt.plugin_dir, "/", opt.socket_name, ")"));
   CLI11_PARSE(app, argc, argv);
 
   auto level = parse_log_level(log_level);
