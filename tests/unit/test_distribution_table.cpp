@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -142,7 +144,21 @@ TEST(DistributionTable, DetectsK0s) {
 }
 
 // On an rke2 node the doctor judges the config rke2's containerd reads, not containerd's
-// built-in defaults (which have no GPU handler).
+// built-in defaults (which have no GPU handler). Through the binary, as a user runs it.
+namespace {
+nlohmann::json doctor_json(const test::TempDir& root) {
+  auto r = test::run_command({std::string(GPUFENCE_BIN_DIR) + "/gpufence", "--host-root",
+                              root.path().string(), "doctor", "--json"});
+  EXPECT_NE(r.exit_code, 2) << r.err;
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const nlohmann::json::exception& e) {
+    ADD_FAILURE() << e.what() << ": " << r.out << r.err;
+    return {};
+  }
+}
+}  // namespace
+
 TEST(DistributionTable, TheDoctorFindsEachDistributionsContainerdConfig) {
   const std::string handler =
       "version = 2\n"
@@ -152,15 +168,31 @@ TEST(DistributionTable, TheDoctorFindsEachDistributionsContainerdConfig) {
       "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
       "  BinaryName = \"/usr/local/bin/gpufence-runtime\"\n";
   for (const auto& row : distribution_table()) {
-    test::TempDir d;
-    d.write(std::string(row.config_read).substr(1), handler);
-    d.write("usr/local/bin/gpufence-runtime", "");
-    auto snap = gather_snapshot(HostFs(d.path()), nullptr, "no NVML here", GatherOptions{});
-    EXPECT_EQ(snap.containerd_config, row.config_read) << row.name;
-    for (const auto& s : snap.skipped)
-      EXPECT_EQ(s.find("judged containerd's defaults"), std::string::npos) << row.name << ": " << s;
-    for (const auto& f : snap.containerd_findings)
-      EXPECT_NE(f.id, "containerd.handler-missing") << row.name;
+    const std::string config = std::string(row.config_read).substr(1);
+    {
+      test::TempDir d;
+      d.write("proc/.keep", "");
+      d.write(config, handler);
+      d.write("usr/local/bin/gpufence-runtime", "");
+      auto doc = doctor_json(d);
+      for (const auto& s : doc.value("skipped", nlohmann::json::array()))
+        EXPECT_EQ(s.get<std::string>().find("judged containerd's defaults"), std::string::npos)
+            << row.name << ": " << s;
+      for (const auto& f : doc.value("findings", nlohmann::json::array()))
+        EXPECT_NE(f.value("id", ""), "containerd.handler-missing") << row.name;
+    }
+    {
+      // The file it read is the distribution's: a broken one is reported under its path.
+      test::TempDir d;
+      d.write("proc/.keep", "");
+      d.write(config, "version = 2\n[plugins\n");
+      auto doc = doctor_json(d);
+      bool named = false;
+      for (const auto& f : doc.value("findings", nlohmann::json::array()))
+        named |= f.value("id", "") == "containerd.config-unreadable" &&
+                 f.value("evidence", "").find(row.config_read) != std::string::npos;
+      EXPECT_TRUE(named) << row.name << ": " << doc.dump();
+    }
   }
 }
 
