@@ -35,8 +35,8 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
       "doctor",
       "Find and explain every place where GPU allocation and reality differ on this node");
   d->add_option("--pod-resources-socket", args->pod_resources_socket,
-                "Kubelet PodResources socket (default: "
-                "/var/lib/kubelet/pod-resources/kubelet.sock, then microk8s's)");
+                "Kubelet PodResources socket (default: the first found of " +
+                    join(every_distribution(NodePath::pod_resources_socket), ", ") + ")");
   d->add_flag("--probe", args->gather.probe,
               "Measure what each container can open: a helper joins its devices cgroup and opens "
               "each GPU node");
@@ -45,12 +45,14 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
   d->add_option("--handler", args->handlers,
                 "RuntimeClass handler GPU pods use (repeatable; default nvidia)");
   d->add_option("--containerd-config", args->containerd_config,
-                "containerd config to check (default: microk8s, k3s, /etc/containerd)");
+                "containerd config to check (default: the first found of " +
+                    join(every_distribution(NodePath::containerd_config), ", ") + ")");
   d->add_option("--runc-root", args->runc_roots,
                 "Extra runc state root to find bundles in (repeatable)");
   d->add_option("--device-plugin-dir", args->plugin_dirs,
                 "Kubelet device plugin directory: its sockets and the kubelet's device checkpoint "
-                "(repeatable; default /var/lib/kubelet/device-plugins, then microk8s's)");
+                "(repeatable; default: each of " +
+                    join(every_distribution(NodePath::device_plugin_dir), ", ") + ")");
   d->add_option("--resource-name", args->gather.resource_name, "Extended resource of the GPUs")
       ->capture_default_str();
   d->add_option("--kubeconfig", args->kubeconfig,

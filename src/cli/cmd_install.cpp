@@ -51,7 +51,7 @@ struct InstallArgs {
 };
 
 void add_common_flags(CLI::App* c, InstallArgs& a) {
-  c->add_option("--distribution", a.distribution, "auto, containerd, microk8s, k3s or rke2")
+  c->add_option("--distribution", a.distribution, "auto, " + distribution_names())
       ->capture_default_str();
   c->add_option("--containerd-config", a.config,
                 "Host path of the config to edit (default: the distribution's)");

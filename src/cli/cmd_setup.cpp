@@ -11,6 +11,7 @@
 #include "common/process.hpp"
 #include "containerd/config.hpp"
 #include "containerd/setup.hpp"
+#include "distribution/distribution.hpp"
 
 namespace gpufence::cli {
 namespace {
@@ -80,7 +81,7 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
   auto* sc = setup->add_subcommand(
       "containerd", "Add a runtime handler that runs gpufence-runtime to containerd's config");
   sc->add_option("--flavor", args->flavor,
-                 "containerd, microk8s, k3s or rke2 (picks the config file)")
+                 "The distribution, which picks the config file: " + distribution_names())
       ->capture_default_str();
   sc->add_option("--config", args->config, "Config file to edit (default per flavor)");
   sc->add_option("--runtime-name", args->runtime_name, "Handler name (the RuntimeClass's handler)")
@@ -120,7 +121,7 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
   auto check = std::make_shared<CheckArgs>();
   auto* cc = setup->add_subcommand(
       "check-containerd", "Report every problem in a containerd config for GPU pods, with the fix");
-  cc->add_option("--flavor", check->flavor, "containerd, microk8s, k3s or rke2")
+  cc->add_option("--flavor", check->flavor, "The distribution: " + distribution_names())
       ->capture_default_str();
   cc->add_option("--config", check->config, "Config file (default per flavor, under --host-root)");
   cc->add_option("--handler", check->handlers,
@@ -132,7 +133,7 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
       "found, 2 could not read the config.");
 
   Runner run_setup = [args, &ctx] {
-    auto flavor = parse_flavor(args->flavor);
+    auto flavor = parse_distribution(args->flavor);
     if (!flavor) {
       std::cerr << "gpufence setup containerd: " << flavor.error().message << "\n";
       return 2;
@@ -145,7 +146,7 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
       return 2;
     }
     SetupOptions opt;
-    opt.flavor = *flavor;
+    opt.distribution = *flavor;
     opt.config_path = *config;
     opt.runtime_name = args->runtime_name;
     opt.binary = args->binary;
@@ -200,7 +201,7 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
   };
 
   Runner run_check = [check, &ctx] {
-    auto flavor = parse_flavor(check->flavor);
+    auto flavor = parse_distribution(check->flavor);
     if (!flavor) {
       std::cerr << "gpufence setup check-containerd: " << flavor.error().message << "\n";
       return 2;
@@ -211,17 +212,20 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
       std::cerr << "gpufence setup check-containerd: " << config.error().message << "\n";
       return 2;
     }
-    std::string path = config->empty() ? default_config_path(*flavor) : *config;
+    const DistributionRow& row = distribution_row(*flavor);
+    std::string path = config->empty() ? std::string(row.config_input) : *config;
+    // k0s: the drop-in directory is not a config; containerd reads the file k0s generates.
+    if (config->empty() && row.config_source == ConfigSource::drop_in_dir)
+      path = std::string(row.config_read);
     auto text = host.read(path);
     if (!text) {
       std::cerr << "gpufence setup check-containerd: " << text.error().message << "\n";
       return 2;
     }
-    if ((*flavor == Flavor::k3s || *flavor == Flavor::rke2) &&
-        text->find("{{") != std::string::npos) {
+    if (row.config_source == ConfigSource::go_template && text->find("{{") != std::string::npos) {
       std::cerr << "gpufence setup check-containerd: " << path
-                << " is a Go template; check the config k3s renders from it "
-                   "(/var/lib/rancher/k3s/agent/etc/containerd/config.toml)\n";
+                << " is a Go template; check the config " << row.name
+                << " renders from it (--config " << row.config_read << ")\n";
       return 2;
     }
     auto cfg = parse_containerd_config(*text, path);

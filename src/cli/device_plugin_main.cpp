@@ -11,7 +11,9 @@
 #include "common/hostfs.hpp"
 #include "common/http_server.hpp"
 #include "common/log.hpp"
+#include "common/strings.hpp"
 #include "deviceplugin/plugin.hpp"
+#include "distribution/distribution.hpp"
 #include "gpu/nvml_inventory.hpp"
 
 namespace {
@@ -68,8 +70,8 @@ int main(int argc, char** argv) try {
       "gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu (Device Plugin API "
       "v1beta1)"};
   app.add_option("--plugin-dir", opt.plugin_dir,
-                 "Kubelet device plugin directory (microk8s: "
-                 "/var/snap/microk8s/common/var/lib/kubelet/device-plugins)")
+                 "Kubelet device plugin directory (the distributions': " +
+                     join(every_distribution(NodePath::device_plugin_dir), ", ") + ")")
       ->capture_default_str();
   app.add_option("--resource-name", opt.resource_name, "Extended resource to advertise")
       ->capture_default_str();
@@ -136,11 +138,11 @@ int main(int argc, char** argv) try {
   app.add_option("--log-file", log_file, "Append logs to this file instead of stderr");
   app.add_option("--log-level", log_level, "debug, info, warn, error or off")
       ->capture_default_str();
-  app.footer(
+  app.footer(cat(
       "Example:\n"
       "  gpufence-device-plugin --metrics-address :9400\n"
-      "  (registers nvidia.com/gpu with /var/lib/kubelet/device-plugins/kubelet.sock and serves\n"
-      "   /var/lib/kubelet/device-plugins/gpufence-nvidia-gpu.sock)");
+      "  (registers nvidia.com/gpu with ",
+      opt.plugin_dir, "/kubelet.sock and serves\n   ", opt.plugin_dir, "/", opt.socket_name, ")"));
   CLI11_PARSE(app, argc, argv);
 
   auto level = parse_log_level(log_level);

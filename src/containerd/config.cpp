@@ -10,6 +10,7 @@
 #include "cdi/spec_dirs.hpp"
 #include "common/go_match.hpp"
 #include "common/strings.hpp"
+#include "containerd/versions.hpp"
 #include "gpu/wire_contract.hpp"
 
 namespace gpufence {
@@ -49,12 +50,7 @@ void deep_merge(toml::table& to, const toml::table& from) {
 }  // namespace
 
 std::string cri_plugin_name(int version) {
-  if (version <= 1) return "cri";
-  if (version == 2) return "io.containerd.grpc.v1.cri";
-  // Version 4 (containerd 2.3) moved only the server's own settings (grpc, ttrpc, debug,
-  // metrics) into plugins (serviceMigrate, cmd/containerd/server/config/config.go); the CRI
-  // tables keep their version 3 names.
-  return "io.containerd.cri.v1.runtime";
+  return std::string(config_version_row(version).cri_plugin);
 }
 
 std::string runtime_table_name(int version, std::string_view runtime) {
@@ -195,7 +191,7 @@ bool pod_annotation_pattern_admits_cdi(std::string_view pattern) {
 
 CdiSettings cdi_settings(const ContainerdConfig& cfg) {
   CdiSettings out;
-  out.enabled = cfg.version >= 3;  // containerd 2.x turns CDI on by default
+  out.enabled = config_version_row(cfg.version).cdi_by_default;
   const toml::table* cri = table_at(cfg.doc, {"plugins", cri_plugin_name(cfg.version)});
   if (!cri) return out;
   if (auto on = (*cri)["enable_cdi"].value<bool>()) {
@@ -212,7 +208,8 @@ CdiSettings cdi_settings(const ContainerdConfig& cfg) {
 
 NriSettings nri_settings(const ContainerdConfig& cfg, std::optional<int> containerd_major) {
   NriSettings out;
-  out.enabled = containerd_major ? *containerd_major >= 2 : cfg.version >= 3;
+  out.enabled =
+      containerd_major ? *containerd_major >= 2 : config_version_row(cfg.version).nri_by_default;
   const toml::table* nri = table_at(cfg.doc, {"plugins", kNriPlugin});
   if (!nri) return out;
   if (auto off = (*nri)["disable"].value<bool>()) {

@@ -12,6 +12,7 @@
 #include "common/go_match.hpp"
 #include "common/strings.hpp"
 #include "containerd/toml_text.hpp"
+#include "containerd/versions.hpp"
 
 namespace gpufence {
 namespace {
@@ -209,11 +210,6 @@ std::string with_newline(std::string text) {
 
 // ---- k3s / rke2 ----
 
-std::string rancher_dir(Flavor flavor) {
-  return flavor == Flavor::rke2 ? "/var/lib/rancher/rke2/agent/etc/containerd"
-                                : "/var/lib/rancher/k3s/agent/etc/containerd";
-}
-
 // Runtimes k3s renders into its base template by itself when it finds their binary (k3s
 // pkg/agent/containerd/runtimes.go: the PATH and the GPU Operator's toolkit directory).
 struct K3sRuntime {
@@ -285,7 +281,8 @@ std::string k3s_block(int version, const std::string& name, const std::string& b
 Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
                            const IsExecutable& executable) {
   SetupPlan plan;
-  const std::string dir = rancher_dir(opt.flavor);
+  const DistributionRow& row = distribution_row(opt.distribution);
+  const std::string dir(row.config_dir);
   const std::string rendered_path = dir + "/config.toml";
   auto rendered = read(rendered_path);
   if (!rendered) return std::unexpected(rendered.error());
@@ -424,9 +421,7 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
     plan.notes.push_back(cat("k3s: set the default runtime with k3s's own flag, --default-runtime ",
                              name, " (default_runtime_name lives in the base template)"));
   }
-  plan.notes.push_back(opt.flavor == Flavor::rke2
-                           ? "restart rke2 to render the new containerd config"
-                           : "restart k3s to render the new containerd config");
+  plan.notes.push_back(cat("restart ", row.name, " to render the new containerd config"));
   if (text != old_text) plan.changes.push_back({path, existing.has_value(), old_text, text});
   return plan;
 }
@@ -653,28 +648,6 @@ std::string utc_stamp() {
 
 }  // namespace
 
-Result<Flavor> parse_flavor(std::string_view name) {
-  if (name == "containerd") return Flavor::containerd;
-  if (name == "microk8s") return Flavor::microk8s;
-  if (name == "k3s") return Flavor::k3s;
-  if (name == "rke2") return Flavor::rke2;
-  return fail(Errc::invalid_argument, "unknown flavor '", name,
-              "' (containerd, microk8s, k3s, rke2)");
-}
-
-std::string default_config_path(Flavor flavor) {
-  switch (flavor) {
-    case Flavor::containerd:
-      return "/etc/containerd/config.toml";
-    case Flavor::microk8s:
-      return "/var/snap/microk8s/current/args/containerd-template.toml";
-    case Flavor::k3s:
-    case Flavor::rke2:
-      return rancher_dir(flavor) + "/config.toml.tmpl";
-  }
-  return "/etc/containerd/config.toml";
-}
-
 Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile& read,
                                         const IsExecutable& executable) {
   if (opt.set_as_default && opt.node_agents != DefaultForNodeAgents::accept) {
@@ -687,7 +660,13 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
                 " instead; or, if the device plugin and other node agents run with a RuntimeClass "
                 "whose handler is plain runc, add --include-node-agents");
   }
-  if (opt.flavor == Flavor::k3s || opt.flavor == Flavor::rke2) {
+  const DistributionRow& row = distribution_row(opt.distribution);
+  if (row.config_source == ConfigSource::drop_in_dir)
+    return fail(Errc::unsupported, row.name, ": gpufence does not write ", row.name,
+                "'s containerd drop-ins (", row.config_input,
+                "/*.toml) yet; add the handler there by hand (docs/install.md, \"Distributions\"), "
+                "then check it with gpufence doctor");
+  if (row.config_source == ConfigSource::go_template) {
     if (opt.nri.enable || opt.handler == HandlerEdit::skip)
       return fail(Errc::unsupported,
                   "NRI enforcement is not configured on k3s/rke2 by gpufence (their containerd "
@@ -698,14 +677,15 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
   SetupPlan plan;
   plan.handler_name = opt.runtime_name;
   const std::string path =
-      opt.config_path.empty() ? default_config_path(opt.flavor) : opt.config_path;
+      opt.config_path.empty() ? std::string(row.config_input) : opt.config_path;
   plan.config_path = path;
   auto existing = read(path);
   if (!existing) return std::unexpected(existing.error());
   const std::string old_text = existing->value_or("");
-  if (opt.flavor == Flavor::microk8s && !existing->has_value()) {
-    return fail(Errc::not_found, path,
-                " does not exist: is microk8s installed? (--config to point elsewhere)");
+  const bool rendered_template = row.config_source == ConfigSource::template_file;
+  if (rendered_template && !existing->has_value()) {
+    return fail(Errc::not_found, path, " does not exist: is ", row.name,
+                " installed? (--config to point elsewhere)");
   }
   ContainerdConfig cfg;
   if (old_text.empty()) {
@@ -724,13 +704,14 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
   for (const auto& f : check_containerd_config(cfg, {{}, nullptr, false})) {
     plan.notes.push_back(cat("already in ", path, " (left alone): ", f.summary, "; fix: ", f.fix));
   }
-  // containerd 1.x replaces whole plugin sections from imports, so versions 1-2 are edited in
-  // place; versions 3-4 (containerd 2.x merges imports deeply) get a drop-in.
-  Status st = cfg.version <= 2 || opt.flavor == Flavor::microk8s
-                  ? plan_in_place(opt, path, cfg, old_text, existing->has_value(), plan)
-                  : plan_drop_in(opt, path, cfg, old_text, existing->has_value(), read, plan);
+  // In place or a drop-in, as the version's row says (containerd/versions.hpp); microk8s's
+  // template always in place.
+  Status st =
+      config_version_row(cfg.version).placement == HandlerPlacement::in_place || rendered_template
+          ? plan_in_place(opt, path, cfg, old_text, existing->has_value(), plan)
+          : plan_drop_in(opt, path, cfg, old_text, existing->has_value(), read, plan);
   if (!st) return std::unexpected(st.error());
-  if (opt.flavor == Flavor::microk8s)
+  if (rendered_template)
     plan.notes.push_back("restart microk8s to apply: microk8s stop && microk8s start");
   else
     plan.notes.push_back("restart containerd to apply: systemctl restart containerd");
@@ -748,9 +729,14 @@ std::optional<int> config_version_of_release(std::string_view release) {
   while (end < rest.size() && rest[end] >= '0' && rest[end] <= '9') ++end;
   auto minor = parse_number<int>(rest.substr(0, end));
   if (!major || !minor) return std::nullopt;
-  if (*major <= 1) return 2;
-  if (*major == 2 && *minor < 3) return 3;
-  return 4;
+  // The newest version a line at or before this release writes; an older release, the oldest.
+  std::optional<int> out;
+  for (const auto& row : config_version_table()) {
+    if (!row.written_from) continue;
+    if (!out || *row.written_from <= std::pair{*major, *minor}) out = row.version;
+    if (*row.written_from > std::pair{*major, *minor}) break;
+  }
+  return out;
 }
 
 std::vector<std::string> choose_backup_paths(const SetupPlan& plan, const HostFs& host) {

@@ -1,5 +1,6 @@
 // `gpufence setup containerd`: add a runtime handler pointing at gpufence-runtime to a
-// containerd configuration — plain containerd, microk8s's template, or k3s's template.
+// containerd configuration — plain containerd, microk8s's template, or k3s's/rke2's template
+// (where each keeps it: distribution/distribution.hpp).
 #pragma once
 
 #include <optional>
@@ -9,15 +10,9 @@
 #include "common/error.hpp"
 #include "common/hostfs.hpp"
 #include "containerd/config.hpp"
+#include "distribution/distribution.hpp"
 
 namespace gpufence {
-
-enum class Flavor { containerd, microk8s, k3s, rke2 };
-
-Result<Flavor> parse_flavor(std::string_view name);
-// /etc/containerd/config.toml, the microk8s template, or k3s's/rke2's config.toml.tmpl (the
-// planner picks config-v3.toml.tmpl instead where k3s renders version 3).
-std::string default_config_path(Flavor flavor);
 
 // --set-as-default also makes gpufence-runtime the runtime of pods without a runtimeClassName,
 // the node agents' own among them: refused unless the caller says so explicitly.
@@ -38,8 +33,10 @@ struct NriEdit {
 };
 
 struct SetupOptions {
-  Flavor flavor = Flavor::containerd;
-  std::string config_path;  // default_config_path(flavor) when empty
+  // Whose config: the table's config_input is the file edited when config_path is empty (k3s,
+  // rke2: the planner picks config-v3.toml.tmpl instead where k3s renders version 3).
+  Distribution distribution = Distribution::containerd;
+  std::string config_path;
   std::string runtime_name = "nvidia";
   std::string binary = "/usr/local/bin/gpufence-runtime";
   bool set_as_default = false;

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/error.hpp"
+#include "distribution/distribution.hpp"
 #include "gpu/wire_contract.hpp"
 
 namespace gpufence {
@@ -32,7 +33,9 @@ struct HealthOptions {
 };
 
 struct PluginOptions {
-  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  // The kubelet's default root; the chart passes the distribution's
+  // (distribution/distribution.hpp).
+  std::string plugin_dir = device_plugin_dir(distribution_row(Distribution::containerd));
   std::string resource_name = std::string(kGpuResourceName);
   std::string socket_name = "gpufence-nvidia-gpu.sock";
   DeviceIdStrategy id_strategy = DeviceIdStrategy::uuid;

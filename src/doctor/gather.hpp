@@ -10,28 +10,26 @@
 #include <vector>
 
 #include "common/hostfs.hpp"
+#include "distribution/distribution.hpp"
 #include "doctor/snapshot.hpp"
 #include "runtime/config.hpp"
 
 namespace gpufence {
 
+// Where to look, by default wherever any distribution keeps the thing (the first found counts),
+// in the table's detection order (distribution/distribution.hpp).
 struct GatherOptions {
-  std::vector<std::string> pod_resources_sockets = {
-      "/var/lib/kubelet/pod-resources/kubelet.sock",
-      "/var/snap/microk8s/common/var/lib/kubelet/pod-resources/kubelet.sock"};
+  std::vector<std::string> pod_resources_sockets =
+      every_distribution(NodePath::pod_resources_socket);
   bool probe = false;
   std::vector<std::string> app_configs;  // paths inside containers
   std::vector<std::string> handlers = {"nvidia"};
-  std::vector<std::string> containerd_configs = {
-      "/var/snap/microk8s/current/args/containerd.toml",
-      "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "/etc/containerd/config.toml"};
+  std::vector<std::string> containerd_configs = every_distribution(NodePath::containerd_config);
   // Where OCI state lives: containerd's task dirs (bundle = <dir>/<ns>/<id>), runc roots
   // (<root>[/<ns>]/<id>/state.json, bundle in its "bundle=" label).
-  std::vector<std::string> task_dirs = {"/run/containerd/io.containerd.runtime.v2.task"};
+  std::vector<std::string> task_dirs = every_distribution(NodePath::task_dir);
   std::vector<std::string> runc_roots = {"/run/containerd/runc", "/run/runc"};
-  std::vector<std::string> plugin_dirs = {
-      "/var/lib/kubelet/device-plugins",
-      "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"};
+  std::vector<std::string> plugin_dirs = every_distribution(NodePath::device_plugin_dir);
   std::string resource_name = std::string(kGpuResourceName);
   // `gpufence install`'s record: which enforcement (handler, NRI, both) the node was given.
   std::string install_state = "/etc/gpufence/install-state.json";

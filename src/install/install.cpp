@@ -71,10 +71,18 @@ bool find_layout(Run& r) {
     if (!detected) return r.failed("distribution", detected.error().message);
     d = *detected;
   }
+  const DistributionRow& row = distribution_row(d);
+  if (row.config_source == ConfigSource::drop_in_dir)
+    return r.failed("distribution",
+                    cat(row.name, ": install does not write ", row.name, "'s containerd drop-ins (",
+                        row.config_input,
+                        "/*.toml) yet, so nothing was changed; add the handler "
+                        "there by hand (docs/install.md, \"Distributions\") and check it with "
+                        "gpufence doctor"));
   r.layout = layout_for(d, r.env.host);
   if (!r.opt.config_path.empty())
     r.layout.config_path = r.opt.config_path;
-  else if (d == Distribution::k3s || d == Distribution::rke2)
+  else if (row.config_source == ConfigSource::go_template)
     r.layout.config_path.clear();  // the planner picks the template this node's k3s renders
   if (!r.opt.socket.empty()) r.layout.socket = r.opt.socket;
   if (!r.opt.restart_command.empty()) r.layout.restart = r.opt.restart_command;
@@ -305,7 +313,7 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
 
   // The handler in containerd's config, through `setup containerd`'s planner, on host paths.
   SetupOptions so;
-  so.flavor = r.layout.flavor;
+  so.distribution = r.layout.distribution;
   so.config_path = r.layout.config_path;
   so.runtime_name = r.opt.runtime_name;
   so.binary = r.opt.binary.link;  // the host path containerd will exec
@@ -322,9 +330,9 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
           cat("the running containerd is ", *release, " (config version ", *so.node_version, ")"));
   }
   // Where the allocation is enforced: the handler, gpufence-nri, or both (README).
-  auto choice =
-      choose_enforcement(r.opt.enforcement, release_text,
-                         r.layout.flavor == Flavor::k3s || r.layout.flavor == Flavor::rke2);
+  auto choice = choose_enforcement(
+      r.opt.enforcement, release_text,
+      distribution_row(r.layout.distribution).config_source == ConfigSource::go_template);
   if (!choice) return r.failed("enforcement", choice.error().message);
   r.choice = *choice;
   r.report.enforcement = choice->mode;

@@ -53,28 +53,45 @@ case ${1:?usage: helm.sh CASE} in
     for d in containerd microk8s k3s rke2; do
       check "helm lint, distribution=$d" "$helm" lint --strict "$chart" --set distribution=$d --set doctor.nodeName=n1 --set autoscaler.enabled=true
     done
+    check "helm lint, distribution=k0s (no installer)" "$helm" lint --strict "$chart" --set distribution=k0s --set installer.enabled=false --set doctor.nodeName=n1 --set autoscaler.enabled=true
+    out=$(template --set distribution=k0s 2>&1)
+    check "k0s with the installer is refused, saying why" grep -q "distribution k0s: gpufence install does not write its containerd config yet" <<<"$out"
     out=$(template --set distribution=kubeadm 2>&1)
-    check "an unknown distribution is refused, naming the choices" grep -q "distribution must be one of containerd, microk8s, k3s, rke2" <<<"$out"
+    check "an unknown distribution is refused, naming the choices" grep -q "distribution must be one of containerd, k0s, k3s, microk8s, rke2" <<<"$out"
     ;;
   paths)
     # distribution -> kubelet dir, containerd config, socket (docs/install.md)
+    rows=0
     while read -r d kubelet config socket; do
-      template --set distribution=$d --set doctor.nodeName=n1 > "$work/$d.yaml" || { check "render $d" false; continue; }
+      rows=$((rows + 1))
+      installer=true
+      [ "$config" = - ] && installer=false
+      template --set distribution=$d --set installer.enabled=$installer --set doctor.nodeName=n1 > "$work/$d.yaml" || { check "render $d" false; continue; }
       check "$d: device plugin registers under $kubelet" assert "$work/$d.yaml" \
         "hostpaths(one('DaemonSet','gpufence-device-plugin'))['device-plugins'] == '$kubelet/device-plugins'" \
         "'--plugin-dir=/var/lib/kubelet/device-plugins' in args(one('DaemonSet','gpufence-device-plugin'))"
-      check "$d: installer edits $config and verifies on $socket" assert "$work/$d.yaml" \
+      [ $installer = true ] && check "$d: installer edits $config and verifies on $socket" assert "$work/$d.yaml" \
         "'--distribution=$d' in args(one('DaemonSet','gpufence-node-installer'))" \
         "'--containerd-config=$config' in args(one('DaemonSet','gpufence-node-installer'))" \
         "'--containerd-socket=$socket' in args(one('DaemonSet','gpufence-node-installer'))"
       check "$d: doctor asks the kubelet at its pod-resources socket" assert "$work/$d.yaml" \
         "'--pod-resources-socket=$kubelet/pod-resources/kubelet.sock' in args(one('Job','gpufence-doctor'))"
-    done <<'EOF_TABLE'
-containerd /var/lib/kubelet /etc/containerd/config.toml /run/containerd/containerd.sock
-microk8s /var/snap/microk8s/common/var/lib/kubelet /var/snap/microk8s/current/args/containerd-template.toml /var/snap/microk8s/common/run/containerd.sock
-k3s /var/lib/kubelet /var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl /run/k3s/containerd/containerd.sock
-rke2 /var/lib/kubelet /var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl /run/k3s/containerd/containerd.sock
-EOF_TABLE
+    done < <(python3 - "$chart/templates/_helpers.tpl" <<'PY'
+# The rows of the chart's own gpufence.distributions define (test_distribution_table checks
+# them against the C++ table): name, kubelet dir, containerd config and socket ("-" without
+# the installer).
+import sys, yaml
+text = open(sys.argv[1]).read()
+begin = text.index('{{- define "gpufence.distributions" -}}')
+body = text[text.index("-}}", begin) + 3:text.index("{{- end -}}", begin)]
+for name, d in yaml.safe_load(body).items():
+    if d.get("installer", True):
+        print(name, d["kubeletDir"], d["containerdConfig"], d["containerdSocket"])
+    else:
+        print(name, d["kubeletDir"], "-", "-")
+PY
+)
+    check "the chart's distributions were read ($rows)" test "$rows" -gt 0
     template --set distribution=microk8s --set paths.kubeletDir=/srv/kubelet --set driver.root=/run/nvidia/driver > "$work/o.yaml"
     check "paths.* and driver.root override the distribution's" assert "$work/o.yaml" \
       "hostpaths(one('DaemonSet','gpufence-device-plugin'))['device-plugins'] == '/srv/kubelet/device-plugins'" \

@@ -9,6 +9,7 @@
 #include "common/strings.hpp"
 #include "containerd/config.hpp"
 #include "containerd/setup.hpp"
+#include "containerd/versions.hpp"
 #include "support/test_support.hpp"
 
 using namespace gpufence;
@@ -308,8 +309,8 @@ TEST(ContainerdSetup, Version3WritesADropInListedInImports) {
 TEST(ContainerdSetup, Microk8sTemplateKeepsPlaceholders) {
   FakeFiles fs;
   SetupOptions opt;
-  opt.flavor = Flavor::microk8s;
-  const std::string path = default_config_path(Flavor::microk8s);
+  opt.distribution = Distribution::microk8s;
+  const std::string path = std::string(distribution_row(Distribution::microk8s).config_input);
   EXPECT_FALSE(plan_containerd_setup(opt, fs.reader())) << "no microk8s: a clear error";
   fs.files[path] = fixture("microk8s-template.toml");
   auto plan = plan_containerd_setup(opt, fs.reader()).value();
@@ -332,7 +333,7 @@ TEST(ContainerdSetup, Microk8sTemplateKeepsPlaceholders) {
 TEST(ContainerdSetup, K3sTemplateBlockIsReplacedNotDuplicated) {
   FakeFiles fs;
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   auto plan = plan_containerd_setup(opt, fs.reader()).value();
   ASSERT_EQ(plan.changes.size(), 1u);
   EXPECT_TRUE(plan.changes[0].new_text.starts_with("{{ template \"base\" . }}"));
@@ -457,10 +458,10 @@ TEST(ContainerdRealConfigs, SetAsDefaultChangesOneLineAndKeepsEveryComment) {
   FakeFiles fs;
   const std::string original = fixture("microk8s-template.toml");
   SetupOptions opt;
-  opt.flavor = Flavor::microk8s;
+  opt.distribution = Distribution::microk8s;
   opt.set_as_default = true;
   opt.node_agents = DefaultForNodeAgents::accept;
-  fs.files[default_config_path(Flavor::microk8s)] = original;
+  fs.files[std::string(distribution_row(Distribution::microk8s).config_input)] = original;
   auto plan = plan_containerd_setup(opt, fs.reader()).value();
   ASSERT_EQ(plan.changes.size(), 1u);
   const auto& text = plan.changes[0].new_text;
@@ -491,8 +492,22 @@ TEST(ContainerdRealConfigs, SetAsDefaultIsRefusedWithoutTheNodeAgentsFlag) {
   EXPECT_EQ(plan.error().code, Errc::invalid_argument);
   EXPECT_NE(plan.error().message.find("device-plugin"), std::string::npos) << "says why";
   EXPECT_NE(plan.error().message.find("--include-node-agents"), std::string::npos);
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   EXPECT_FALSE(plan_containerd_setup(opt, fs.reader())) << "every flavor";
+}
+
+// k0s merges drop-ins from /etc/k0s/containerd.d into the config it generates; setup does not
+// write them yet and says so, rather than editing k0s's managed containerd.toml.
+TEST(ContainerdSetup, K0sIsRefusedNamingItsDropInDirectory) {
+  FakeFiles fs;
+  fs.files["/etc/k0s/containerd.toml"] = "# k0s_managed=true\nversion = 2\n";
+  SetupOptions opt;
+  opt.distribution = Distribution::k0s;
+  auto plan = plan_containerd_setup(opt, fs.reader());
+  ASSERT_FALSE(plan);
+  EXPECT_EQ(plan.error().code, Errc::unsupported);
+  EXPECT_NE(plan.error().message.find("/etc/k0s/containerd.d"), std::string::npos)
+      << plan.error().message;
 }
 
 TEST(ContainerdRealConfigs, ReRunWithAnotherBinaryReplacesTheHandlerKeepingComments) {
@@ -687,7 +702,7 @@ TEST(ContainerdSetup, Version3AddsItsImportByTextKeepingCommentsByteForByte) {
 TEST(ContainerdK3s, BlockCarriesAnnotationsAndK3sCgroupDriver) {
   FakeFiles fs;
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   fs.files[dir + "/config.toml.tmpl"] = fixture("k3s-config.toml.tmpl");
   auto plan = plan_containerd_setup(opt, fs.reader()).value();
@@ -705,7 +720,7 @@ TEST(ContainerdK3s, BlockCarriesAnnotationsAndK3sCgroupDriver) {
 TEST(ContainerdK3s, Version3TemplateGetsAVersion3Block) {
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   {
     FakeFiles fs;  // config-v3.toml.tmpl present: k3s with containerd 2.x reads it
     fs.files[dir + "/config-v3.toml.tmpl"] = fixture("k3s-config-v3.toml.tmpl");
@@ -734,7 +749,7 @@ TEST(ContainerdK3s, Version3TemplateGetsAVersion3Block) {
 TEST(ContainerdK3s, ARuntimeK3sRendersItselfIsNotDefinedTwice) {
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   auto block_names = [](const std::string& text) {
     auto begin = text.find("gpufence: begin");
     return text.substr(begin);
@@ -924,7 +939,7 @@ TEST(ContainerdRealConfigs, ImplicitDefaultRuntimeOfAVersionlessFileIsInherited)
 TEST(ContainerdK3s, WhatTheNodeRunsDecidesTheTemplateAndItsVersion) {
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   SetupOptions opt;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   {
     // A base-only template and no rendered config yet: the node's containerd 2.x decides.
     FakeFiles fs;
@@ -1024,6 +1039,44 @@ TEST(ContainerdNri, Version1AndK3sAreRefusedForNri) {
   auto v1 = plan_containerd_setup(opt, fs.reader());
   ASSERT_FALSE(v1);
   EXPECT_NE(v1.error().message.find("version 1"), std::string::npos) << v1.error().message;
-  opt.flavor = Flavor::k3s;
+  opt.distribution = Distribution::k3s;
   EXPECT_FALSE(plan_containerd_setup(opt, fs.reader()));
+}
+
+// The per-version row table (containerd/versions.hpp) is what docs/containerd-lines.md and
+// docs/install.md say of each config version, and its readers answer from it.
+TEST(ContainerdVersions, EachRowIsWhatTheDocsSay) {
+  ASSERT_EQ(config_version_table().size(), static_cast<size_t>(kMaxConfigVersion));
+  struct Documented {
+    int version;
+    std::string cri;
+    bool cdi, nri;
+    HandlerPlacement placement;
+  };
+  for (const auto& d : std::vector<Documented>{
+           {1, "cri", false, false, HandlerPlacement::in_place},
+           {2, "io.containerd.grpc.v1.cri", false, false, HandlerPlacement::in_place},
+           {3, "io.containerd.cri.v1.runtime", true, true, HandlerPlacement::drop_in},
+           {4, "io.containerd.cri.v1.runtime", true, true, HandlerPlacement::drop_in}}) {
+    const auto& row = config_version_row(d.version);
+    EXPECT_EQ(row.version, d.version);
+    EXPECT_EQ(row.cri_plugin, d.cri) << d.version;
+    EXPECT_EQ(cri_plugin_name(d.version), d.cri) << d.version;
+    EXPECT_EQ(row.cdi_by_default, d.cdi) << d.version;
+    EXPECT_EQ(row.nri_by_default, d.nri) << d.version;
+    EXPECT_EQ(row.placement, d.placement) << d.version;
+    ContainerdConfig cfg;
+    cfg.version = d.version;
+    EXPECT_EQ(cdi_settings(cfg).enabled, d.cdi) << d.version;
+    EXPECT_EQ(nri_settings(cfg).enabled, d.nri) << d.version;
+  }
+  // `containerd config default` of each line (measured: 1.6.20, 1.7.24, 2.1.9, 2.3.4).
+  EXPECT_EQ(config_version_of_release("1.6.20~ds1"), 2);
+  EXPECT_EQ(config_version_of_release("v1.7.24"), 2);
+  EXPECT_EQ(config_version_of_release("v2.0.4-k3s2"), 3);
+  EXPECT_EQ(config_version_of_release("2.1.9+ds1"), 3);
+  EXPECT_EQ(config_version_of_release("v2.2.0"), 3);
+  EXPECT_EQ(config_version_of_release("v2.3.4"), 4);
+  EXPECT_EQ(config_version_of_release("v0.9.1"), 2);
+  EXPECT_EQ(config_version_of_release("garbage"), std::nullopt);
 }

@@ -14,6 +14,7 @@
 
 #include "common/file.hpp"
 #include "containerd/config.hpp"
+#include "containerd/setup.hpp"
 #include "install/install.hpp"
 #include "install/state.hpp"
 #include "support/test_support.hpp"
@@ -272,6 +273,24 @@ TEST(InstallLayout, PathsAndRestartPerDistribution) {
   EXPECT_EQ(rke2.config_path, "/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl");
   EXPECT_EQ(layout_for(Distribution::containerd, host).restart,
             (std::vector<std::string>{"systemctl", "restart", "containerd"}));
+}
+
+// k0s: its paths are known (the doctor reads them), but install does not write k0s's
+// containerd.d drop-ins yet: it stops at its first step, before anything on the host changes.
+TEST(InstallLayout, K0sIsRefusedBeforeAnythingChanges) {
+  Node n;
+  const std::string config =
+      "# k0s_managed=true\nversion = 2\nimports = [\"/run/k0s/containerd-cri.toml\"]\n";
+  n.dir.write("host/etc/k0s/containerd.toml", config);
+  n.start_containerd("/etc/k0s/containerd.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("k0s"), std::string::npos) << *report.failure;
+  EXPECT_NE(report.failure->find("/etc/k0s/containerd.d"), std::string::npos) << *report.failure;
+  EXPECT_FALSE(report.changed_anything());
+  EXPECT_FALSE(fs::exists(n.host / "usr/local/bin/gpufence-runtime"));
+  EXPECT_FALSE(fs::exists(n.host / "etc/k0s/containerd.d"));
+  EXPECT_EQ(slurp(n.host / "etc/k0s/containerd.toml"), config);
 }
 
 TEST(InstallFlow, PlainContainerdInstallsRestartsOnceAndVerifies) {

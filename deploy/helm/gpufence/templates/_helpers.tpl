@@ -1,4 +1,5 @@
-{{/* Paths per distribution (docs/install.md has the sources). */}}
+{{/* Paths per distribution: the C++ table's (src/distribution/distribution.cpp; sources in
+docs/install.md). test_distribution_table fails when they differ. */}}
 {{- define "gpufence.distributions" -}}
 containerd:
   kubeletDir: /var/lib/kubelet
@@ -16,6 +17,11 @@ rke2:
   kubeletDir: /var/lib/kubelet
   containerdConfig: /var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl
   containerdSocket: /run/k3s/containerd/containerd.sock
+k0s:
+  kubeletDir: /var/lib/k0s/kubelet
+  containerdConfig: /etc/k0s/containerd.d
+  containerdSocket: /run/k0s/containerd.sock
+  installer: false
 {{- end -}}
 
 {{/* gpufence.path KEY: the value from .Values.paths, else the distribution's. */}}
@@ -23,9 +29,16 @@ rke2:
 {{- $all := include "gpufence.distributions" .root | fromYaml -}}
 {{- $d := index $all .root.Values.distribution -}}
 {{- if not $d -}}
-{{- fail (printf "distribution must be one of containerd, microk8s, k3s, rke2 (got %q)" .root.Values.distribution) -}}
+{{- fail (printf "distribution must be one of %s (got %q)" (keys $all | sortAlpha | join ", ") .root.Values.distribution) -}}
 {{- end -}}
 {{- default (index $d .key) (index .root.Values.paths .key) -}}
+{{- end -}}
+
+{{/* gpufence.installerSupported: "true" unless the distribution's row says installer: false. */}}
+{{- define "gpufence.installerSupported" -}}
+{{- $all := include "gpufence.distributions" . | fromYaml -}}
+{{- $d := index $all .Values.distribution | default dict -}}
+{{- ne (toString (index $d "installer")) "false" -}}
 {{- end -}}
 
 {{- define "gpufence.image" -}}
