@@ -33,9 +33,9 @@ std::string sibling(const std::string& name) {
 
 struct InstallArgs {
   std::string distribution = "auto", config, socket, restart_command, host_exec = "auto",
-              runtime_name = "nvidia", runtime_source = sibling("gpufence-runtime"),
-              nri_source = sibling("gpufence-nri"), nri_link = "/usr/local/bin/gpufence-nri",
-              nri_plugin_path = "/opt/nri/plugins",
+              runtime_name = std::string(kDefaultHandlerName),
+              runtime_source = sibling("gpufence-runtime"), nri_source = sibling("gpufence-nri"),
+              nri_link = "/usr/local/bin/gpufence-nri", nri_plugin_path = "/opt/nri/plugins",
               runtime_link = "/usr/local/bin/gpufence-runtime",
               versions_dir = "/usr/local/lib/gpufence",
               runtime_config = "/etc/gpufence/runtime.toml",

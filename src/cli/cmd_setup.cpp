@@ -27,15 +27,6 @@ std::string installed_runtime() {
   return "/usr/local/bin/gpufence-runtime";
 }
 
-void print_findings(const std::vector<Finding>& findings, std::ostream& out) {
-  for (const auto& f : findings) {
-    out << severity_name(f.severity) << ": " << f.summary << "\n"
-        << "  id:       " << f.id << "\n"
-        << "  evidence: " << f.evidence << "\n"
-        << "  fix:      " << f.fix << "\n";
-  }
-}
-
 // A --config/--drop-in path as a host path: relative ones are taken from the current directory
 // (not from "/"); under another --host-root only absolute host paths make sense.
 Result<std::string> host_path_arg(const std::string& value, const std::string& flag,
@@ -72,7 +63,7 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
 
   // gpufence setup containerd
   struct SetupArgs {
-    std::string flavor = "containerd", config, runtime_name = "nvidia",
+    std::string flavor = "containerd", config, runtime_name = std::string(kDefaultHandlerName),
                 binary = installed_runtime(), drop_in;
     bool set_as_default = false, include_node_agents = false, dry_run = false;
     int version = 0;
@@ -252,7 +243,7 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
     } else if (findings.empty()) {
       std::cout << path << ": no problems found for handler(s) " << opt.handlers.front() << "\n";
     } else {
-      print_findings(findings, std::cout);
+      std::cout << findings_text(findings);
     }
     return has_errors(findings) ? 1 : 0;
   };

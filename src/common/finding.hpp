@@ -30,6 +30,16 @@ struct Finding {
   std::string fix;       // the exact change to make
 };
 
+// One finding as the text reports print it (the doctor's, check-containerd's), every field escaped
+// (common/escape.hpp: a config value or a pod's bytes are data, never terminal control):
+//   - [id] summary
+//       evidence: ...
+//       fix:      ...
+std::string finding_text(const Finding& f);
+// Every finding, grouped under "ERRORS:", "WARNINGS:", "INFO:" (each group followed by a blank
+// line); "" for none.
+std::string findings_text(const std::vector<Finding>& findings);
+
 inline bool has_errors(const std::vector<Finding>& findings) {
   for (const auto& f : findings) {
     if (f.severity == Severity::error) return true;

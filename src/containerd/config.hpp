@@ -118,9 +118,14 @@ Result<ContainerdConfig> merge_imports(
 // merge_imports with files read, and import globs expanded, under a HostFs root.
 Result<ContainerdConfig> merge_imports_from_host(const ContainerdConfig& main, const HostFs& host);
 
+// The CRI runtime handler gpufence installs and RuntimeClasses name unless told otherwise:
+// "nvidia", the name GPU Operator's RuntimeClass and NVIDIA's docs use, so pods that name it keep
+// working.
+inline constexpr std::string_view kDefaultHandlerName = "nvidia";
+
 struct ContainerdCheckOptions {
-  std::vector<std::string> handlers = {"nvidia"};  // names RuntimeClasses use
-  const HostFs* host = nullptr;                    // to check BinaryName; skipped when null
+  std::vector<std::string> handlers = {std::string(kDefaultHandlerName)};  // RuntimeClasses' names
+  const HostFs* host = nullptr;  // to check BinaryName; skipped when null
   bool expect_gpufence = false;  // warn when a handler is not wired to a GPU runtime
 };
 

@@ -37,7 +37,7 @@ struct SetupOptions {
   // rke2: the planner picks config-v3.toml.tmpl instead where k3s renders version 3).
   Distribution distribution = Distribution::containerd;
   std::string config_path;
-  std::string runtime_name = "nvidia";
+  std::string runtime_name = std::string(kDefaultHandlerName);
   std::string binary = "/usr/local/bin/gpufence-runtime";
   bool set_as_default = false;
   DefaultForNodeAgents node_agents = DefaultForNodeAgents::refuse;

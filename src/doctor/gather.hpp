@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/hostfs.hpp"
+#include "containerd/config.hpp"
 #include "distribution/distribution.hpp"
 #include "doctor/snapshot.hpp"
 #include "runtime/config.hpp"
@@ -23,7 +24,7 @@ struct GatherOptions {
       every_distribution(NodePath::pod_resources_socket);
   bool probe = false;
   std::vector<std::string> app_configs;  // paths inside containers
-  std::vector<std::string> handlers = {"nvidia"};
+  std::vector<std::string> handlers = {std::string(kDefaultHandlerName)};
   std::vector<std::string> containerd_configs = every_distribution(NodePath::containerd_config);
   // Where OCI state lives: containerd's task dirs (bundle = <dir>/<ns>/<id>), runc roots
   // (<root>[/<ns>]/<id>/state.json, bundle in its "bundle=" label).

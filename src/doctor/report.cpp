@@ -79,23 +79,7 @@ std::string render_doctor_text(const Snapshot& s, const std::vector<Finding>& fi
                ")\n");
   }
   out += "\n";
-  for (Severity sev : {Severity::error, Severity::warning, Severity::info}) {
-    bool header = false;
-    for (const auto& f : findings) {
-      if (f.severity != sev) continue;
-      if (!header) {
-        out += cat(sev == Severity::error     ? "ERRORS"
-                   : sev == Severity::warning ? "WARNINGS"
-                                              : "INFO",
-                   ":\n");
-        header = true;
-      }
-      out += cat("- [", printable(f.id), "] ", printable(f.summary),
-                 "\n    evidence: ", printable(f.evidence), "\n    fix:      ", printable(f.fix),
-                 "\n");
-    }
-    if (header) out += "\n";
-  }
+  out += findings_text(findings);
   if (findings.empty()) {
     out += unverified ? "No problems found: allocation and the devices rules agree (not observed: "
                         "`gpufence doctor --probe` opens them).\n\n"

@@ -13,6 +13,7 @@
 
 #include "common/error.hpp"
 #include "common/hostfs.hpp"
+#include "containerd/config.hpp"
 #include "install/binary.hpp"
 #include "install/enforcement.hpp"
 #include "install/layout.hpp"
@@ -29,7 +30,7 @@ struct InstallOptions {
   std::vector<std::string> restart_command;  // the distribution's when empty
   HostExec host_exec = HostExec::direct;
   int host_pid = 1;  // nsenter's target: a process in the host's namespaces
-  std::string runtime_name = "nvidia";
+  std::string runtime_name = std::string(kDefaultHandlerName);
   std::optional<int> config_version;  // for a new config (setup's --config-version)
   BinaryInstallOptions binary;
   std::string runtime_config = "/etc/gpufence/runtime.toml";

@@ -99,7 +99,7 @@ case ${1:?usage: containerd.sh CASE} in
     rc=$?
     check "check-containerd exits 1" test "$rc" = 1
     for id in runtime-under-v1-linux runtime-engine-ignored unknown-runc-option handler-missing; do
-      check "check-containerd names $id" grep -q "id:       containerd.$id" <<<"$out"
+      check "check-containerd names $id" grep -qF "[containerd.$id]" <<<"$out"
     done
     check "gpufence setup containerd repairs it" "$gf" setup containerd --config "$work/config.toml" --binary "$build/bin/gpufence-runtime"
     check "containerd starts with the repaired config" start_containerd "$work/config.toml"

@@ -99,17 +99,24 @@ TEST_F(DoctorGather, ThePodResourcesAnswerDecidesTheAllocationFindings) {
 TEST_F(DoctorGather, AnUnreachableKubeletIsSkippedAndTheNextSocketAsked) {
   m_node->write(kSocket, "");
   m_node->write(kMicrok8sSocket, "");
-  m_kubelet.answers.emplace(socket(kSocket),
-                            fail(Errc::rpc, "PodResources List on ", socket(kSocket),
-                                 ": failed to connect to all addresses"));
+  // The defaults are asked in the distribution table's order: `first`, then `next`.
+  const auto order = GatherOptions{}.pod_resources_sockets;
+  const auto at = [&](std::string_view rel) {
+    return std::find(order.begin(), order.end(), "/" + std::string(rel)) - order.begin();
+  };
+  ASSERT_LT(at(kSocket), static_cast<long>(order.size()));
+  ASSERT_LT(at(kMicrok8sSocket), static_cast<long>(order.size()));
+  const char* first = at(kSocket) < at(kMicrok8sSocket) ? kSocket : kMicrok8sSocket;
+  const char* next = first == kSocket ? kMicrok8sSocket : kSocket;
+  m_kubelet.answers.emplace(socket(first), fail(Errc::rpc, "PodResources List on ", socket(first),
+                                                ": failed to connect to all addresses"));
   auto snap = gather();
-  EXPECT_EQ(m_kubelet.asked.size(), 2u) << "the microk8s socket is asked after the first fails";
+  EXPECT_EQ(m_kubelet.asked.size(), 2u) << "the next socket is asked after the first fails";
   EXPECT_FALSE(snap.allocations.has_value());
   EXPECT_FALSE(snap.allocatable.has_value());
   // The last socket's reason is the one given, and the allocation checks say they were skipped.
   auto skipped = join(snap.skipped, "\n");
-  EXPECT_NE(skipped.find("kubelet: no answer for " + socket(kMicrok8sSocket) +
-                         "; allocation checks skipped"),
+  EXPECT_NE(skipped.find("kubelet: no answer for " + socket(next) + "; allocation checks skipped"),
             std::string::npos)
       << skipped;
   // What needs no allocation is still gathered and judged; what does is not guessed.
@@ -120,9 +127,9 @@ TEST_F(DoctorGather, AnUnreachableKubeletIsSkippedAndTheNextSocketAsked) {
   EXPECT_EQ(std::count(findings.begin(), findings.end(), "gpu.open-unallocated"), 0)
       << "no allocation is known, so none is judged";
 
-  // The microk8s kubelet answers: its view is used and nothing about the kubelet is skipped.
+  // The next kubelet answers: its view is used and nothing about the kubelet is skipped.
   const auto uuid0 = m_inv.list[0].uuid;
-  m_kubelet.answers.emplace(socket(kMicrok8sSocket), allocated({uuid0}, {uuid0}));
+  m_kubelet.answers.emplace(socket(next), allocated({uuid0}, {uuid0}));
   m_kubelet.asked.clear();
   snap = gather();
   EXPECT_EQ(m_kubelet.asked.size(), 2u);

@@ -1,0 +1,32 @@
+#include "common/finding.hpp"
+
+#include "common/escape.hpp"
+
+namespace gpufence {
+
+std::string finding_text(const Finding& f) {
+  return "- [" + escape_text(f.id) + "] " + escape_text(f.summary) +
+         "\n    evidence: " + escape_text(f.evidence) + "\n    fix:      " + escape_text(f.fix) +
+         "\n";
+}
+
+std::string findings_text(const std::vector<Finding>& findings) {
+  std::string out;
+  for (Severity sev : {Severity::error, Severity::warning, Severity::info}) {
+    bool header = false;
+    for (const auto& f : findings) {
+      if (f.severity != sev) continue;
+      if (!header) {
+        out += sev == Severity::error     ? "ERRORS:\n"
+               : sev == Severity::warning ? "WARNINGS:\n"
+                                          : "INFO:\n";
+        header = true;
+      }
+      out += finding_text(f);
+    }
+    if (header) out += "\n";
+  }
+  return out;
+}
+
+}  // namespace gpufence
