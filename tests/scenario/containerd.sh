@@ -186,7 +186,7 @@ case ${1:?usage: containerd.sh CASE} in
     awk '/runtimes\.nvidia\]$/{on=1; print; next} /^\[/{on=0} on && /pod_annotations = \[\]/{sub(/\[\]/, "[\"cdi.k8s.io/*\"]")} {print}' "$work/containerd-1.6-config-default.toml" > "$work/podann.toml"
     out=$("$gf" setup check-containerd --config "$work/podann.toml")
     check "pod_annotations admitting cdi.k8s.io/: check-containerd exits 1" test $? = 1
-    check "and names it" grep -q 'id:       containerd.pod-annotations-cdi' <<<"$out"
+    check "and names it" grep -qF '[containerd.pod-annotations-cdi]' <<<"$out"
     ;;
   file-safety)
     # The user's file is never lost.
