@@ -346,7 +346,7 @@ Snapshot gather_snapshot(const HostFs& host, GpuInventory* inventory,
     if (auto status = proc->read("status")) {
       c.cap_bnd = status_caps(*status, "CapBnd");
       c.cap_eff = status_caps(*status, "CapEff");
-      if (c.cap_bnd) c.privileged = (*c.cap_bnd >> kCapSysAdmin) & 1;
+      if (c.cap_bnd) c.has_cap_sys_admin = (*c.cap_bnd >> kCapSysAdmin) & 1;
     }
     if (auto ns = proc->link("ns/pid"); ns && host_pid_ns) {
       c.host_pid = *ns == *host_pid_ns;

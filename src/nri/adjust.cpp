@@ -339,7 +339,7 @@ Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Cont
                           removed.empty() ? std::string("the device rules")
                                           : cat("nodes ", join(removed, ","), " and the rules"),
                           " stay as the runtime made them");
-    if (!out.shim.privileged) return fail(Errc::denied, where, ": ", gap);
+    if (!out.shim.admits_all_devices) return fail(Errc::denied, where, ": ", gap);
     out.gaps.push_back(gap);
   }
   return out;
@@ -482,7 +482,7 @@ Result<api::ContainerAdjustment> GpufenceHandler::create_container(
                   {"pod", cat(pod.namespace_(), "/", pod.name())},
                   {"name", container.name()},
                   {"channel", std::string(channel_name(d.channel))},
-                  {"privileged", d.privileged ? "true" : "false"},
+                  {"privileged", d.admits_all_devices ? "true" : "false"},
                   {"passthrough", d.passthrough ? "true" : "false"},
                   {"granted", join(d.granted, ",")},
                   {"removed", join(d.removed_nodes, ",")},
