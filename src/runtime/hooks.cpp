@@ -159,12 +159,6 @@ Result<HookContainer> container_from_state(std::string_view state_json) {
   return out;
 }
 
-Result<std::filesystem::path> rootfs_from_state(std::string_view state_json) {
-  auto c = container_from_state(state_json);
-  if (!c) return std::unexpected(c.error());
-  return c->rootfs;
-}
-
 Status check_cgroup_mounts(const HookContainer& container, const std::string& mountinfo_path) {
   // mountinfo names mount points by their real paths; runc binds the root onto itself there.
   char real[PATH_MAX];

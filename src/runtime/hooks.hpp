@@ -23,9 +23,6 @@ struct HookContainer {
 };
 Result<HookContainer> container_from_state(std::string_view state_json);
 
-// The container's root filesystem (absolute) from its OCI state: bundle + config.json root.path.
-Result<std::filesystem::path> rootfs_from_state(std::string_view state_json);
-
 // The createContainer hook `cgroup-mounts`: check_container_cgroup_mounts over the hook's own
 // mount table (the container's), so what runc actually mounted is judged, not a path read before.
 Status check_cgroup_mounts(const HookContainer& container,
