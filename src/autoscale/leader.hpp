@@ -31,7 +31,6 @@ class LeaderElector {
   // Gives the Lease up (holderIdentity emptied), so a peer takes over at once instead of after
   // the lease duration. Only when this replica holds it.
   Status release();
-  bool is_leader() const { return m_leader; }
   const std::string& holder() const { return m_holder; }  // as last seen
   std::string path() const;
 

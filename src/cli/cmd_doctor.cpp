@@ -82,18 +82,13 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
              if (!args->pod_resources_socket.empty())
                opt.pod_resources_sockets = {args->pod_resources_socket};
              if (!args->containerd_config.empty()) {
-               std::string cfg = args->containerd_config;
-               if (!std::filesystem::path(cfg).is_absolute()) {
-                 // A relative path is the user's current directory, not "/" (only without
-                 // --host-root: there the path must be the host's, absolute).
-                 if (std::filesystem::path(ctx.host_root) != "/") {
-                   std::cerr << "gpufence doctor: --containerd-config " << cfg
-                             << " is relative: with --host-root, give the host path\n";
-                   return 2;
-                 }
-                 cfg = std::filesystem::absolute(cfg).lexically_normal().string();
+               auto cfg =
+                   host_path_arg(args->containerd_config, "--containerd-config", ctx.host_root);
+               if (!cfg) {
+                 std::cerr << "gpufence doctor: " << cfg.error().message << "\n";
+                 return 2;
                }
-               opt.containerd_configs = {cfg};
+               opt.containerd_configs = {*cfg};
              }
              if (!args->handlers.empty()) opt.handlers = args->handlers;
              if (!args->plugin_dirs.empty()) opt.plugin_dirs = args->plugin_dirs;

@@ -27,21 +27,6 @@ std::string installed_runtime() {
   return "/usr/local/bin/gpufence-runtime";
 }
 
-// A --config/--drop-in path as a host path: relative ones are taken from the current directory
-// (not from "/"); under another --host-root only absolute host paths make sense.
-Result<std::string> host_path_arg(const std::string& value, const std::string& flag,
-                                  const std::string& host_root) {
-  if (value.empty() || std::filesystem::path(value).is_absolute()) return value;
-  if (!host_root.empty() && std::filesystem::path(host_root) != "/") {
-    return fail(Errc::invalid_argument, flag, " ", value,
-                " is relative: with --host-root, give the path on the host (absolute)");
-  }
-  std::error_code ec;
-  auto abs = std::filesystem::absolute(value, ec);
-  if (ec) return fail(Errc::invalid_argument, flag, " ", value, ": ", ec.message());
-  return abs.lexically_normal().string();
-}
-
 nlohmann::json findings_json(const std::vector<Finding>& findings) {
   auto arr = nlohmann::json::array();
   for (const auto& f : findings) {

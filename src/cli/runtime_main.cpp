@@ -143,7 +143,8 @@ int run(int argc, char** argv) {
   log.info("runtime.decision", {{"container", decision->container_id},
                                 {"command", inv.subcommand},
                                 {"channel", std::string(channel_name(decision->channel))},
-                                {"privileged", decision->privileged ? "true" : "false"},
+                                // Key kept: scripts and docs/containerd-runtime.md read it.
+                                {"privileged", decision->admits_all_devices ? "true" : "false"},
                                 {"passthrough", decision->passthrough ? "true" : "false"},
                                 {"granted", join(decision->granted, ",")},
                                 {"removed", join(decision->removed_nodes, ",")},

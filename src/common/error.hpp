@@ -25,8 +25,6 @@ enum class Errc {
   internal,          // a broken invariant of our own
 };
 
-std::string_view errc_name(Errc code);
-
 struct Error {
   Errc code = Errc::internal;
   std::string message;

@@ -130,4 +130,16 @@ Result<std::string> HostFs::read_link(std::string_view host_path) const {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+Result<std::string> host_path_arg(const std::string& value, std::string_view flag,
+                                  const std::filesystem::path& host_root) {
+  if (value.empty() || std::filesystem::path(value).is_absolute()) return value;
+  if (!host_root.empty() && host_root != "/")
+    return fail(Errc::invalid_argument, flag, " ", value,
+                " is relative: with --host-root, give the path on the host (absolute)");
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(value, ec);
+  if (ec) return fail(Errc::invalid_argument, flag, " ", value, ": ", ec.message());
+  return abs.lexically_normal().string();
+}
+
 }  // namespace gpufence

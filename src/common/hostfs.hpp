@@ -46,4 +46,12 @@ class HostFs {
   std::filesystem::path m_root;
 };
 
+// A host file's path given on the command line (--config, --drop-in, --containerd-config): an
+// absolute one as given; a relative one from the current directory, made absolute and normal,
+// but only when the host is this machine's "/" (root "" or "/"): under another --host-root it
+// would name a file of wherever the command runs, not the host's, so it is refused, naming
+// `flag`. "" stays "" (the flag was not given).
+Result<std::string> host_path_arg(const std::string& value, std::string_view flag,
+                                  const std::filesystem::path& host_root);
+
 }  // namespace gpufence

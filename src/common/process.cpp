@@ -36,13 +36,8 @@ ProcessResult wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
   return result;
 }
 
-Result<ProcessResult> run_process(const std::vector<std::string>& argv,
-                                  const ProcessOptions& options) {
-  if (argv.empty()) return fail(Errc::invalid_argument, "run_process: empty command");
-  char tmpl[] = "/tmp/gpufence-proc-XXXXXX";
-  int out_fd = ::mkostemp(tmpl, O_CLOEXEC);  // dup2 onto 1 and 2 below clears it there only
-  if (out_fd < 0) return fail_errno("mkostemp", tmpl);
-  ::unlink(tmpl);
+Result<pid_t> spawn_process(const std::vector<std::string>& argv, const SpawnOptions& options) {
+  if (argv.empty()) return fail(Errc::invalid_argument, "spawn: empty command");
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -54,21 +49,44 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv,
   char** envp = options.env ? env_ptrs.data() : environ;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, 2);
+  // dup2 clears close-on-exec on the copy only, so the caller's descriptors may carry it.
+  if (options.stdin_fd >= 0)
+    posix_spawn_file_actions_adddup2(&actions, options.stdin_fd, 0);
+  else
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (options.stdout_fd >= 0) posix_spawn_file_actions_adddup2(&actions, options.stdout_fd, 1);
+  if (options.stderr_fd >= 0) posix_spawn_file_actions_adddup2(&actions, options.stderr_fd, 2);
   // Nothing else of ours, inherited or not marked close-on-exec, reaches the child (glibc 2.34).
   posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = 0;
   bool search = argv[0].find('/') == std::string::npos;
-  int rc = search ? ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp)
-                  : ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp);
+  int rc = search ? ::posix_spawnp(&pid, args[0], &actions, &attr, args.data(), envp)
+                  : ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp);
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return fail_errno("run", argv[0], rc);
+  return pid;
+}
+
+Result<ProcessResult> run_process(const std::vector<std::string>& argv,
+                                  const ProcessOptions& options) {
+  if (argv.empty()) return fail(Errc::invalid_argument, "run_process: empty command");
+  char tmpl[] = "/tmp/gpufence-proc-XXXXXX";
+  int out_fd = ::mkostemp(tmpl, O_CLOEXEC);
+  if (out_fd < 0) return fail_errno("mkostemp", tmpl);
+  ::unlink(tmpl);
+  auto pid = spawn_process(argv, {.env = options.env, .stdout_fd = out_fd, .stderr_fd = out_fd});
+  if (!pid) {
     ::close(out_fd);
-    return fail_errno("run", argv[0], rc);
+    return std::unexpected(pid.error());
   }
-  ProcessResult result = wait_for_exit(pid, options.timeout);
+  ProcessResult result = wait_for_exit(*pid, options.timeout);
   ::lseek(out_fd, 0, SEEK_SET);
   char buf[8192];
   ssize_t n;

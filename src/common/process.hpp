@@ -26,6 +26,23 @@ struct ProcessOptions {
   std::chrono::milliseconds timeout{0};
 };
 
+// A child's environment and standard descriptors.
+struct SpawnOptions {
+  // The child's whole environment; nullopt inherits ours.
+  std::optional<std::vector<std::string>> env;
+  // Descriptors of ours that become the child's 0, 1 and 2. -1: /dev/null for stdin, our own
+  // stdout and stderr.
+  int stdin_fd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+};
+
+// Starts argv (argv[0] searched on PATH unless it contains '/') and returns its pid, to be
+// reaped by the caller (wait_for_exit). The one posix_spawn of the project: the child gets no
+// descriptor of ours beyond 0-2 and the default signal mask, whatever ours blocks (the device
+// plugin blocks SIGTERM for its signalfd; a child that inherited that could not be stopped).
+Result<pid_t> spawn_process(const std::vector<std::string>& argv, const SpawnOptions& options = {});
+
 // Runs argv (argv[0] searched on PATH unless it contains '/') to completion. Fails only when it
 // cannot be started. No descriptor of ours leaks into the child.
 Result<ProcessResult> run_process(const std::vector<std::string>& argv,

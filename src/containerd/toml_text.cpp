@@ -204,13 +204,6 @@ std::string toml_quote(std::string_view s) {
   return out + "\"";
 }
 
-std::optional<std::vector<std::string>> parse_toml_key(std::string_view text) {
-  std::string t(text);
-  t += '\x01';
-  size_t i = 0;
-  return parse_key_at(t, i, '\x01');
-}
-
 std::vector<TomlSection> toml_sections(std::string_view text) {
   std::vector<TomlSection> out;
   Scanner scan;

@@ -11,10 +11,6 @@
 
 namespace gpufence {
 
-// A dotted TOML key ("plugins.\"io.containerd.grpc.v1.cri\".containerd") as its parts; nullopt
-// when it is not a key (unterminated quote, an empty part, a character a bare key cannot hold).
-std::optional<std::vector<std::string>> parse_toml_key(std::string_view text);
-
 // One table header of a TOML text and the text it owns: [begin, body) is the header line, [body,
 // end) the lines up to the next header. Headers inside multi-line strings or arrays are skipped.
 struct TomlSection {

@@ -79,11 +79,4 @@ std::vector<std::string> HealthTracker::uuids() const {
   return out;
 }
 
-bool HealthTracker::any_unhealthy() const {
-  for (const auto& [uuid, s] : m_state) {
-    if (!s.healthy) return true;
-  }
-  return false;
-}
-
 }  // namespace gpufence

@@ -33,7 +33,6 @@ class HealthTracker {
   std::vector<std::string> uuids() const;
   // Why a GPU is unhealthy ("xid 48", "lost"); empty when healthy.
   std::string reason(const std::string& uuid) const;
-  bool any_unhealthy() const;
 
  private:
   struct State {

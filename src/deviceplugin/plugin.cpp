@@ -320,9 +320,6 @@ DevicePlugin::~DevicePlugin() = default;
 bool DevicePlugin::registered() const {
   return m_state->loop->registered();
 }
-size_t DevicePlugin::device_count() const {
-  return m_state->devices.size();
-}
 
 Status DevicePlugin::State::build_cdi_spec() {
   const PluginOptions& opt = ctx.options;

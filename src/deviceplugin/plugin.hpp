@@ -34,7 +34,6 @@ class DevicePlugin {
   Status run(int stop_fd);
 
   bool registered() const;
-  size_t device_count() const;
 
   struct State;
 

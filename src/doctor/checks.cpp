@@ -185,7 +185,7 @@ std::optional<Overreach> overreach(const Snapshot& s, const NodeContainer& c) {
   o.evidence = cat(c.label(), ": kubelet allocated ", gpu_names(s, *allocated),
                    "; its devices cgroup (", openable_basis(c), ") lets it open ",
                    gpu_names(s, reach), "; nodes in its /dev: ", gpu_names(s, c.gpu_nodes_present),
-                   c.privileged ? "; privileged (CAP_SYS_ADMIN)" : "");
+                   c.has_cap_sys_admin ? "; privileged (CAP_SYS_ADMIN)" : "");
   return o;
 }
 
@@ -205,10 +205,10 @@ void check_no_request_can_open(const Snapshot& s, std::vector<Finding>& out) {
   }
 }
 
-void check_privileged_open_unallocated(const Snapshot& s, std::vector<Finding>& out) {
+void check_cap_sys_admin_open_unallocated(const Snapshot& s, std::vector<Finding>& out) {
   for (const auto& c : s.containers) {
     auto o = overreach(s, c);
-    if (!o || o->allocated.empty() || !c.privileged) continue;
+    if (!o || o->allocated.empty() || !c.has_cap_sys_admin) continue;
     out.push_back({"gpu.privileged-open-unallocated", Severity::error,
                    cat("privileged container ", c.label(), " holds ", gpu_names(s, o->extra),
                        " it was not allocated"),
@@ -222,7 +222,7 @@ void check_privileged_open_unallocated(const Snapshot& s, std::vector<Finding>& 
 void check_open_unallocated(const Snapshot& s, std::vector<Finding>& out) {
   for (const auto& c : s.containers) {
     auto o = overreach(s, c);
-    if (!o || o->allocated.empty() || c.privileged) continue;
+    if (!o || o->allocated.empty() || c.has_cap_sys_admin) continue;
     out.push_back({"gpu.open-unallocated", Severity::error,
                    cat("container ", c.label(), " can open ", gpu_names(s, o->extra),
                        " it was not allocated"),
@@ -509,7 +509,7 @@ void check_left_devices_cgroup(const Snapshot& s, std::vector<Finding>& out) {
          cat("container ", c.label(),
              " has processes outside its devices cgroup: what they can open is not what its "
              "rules say"),
-         cat(join(c.left_cgroup, "; "), c.privileged ? "; privileged (CAP_SYS_ADMIN)" : "",
+         cat(join(c.left_cgroup, "; "), c.has_cap_sys_admin ? "; privileged (CAP_SYS_ADMIN)" : "",
              seen.path == RuntimePath::unknown ? "" : "; " + seen.evidence),
          cat("a process leaves its devices cgroup by writing another cgroup's cgroup.procs, which "
              "takes a writable cgroup filesystem (privileged, CAP_SYS_ADMIN, or a cgroupfs "
@@ -562,11 +562,12 @@ void check_sys_ptrace(const Snapshot& s, std::vector<Finding>& out) {
     out.push_back(
         {"pod.cap-sys-ptrace", host_pid ? Severity::error : Severity::warning,
          cat("GPU container ", c.label(), " has CAP_SYS_PTRACE",
-             host_pid ? " and the host's PID namespace" : "", c.privileged ? " (privileged)" : ""),
+             host_pid ? " and the host's PID namespace" : "",
+             c.has_cap_sys_admin ? " (privileged)" : ""),
          cat("/proc/", c.pids.empty() ? 0 : c.pids.front(), "/status: ", caps_text(c),
              "; host PID namespace: ", c.host_pid ? (*c.host_pid ? "yes" : "no") : "unknown"),
          cat("drop SYS_PTRACE from securityContext.capabilities",
-             c.privileged ? " and privileged: true" : "",
+             c.has_cap_sys_admin ? " and privileged: true" : "",
              ": it lets ptrace(2) and pidfd_getfd(2) reach any process the container can see "
              "whatever Yama's ptrace_scope 1 allows, and copy an open /dev/nvidiaN descriptor "
              "(docs/trust-model.md)")});
@@ -582,16 +583,17 @@ void check_writable_sysfs(const Snapshot& s, std::vector<Finding>& out) {
         // A privileged container can write sysfs whatever is mounted (docs/trust-model.md,
         // "Privileged containers, honestly"): a warning that says so; an unprivileged one with
         // a writable sysfs volume is an error.
-        {"pod.writable-sysfs", c.privileged ? Severity::warning : Severity::error,
+        {"pod.writable-sysfs", c.has_cap_sys_admin ? Severity::warning : Severity::error,
          cat("GPU container ", c.label(),
              " can write sysfs: it can unbind or remove any GPU on the node"),
          cat("/proc/", c.pids.empty() ? 0 : c.pids.front(), "/mountinfo: sysfs mounted rw at ",
-             join(c.writable_sysfs, ", "), c.privileged ? "; privileged" : ""),
+             join(c.writable_sysfs, ", "), c.has_cap_sys_admin ? "; privileged" : ""),
          cat("mount /sys and anything below it read-only (volumeMounts readOnly: true) or not at "
              "all",
-             c.privileged ? ", and drop privileged: true (runc mounts a privileged container's "
-                            "/sys read-write)"
-                          : "",
+             c.has_cap_sys_admin
+                 ? ", and drop privileged: true (runc mounts a privileged container's "
+                   "/sys read-write)"
+                 : "",
              ": /sys/bus/pci/devices/<bdf>/remove and driver/unbind take the GPU away from "
              "every pod (docs/trust-model.md)")});
   }
@@ -706,7 +708,7 @@ void copy_containerd_findings(const Snapshot& s, std::vector<Finding>& out) {
 
 const std::vector<DoctorCheck> kChecks = {
     {"gpu.open-unallocated", check_open_unallocated},
-    {"gpu.privileged-open-unallocated", check_privileged_open_unallocated},
+    {"gpu.privileged-open-unallocated", check_cap_sys_admin_open_unallocated},
     {"gpu.no-request-can-open", check_no_request_can_open},
     {"gpu.process-on-unallocated", check_process_on_unallocated},
     {"env.visible-devices-mismatch", check_env_mismatch},

@@ -387,7 +387,7 @@ void read_member_facts(GatherContext& ctx, const ProcessCensus& census, const Pr
   if (auto status = proc.read("status")) {
     c.cap_bnd = status_caps(*status, "CapBnd");
     c.cap_eff = status_caps(*status, "CapEff");
-    if (c.cap_bnd) c.privileged = (*c.cap_bnd >> kCapSysAdmin) & 1;
+    if (c.cap_bnd) c.has_cap_sys_admin = (*c.cap_bnd >> kCapSysAdmin) & 1;
   }
   if (auto ns = proc.link("ns/pid"); ns && census.host_pid_ns) {
     c.host_pid = *ns == *census.host_pid_ns;

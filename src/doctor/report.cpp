@@ -65,7 +65,7 @@ std::string render_doctor_text(const Snapshot& s, const std::vector<Finding>& fi
   if (s.containers.empty()) out += "  none found\n";
   for (const auto& c : s.containers) {
     auto alloc = allocated_minors(s, c);
-    out += cat("  ", printable(c.label()), c.privileged ? " [privileged]" : "",
+    out += cat("  ", printable(c.label()), c.has_cap_sys_admin ? " [privileged]" : "",
                c.host_pid.value_or(false) ? " [hostPID]" : "", ": allocated ",
                alloc ? minors_text(s, *alloc) : std::string("?"), " | can open ",
                openable_text(s, c), " | uses ", minors_text(s, used(s, c)), "\n");
@@ -110,7 +110,7 @@ nlohmann::ordered_json render_doctor_json(const Snapshot& s, const std::vector<F
     j["namespace"] = c.pod_namespace;
     j["pod"] = c.pod;
     j["container"] = c.name;
-    j["privileged"] = c.privileged;
+    j["privileged"] = c.has_cap_sys_admin;  // key kept: doctor --json is an interface
     j["pids"] = c.pids;
     j["allocated_minors"] = alloc ? minors_json(*alloc) : nlohmann::ordered_json();
     j["openable_minors"] = c.openable ? minors_json(*c.openable) : nlohmann::ordered_json();

@@ -28,7 +28,10 @@ struct NodeContainer {
   std::string bundle;
   std::vector<unsigned> pids;
   std::optional<std::string> nvidia_visible_devices, cuda_visible_devices;
-  bool privileged = false;
+  // CAP_SYS_ADMIN in its CapBnd (what a privileged pod gets, but also a pod that adds the
+  // capability): it can remount the cgroupfs and reach any device. Rendered as "privileged" in
+  // the report's text and JSON, whose names are an interface.
+  bool has_cap_sys_admin = false;
   std::set<unsigned> gpu_nodes_present;        // minors of /dev/nvidiaN in its /dev
   std::optional<std::set<unsigned>> openable;  // minors its cgroup lets it open; nullopt = unknown
   std::string openable_source;                 // "probe", "devices.list", "oci-spec rules"
@@ -65,7 +68,7 @@ struct KubePod {
   std::string pod_namespace, name;
   std::string runtime_class;  // spec.runtimeClassName, "" when unset
   long gpus = 0;              // sum of the resource's limits over its containers
-  bool privileged = false;    // any container with securityContext.privileged
+  bool privileged = false;    // any container with securityContext.privileged: true
   std::vector<std::string>
       env_visible_devices;  // "container: value" of NVIDIA_VISIBLE_DEVICES set in the spec
 };

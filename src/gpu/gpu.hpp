@@ -54,8 +54,6 @@ struct GpuEvent {
   bool gpu_lost = false;
 };
 
-std::string_view link_name(Link link);
-
 // A GPU whose health events could not be registered: its XIDs go unseen.
 struct EventRegistrationFailure {
   std::string uuid;

@@ -342,7 +342,7 @@ Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Cont
                           removed.empty() ? std::string("the device rules")
                                           : cat("nodes ", join(removed, ","), " and the rules"),
                           " stay as the runtime made them");
-    if (!out.shim.privileged) return fail(Errc::denied, where, ": ", gap);
+    if (!out.shim.admits_all_devices) return fail(Errc::denied, where, ": ", gap);
     out.gaps.push_back(gap);
   }
 
@@ -366,7 +366,7 @@ std::string gpu_effect(const NriDecision& d) {
   if (!d.shim.removed_nodes.empty())
     parts.push_back(cat("take away ", join(d.shim.removed_nodes, ",")));
   if (d.rules != "unchanged")
-    parts.push_back(d.shim.privileged ? "narrow its allow-all device rules to its GPUs"
+    parts.push_back(d.shim.admits_all_devices ? "narrow its allow-all device rules to its GPUs"
                                       : "narrow its device rules");
   return join(parts, "; ");
 }
@@ -629,7 +629,7 @@ Result<api::ContainerAdjustment> GpufenceHandler::create_container(
                   {"pod", cat(pod.namespace_(), "/", pod.name())},
                   {"name", container.name()},
                   {"channel", std::string(channel_name(d.channel))},
-                  {"privileged", d.privileged ? "true" : "false"},
+                  {"privileged", d.admits_all_devices ? "true" : "false"},
                   {"passthrough", d.passthrough ? "true" : "false"},
                   {"granted", join(d.granted, ",")},
                   {"removed", join(d.removed_nodes, ",")},

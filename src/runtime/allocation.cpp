@@ -213,14 +213,14 @@ bool same_gpus(const std::vector<Gpu>& a, const std::vector<Gpu>& b) {
 }  // namespace
 
 Result<AllocationChannels> read_allocation_channels(const Json& spec, const RuntimeConfig& cfg,
-                                                    bool lists_host_devices) {
+                                                    bool admits_all_devices) {
   AllocationChannels out;
-  out.lists_host_devices = lists_host_devices;
+  out.admits_all_devices = admits_all_devices;
   if (auto st = check_spec_fields(spec); !st) return std::unexpected(st.error());
   if (cfg.trusts(TrustedChannel::cdi_annotations)) {
     if (auto st = read_annotations(spec, cfg, out); !st) return std::unexpected(st.error());
   }
-  if (!lists_host_devices) read_device_specs(spec, out);
+  if (!admits_all_devices) read_device_specs(spec, out);
   if (cfg.trusts(TrustedChannel::mount_markers)) read_markers(spec, out);
   if (auto st = read_env(spec, cfg, out); !st) return std::unexpected(st.error());
   return out;
@@ -281,7 +281,7 @@ Result<Allocation> decide_allocation(const AllocationChannels& ch,
     return out;
   }
   if (!ch.markers.empty()) {
-    if (!ch.lists_host_devices) {
+    if (!ch.admits_all_devices) {
       for (const auto& t : ch.markers)
         out.ignored.push_back("mount marker " + t.text +
                               " (unprivileged container without the kubelet's device specs)");

@@ -30,10 +30,10 @@ std::string_view channel_name(Channel channel);
 
 // What each channel of one spec says, before it is resolved against the node's GPUs.
 struct AllocationChannels {
-  bool lists_host_devices = false;       // privileged: the spec admits devices by wildcard
+  bool admits_all_devices = false;       // admits_all_devices(spec): containerd's privileged
   std::vector<DeviceToken> annotations;  // trusted
-  std::vector<unsigned> device_minors;   // trusted; only read when !lists_host_devices
-  std::vector<DeviceToken> markers;      // corroborating (alone only when lists_host_devices)
+  std::vector<unsigned> device_minors;   // trusted; only read when !admits_all_devices
+  std::vector<DeviceToken> markers;      // corroborating (alone only when admits_all_devices)
   std::vector<DeviceToken> env;          // only read with the envvar opt-in
   bool env_none = false;                 // NVIDIA_VISIBLE_DEVICES=none
   std::vector<std::string> ignored;      // what was seen and deliberately not honoured
@@ -48,7 +48,7 @@ struct AllocationChannels {
 // Reads every channel of a spec whose field types check_spec_fields accepted. A malformed id on a
 // trusted channel is an error; on an untrusted one it is ignored.
 Result<AllocationChannels> read_allocation_channels(const Json& spec, const RuntimeConfig& cfg,
-                                                    bool lists_host_devices);
+                                                    bool admits_all_devices);
 
 struct Allocation {
   Channel channel = Channel::none;

@@ -95,9 +95,9 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
                            auto v = string_value(n, "value");
                            if (!v) return std::unexpected(v.error());
                            if (*v == "isolate")
-                             cfg.privileged_policy = PrivilegedPolicy::isolate;
+                             cfg.all_devices_policy = AllDevicesPolicy::isolate;
                            else if (*v == "passthrough")
-                             cfg.privileged_policy = PrivilegedPolicy::passthrough;
+                             cfg.all_devices_policy = AllDevicesPolicy::passthrough;
                            else
                              return fail(Errc::parse, "'", *v, "' is not isolate or passthrough");
                            return {};

@@ -15,7 +15,9 @@ inline constexpr const char* kRuntimeConfigPath = "/etc/gpufence/runtime.toml";
 inline constexpr const char* kRuntimeConfigEnv = "GPUFENCE_RUNTIME_CONFIG";
 
 enum class TrustedChannel { cdi_annotations, mount_markers, envvar };
-enum class PrivilegedPolicy { isolate, passthrough };
+// What to do with a spec that admits every device (admits_all_devices) and asks for no GPU. Its
+// key in runtime.toml is [allocation] privileged, kept as the file's interface.
+enum class AllDevicesPolicy { isolate, passthrough };
 
 // Every path of the wire contract's control-node list (gpu/wire_contract.hpp).
 inline std::vector<std::string> default_control_nodes() {
@@ -34,7 +36,7 @@ struct RuntimeConfig {
   std::string log_level = "info";
   std::vector<TrustedChannel> trusted_channels = {TrustedChannel::cdi_annotations,
                                                   TrustedChannel::mount_markers};
-  PrivilegedPolicy privileged_policy = PrivilegedPolicy::isolate;
+  AllDevicesPolicy all_devices_policy = AllDevicesPolicy::isolate;
   std::vector<std::string> annotation_prefixes = {std::string(kCdiAnnotationPrefix)};
   std::string device_root = "/";  // host root under which /dev/nvidia* are found
   std::vector<std::string> control_nodes = default_control_nodes();

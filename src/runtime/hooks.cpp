@@ -75,7 +75,8 @@ Status write_in_root(int root_fd, const std::string& dir, const std::string& nam
 // write on the host. So ldconfig runs in a private mount namespace in which the root's /proc and
 // /sys are covered by empty read-only tmpfs; if that cannot be set up, it does not run.
 Result<ProcessResult> run_ldconfig_confined(const std::string& ldconfig,
-                                            const std::filesystem::path& rootfs, int root_fd) {
+                                            const std::filesystem::path& rootfs, int root_fd,
+                                            std::chrono::milliseconds timeout) {
   char tmpl[] = "/tmp/gpufence-ldconfig-XXXXXX";
   int out_fd = ::mkostemp(tmpl, O_CLOEXEC);
   if (out_fd < 0) return fail_errno("mkostemp", tmpl);
@@ -116,7 +117,7 @@ Result<ProcessResult> run_ldconfig_confined(const std::string& ldconfig,
     ::execve(argv[0], argv, envp.data());
     ::_exit(127);
   }
-  ProcessResult result = wait_for_exit(pid, std::chrono::seconds(8));
+  ProcessResult result = wait_for_exit(pid, timeout);
   if (result.exit_code == 125)
     return fail(Errc::io, "cannot confine ", ldconfig, " (private mount namespace): not run");
   ::lseek(out.fd, 0, SEEK_SET);
@@ -157,12 +158,6 @@ Result<HookContainer> container_from_state(std::string_view state_json) {
     return fail(Errc::parse, "hook: ", bundle, "/config.json has no root.path: ", e.what());
   }
   return out;
-}
-
-Result<std::filesystem::path> rootfs_from_state(std::string_view state_json) {
-  auto c = container_from_state(state_json);
-  if (!c) return std::unexpected(c.error());
-  return c->rootfs;
 }
 
 Status check_cgroup_mounts(const HookContainer& container, const std::string& mountinfo_path) {
@@ -238,7 +233,7 @@ Status narrow_directory(const std::filesystem::path& rootfs, const std::string& 
 }
 
 Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std::string>& folders,
-                      const std::string& ldconfig_override) {
+                      const std::string& ldconfig_override, std::chrono::milliseconds timeout) {
   std::string conf;
   for (const auto& f : folders) {
     if (f.empty() || f.front() != '/' || f.find('\n') != std::string::npos)
@@ -263,7 +258,7 @@ Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std
   }
   if (ldconfig.empty() || ldconfig.front() != '/')
     return fail(Errc::not_found, "no ldconfig at /sbin or /usr/sbin on the host");
-  auto r = run_ldconfig_confined(ldconfig, rootfs, root->fd);
+  auto r = run_ldconfig_confined(ldconfig, rootfs, root->fd, timeout);
   if (!r) return std::unexpected(r.error());
   if (r->timed_out) return fail(Errc::io, ldconfig, " -r ", rootfs.string(), " timed out");
   if (r->exit_code != 0)

@@ -7,6 +7,7 @@
 // host.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -23,9 +24,6 @@ struct HookContainer {
 };
 Result<HookContainer> container_from_state(std::string_view state_json);
 
-// The container's root filesystem (absolute) from its OCI state: bundle + config.json root.path.
-Result<std::filesystem::path> rootfs_from_state(std::string_view state_json);
-
 // The createContainer hook `cgroup-mounts`: check_container_cgroup_mounts over the hook's own
 // mount table (the container's), so what runc actually mounted is judged, not a path read before.
 Status check_cgroup_mounts(const HookContainer& container,
@@ -36,11 +34,17 @@ Status check_cgroup_mounts(const HookContainer& container,
 Status narrow_directory(const std::filesystem::path& rootfs, const std::string& dir,
                         const std::vector<std::string>& keep);
 
+// How long ldconfig may run: well inside the hook's own limit (kDefaultHookTimeoutSeconds, 30 s),
+// so a stuck ldconfig is killed and reported by the hook, which lets the container start, rather
+// than runc killing the hook and failing the create.
+inline constexpr std::chrono::milliseconds kLdconfigTimeout = std::chrono::seconds(8);
+
 // Lists `folders` in <rootfs>/etc/ld.so.conf.d/00-gpufence-cdi.conf (created inside the root,
 // never through a link out of it) and runs the host's ldconfig by absolute path, chrooted to the
-// container's root by its -r option, with a fixed environment and a timeout.
+// container's root by its -r option, with a fixed environment, killed after `timeout`.
 Status update_ldcache(const std::filesystem::path& rootfs, const std::vector<std::string>& folders,
-                      const std::string& ldconfig = "");
+                      const std::string& ldconfig = "",
+                      std::chrono::milliseconds timeout = kLdconfigTimeout);
 
 // `gpufence-runtime hook NAME ARGS...`: returns the exit code; the state is read from stdin.
 int run_hook(const std::vector<std::string>& args);

@@ -249,7 +249,7 @@ void edit_env(Json& spec, const IsolationPlan& plan, IsolationResult& result) {
 
 }  // namespace
 
-bool admits_by_wildcard(const Json& spec) {
+bool admits_all_devices(const Json& spec) {
   auto rules = parse_spec_device_rules(spec);
   if (!rules) return false;
   return std::any_of(rules->begin(), rules->end(),

@@ -52,9 +52,9 @@ struct IsolationResult {
   size_t removed_rules = 0;                // allow rules dropped from a default-deny list
 };
 
-// Whether the spec's rules admit devices through a wildcard major (privileged containers); such a
-// spec needs IsolationPlan::host_majors.
-bool admits_by_wildcard(const Json& spec);
+// Whether the spec's rules admit every device through a wildcard major ("allow a *:* rwm", what
+// containerd writes for a privileged container); such a spec needs IsolationPlan::host_majors.
+bool admits_all_devices(const Json& spec);
 
 // Edits `spec` in place (the caller discards the copy on error).
 Result<IsolationResult> isolate_spec(Json& spec, const IsolationPlan& plan);

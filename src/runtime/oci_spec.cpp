@@ -6,19 +6,6 @@
 
 namespace gpufence {
 
-bool is_privileged(const Json& spec) {
-  auto proc = spec.find("process");
-  if (proc == spec.end() || !proc->is_object()) return false;
-  auto caps = proc->find("capabilities");
-  if (caps == proc->end() || !caps->is_object()) return false;
-  auto bounding = caps->find("bounding");
-  if (bounding == caps->end() || !bounding->is_array()) return false;
-  for (const auto& cap : *bounding) {
-    if (cap.is_string() && cap.get_ref<const std::string&>() == "CAP_SYS_ADMIN") return true;
-  }
-  return false;
-}
-
 std::optional<std::string> get_env(const Json& spec, std::string_view key) {
   auto proc = spec.find("process");
   if (proc == spec.end() || !proc->is_object()) return std::nullopt;

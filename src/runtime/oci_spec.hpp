@@ -14,9 +14,6 @@ namespace gpufence {
 
 using Json = nlohmann::ordered_json;
 
-// "Privileged" as NVIDIA's toolkit defines it: CAP_SYS_ADMIN in process.capabilities.bounding.
-bool is_privileged(const Json& spec);
-
 std::optional<std::string> get_env(const Json& spec, std::string_view key);
 // Sets KEY=value in process.env, replacing every existing KEY entry in place.
 void set_env(Json& spec, std::string_view key, std::string_view value);

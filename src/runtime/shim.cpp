@@ -249,7 +249,7 @@ Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& g
   // Registered majors: which are NVIDIA's (never wildcard-allowed), and every major a whitelist
   // must list when the spec admitted devices by wildcard. Without them a privileged spec cannot
   // be narrowed safely, so that is an error; a default-deny spec only loses the dynamic majors.
-  bool wildcard = admits_by_wildcard(spec);
+  bool admits_all = admits_all_devices(spec);
   auto text = host.read("/proc/devices");
   Result<ProcDevices> devices =
       text ? parse_proc_devices(*text) : Result<ProcDevices>(std::unexpected(text.error()));
@@ -257,13 +257,13 @@ Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& g
     plan.reserved_majors = nvidia_reserved_majors(*devices);
     for (const auto& m : devices->character) plan.host_majors.character.push_back(m.major);
     for (const auto& m : devices->block) plan.host_majors.block.push_back(m.major);
-  } else if (wildcard) {
+  } else if (admits_all) {
     return std::unexpected(devices.error().wrap(
         "cannot rewrite a privileged spec's device rules without the host's device majors"));
   }
   // DRM nodes: keep those of other vendors and of the granted GPUs; the rest are NVIDIA GPUs
   // this container was not given (or unknown, and so denied).
-  if (wildcard || spec_mentions_drm(spec)) {
+  if (admits_all || spec_mentions_drm(spec)) {
     std::set<std::string> granted_bus;
     for (const auto& g : granted) granted_bus.insert(driver_gpu_entry_name(g.pci_bus_id));
     for (const auto& drm : read_drm_nodes(host)) {
@@ -337,11 +337,11 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
   const HostFs host(ctx.config.device_root);
 
   // 2. What each allocation channel says; only the kubelet's count.
-  decision.privileged = admits_by_wildcard(spec);
-  auto channels = read_allocation_channels(spec, ctx.config, decision.privileged);
+  decision.admits_all_devices = admits_all_devices(spec);
+  auto channels = read_allocation_channels(spec, ctx.config, decision.admits_all_devices);
   if (!channels) return std::unexpected(channels.error());
-  if (channels->empty() && decision.privileged &&
-      ctx.config.privileged_policy == PrivilegedPolicy::passthrough) {
+  if (channels->empty() && decision.admits_all_devices &&
+      ctx.config.all_devices_policy == AllDevicesPolicy::passthrough) {
     decision.passthrough = true;
     return false;
   }
@@ -367,7 +367,7 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
   //     the early, clear refusal; the cgroup-mounts hook (7b) judges what was really mounted.
   //     Nothing the host mounts later may reach it either: no bind receives host mounts.
   bool propagation_pinned = false;
-  if (!decision.privileged) {
+  if (!decision.admits_all_devices) {
     if (auto st = refuse_cgroupfs_binds_on_host(spec); !st) return std::unexpected(st.error());
     auto pinned = pin_private_propagation(spec);
     if (!pinned) return std::unexpected(pinned.error());
@@ -386,7 +386,7 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
   bool changed = result->changed || propagation_pinned;
 
   // 6. The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
-  if ((!allocation->granted.empty() || decision.privileged) &&
+  if ((!allocation->granted.empty() || decision.admits_all_devices) &&
       host.exists(ctx.config.procfs_gpus_dir)) {
     ensure_array(ensure_object(spec, "hooks"), "createContainer")
         .push_back(
@@ -396,7 +396,7 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
 
   // 7. The last createContainer hook checks the container's own mount table after runc made
   //    every mount: a volume's source swapped after 4b cannot slip a cgroup filesystem in.
-  if (!decision.privileged && may_mount_a_cgroupfs(spec)) {
+  if (!decision.admits_all_devices && may_mount_a_cgroupfs(spec)) {
     ensure_array(ensure_object(spec, "hooks"), "createContainer")
         .push_back(cgroup_mounts_hook(ctx.self_exe));
     changed = true;

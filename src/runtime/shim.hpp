@@ -40,8 +40,10 @@ struct ShimContext {
 struct ShimDecision {
   std::string container_id;
   Channel channel = Channel::none;
-  bool privileged = false;   // the spec admits every host device (containerd's privileged)
-  bool passthrough = false;  // privileged, nothing requested, policy passthrough: spec untouched
+  // The spec's device cgroup admits every device (admits_all_devices: what containerd makes of a
+  // privileged pod). Logged under the key "privileged", which scripts and docs grep.
+  bool admits_all_devices = false;
+  bool passthrough = false;  // admits all, nothing requested, policy passthrough: spec untouched
   std::vector<std::string> granted;  // UUIDs
   std::vector<std::string> removed_nodes;
   std::vector<std::string> ignored;  // what untrusted channels asked for

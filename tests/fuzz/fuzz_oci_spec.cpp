@@ -1,7 +1,8 @@
 // libFuzzer target: the shim's spec edit, end to end as prepare_bundle runs it on config.json:
 // parse -> check_spec_fields -> read_allocation_channels -> decide_allocation -> isolate_spec ->
 // serialise. Input: one byte of runtime config (bit 0: trust NVIDIA_VISIBLE_DEVICES, bit 1:
-// privileged passthrough), then the config.json text. The host has GPUs at minors 0-3.
+// [allocation] privileged = "passthrough"), then the config.json text. The host has GPUs at minors
+// 0-3.
 //
 // Oracle: when isolate_spec succeeds, the written device rules (read as runc applies them, the
 // doctor's openable_gpu_minors_from_oci_rules) open no GPU minor beyond those granted, including
@@ -40,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   RuntimeConfig cfg;
   if (data[0] & 1) cfg.trusted_channels.push_back(TrustedChannel::envvar);
-  if (data[0] & 2) cfg.privileged_policy = PrivilegedPolicy::passthrough;
+  if (data[0] & 2) cfg.all_devices_policy = AllDevicesPolicy::passthrough;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
 
   // Parse as the shim does; a malformed config.json is refused before anything else.
@@ -48,10 +49,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (spec.is_discarded() || !spec.is_object()) return 0;
   if (!check_spec_fields(spec)) return 0;
 
-  const bool privileged = admits_by_wildcard(spec);
-  auto channels = read_allocation_channels(spec, cfg, privileged);
+  const bool admits_all = admits_all_devices(spec);
+  auto channels = read_allocation_channels(spec, cfg, admits_all);
   if (!channels) return 0;
-  if (channels->empty() && privileged && cfg.privileged_policy == PrivilegedPolicy::passthrough)
+  if (channels->empty() && admits_all && cfg.all_devices_policy == AllDevicesPolicy::passthrough)
     return 0;
   auto allocation = decide_allocation(*channels, inventory);
   if (!allocation) return 0;

@@ -58,8 +58,8 @@ std::string FakeNode::add(const FakeContainer& c) {
     write(p + "/cgroup", cgroup);
     write(p + "/environ", c.env);
     write(p + "/status", std::string("Name:\tapp\nCapBnd:\t") +
-                             (c.privileged ? "000001ffffffffff" : "00000000a80425fb") + "\n" +
-                             (c.cap_eff.empty() ? "" : "CapEff:\t" + c.cap_eff + "\n"));
+                             (c.has_cap_sys_admin ? "000001ffffffffff" : "00000000a80425fb") +
+                             "\n" + (c.cap_eff.empty() ? "" : "CapEff:\t" + c.cap_eff + "\n"));
     if (!c.mountinfo.empty()) write(p + "/mountinfo", c.mountinfo);
     // Like the kernel's "pid:[inode]": the host's, or one per container.
     std::filesystem::create_directories(m_root / p / "ns");

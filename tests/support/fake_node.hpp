@@ -32,8 +32,8 @@ struct FakeContainer {
   std::string pod, ns = "default", name = "main";
   std::string type = "container";  // io.kubernetes.cri.container-type: container or sandbox
   std::vector<unsigned> pids;
-  std::string env;  // NUL-separated environ
-  bool privileged = false;
+  std::string env;                           // NUL-separated environ
+  bool has_cap_sys_admin = false;            // CapBnd with CAP_SYS_ADMIN, as a privileged pod's
   std::vector<unsigned> dev_minors;          // /dev/nvidiaN in its root
   std::string devices_list = "c 1:3 rwm\n";  // v1 devices.list
   std::string oci_rules = "[{\"allow\":false,\"access\":\"rwm\"}]";

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "common/process.hpp"
+
 extern char** environ;
 
 namespace gpufence::test {
@@ -98,27 +100,13 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::vecto
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) envs.emplace_back(*e);
   for (const auto& e : env) envs.push_back(e);
-  std::vector<char*> cargv, cenv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in_fd, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
-  pid_t pid = 0;
-  int rc = ::posix_spawnp(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&actions);
+  auto pid = spawn_process(
+      argv, {.env = envs, .stdin_fd = in_fd, .stdout_fd = out_fd, .stderr_fd = err_fd});
   CommandResult result;
-  if (rc != 0) {
-    result.err = "spawn failed";
+  if (!pid) {
+    result.err = "spawn failed: " + pid.error().message;
   } else {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result.exit_code = wait_for_exit(*pid, std::chrono::milliseconds(0)).exit_code;
     ::lseek(out_fd, 0, SEEK_SET);
     ::lseek(err_fd, 0, SEEK_SET);
     result.out = slurp(out_fd);

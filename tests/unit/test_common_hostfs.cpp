@@ -87,3 +87,27 @@ TEST(HostFs, AbsoluteLinksOfTheHostResolveUnderItsRoot) {
   EXPECT_FALSE(fs.read("/etc/elsewhere.json")) << "read a file outside the root";
   EXPECT_FALSE(fs.exists("/var/run/../../../../../../" + (outside / "run/cdi/spec.json").string()));
 }
+
+TEST(HostPathArg, RelativePathsAreTheCurrentDirectoryOnlyWhenTheHostIsThisMachine) {
+  test::TempDir dir;
+  auto old = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  auto mine = host_path_arg("etc/../containerd/config.toml", "--config", "/");
+  auto unset = host_path_arg("config.toml", "--config", "");
+  auto under_host = host_path_arg("config.toml", "--containerd-config", "/host");
+  std::filesystem::current_path(old);
+  ASSERT_TRUE(mine) << mine.error().message;
+  EXPECT_EQ(*mine, (dir / "containerd/config.toml").string()) << "absolute and normal";
+  ASSERT_TRUE(unset) << unset.error().message;
+  EXPECT_EQ(*unset, (dir / "config.toml").string());
+  // Under /host a relative path would name a file of the pod the command runs in.
+  ASSERT_FALSE(under_host);
+  EXPECT_EQ(under_host.error().code, Errc::invalid_argument);
+  EXPECT_NE(under_host.error().message.find("--containerd-config config.toml is relative"),
+            std::string::npos)
+      << under_host.error().message;
+  EXPECT_EQ(host_path_arg("/etc/containerd/config.toml", "--config", "/host").value_or("?"),
+            "/etc/containerd/config.toml")
+      << "an absolute path is the host's, as given";
+  EXPECT_EQ(host_path_arg("", "--drop-in", "/host").value_or("?"), "") << "flag not given";
+}

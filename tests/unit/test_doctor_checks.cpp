@@ -137,7 +137,7 @@ TEST_F(DoctorChecks, OpenUnallocated) {
 
 TEST_F(DoctorChecks, PrivilegedAllowAllReadFromTheOciRules) {
   auto c = good("a", 100, 0, uuid(0));
-  c.privileged = true;
+  c.has_cap_sys_admin = true;
   c.devices_list = "a *:* rwm\n";  // v1 shows only this once allow-all came first
   c.oci_rules = R"([{"allow":true,"access":"rwm"}])";
   m_node->add(c);

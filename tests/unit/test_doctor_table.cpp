@@ -43,7 +43,7 @@ Snapshot troubled_node() {
   a.cap_eff = 1ULL << kCapSysPtrace;
   a.writable_sysfs = {"/host/pci (sysfs /bus/pci)"};
   NodeContainer b = container("b", 200, {0, 1});
-  b.privileged = true;
+  b.has_cap_sys_admin = true;
   NodeContainer c = container("c", 300, {0});
   s.containers = {a, b, c};
   s.allocations = std::vector<KubeletAllocation>{{"default", "a", "main", {gpus[0].uuid}},

@@ -168,7 +168,7 @@ TEST_F(NriDecide, PrivilegedIsWhitelistedOnV010AndAGapBelow) {
   (*c.mutable_annotations())["cdi.k8s.io/gpufence_x"] = std::string("nvidia.com/gpu=") + kUuid0;
   auto d = decide(c, "v0.12.0");
   ASSERT_TRUE(d) << d.error().message;
-  EXPECT_TRUE(d->shim.privileged);
+  EXPECT_TRUE(d->shim.admits_all_devices);
   EXPECT_TRUE(d->shim.whitelisted);
   EXPECT_EQ(d->shim.granted, (std::vector<std::string>{kUuid0}));
   const auto& rules = d->adjust.linux().resources().devices();

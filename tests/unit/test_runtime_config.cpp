@@ -15,7 +15,7 @@ TEST(RuntimeConfig, DefaultsAreTheSecureOnes) {
   EXPECT_TRUE(cfg->trusts(TrustedChannel::cdi_annotations));
   EXPECT_TRUE(cfg->trusts(TrustedChannel::mount_markers));
   EXPECT_FALSE(cfg->trusts(TrustedChannel::envvar));
-  EXPECT_EQ(cfg->privileged_policy, PrivilegedPolicy::isolate);
+  EXPECT_EQ(cfg->all_devices_policy, AllDevicesPolicy::isolate);
   EXPECT_EQ(cfg->cdi_spec_dirs, (std::vector<std::string>{"/etc/cdi", "/var/run/cdi"}));
 }
 
@@ -62,7 +62,7 @@ procfs_gpus_dir = "/fake/gpus"
   EXPECT_EQ(cfg->log_level, "debug");
   EXPECT_FALSE(cfg->trusts(TrustedChannel::cdi_annotations));
   EXPECT_TRUE(cfg->trusts(TrustedChannel::envvar));
-  EXPECT_EQ(cfg->privileged_policy, PrivilegedPolicy::passthrough);
+  EXPECT_EQ(cfg->all_devices_policy, AllDevicesPolicy::passthrough);
   EXPECT_EQ(cfg->annotation_prefixes.size(), 2u);
   EXPECT_EQ(cfg->device_root, "/host");
   EXPECT_EQ(cfg->control_nodes.size(), 1u);

@@ -181,7 +181,7 @@ TEST_F(ShimFlow, PrivilegedSpecNeedsTheHostsMajorsToBeNarrowed) {
   spec["linux"]["resources"]["devices"] = Json::parse(R"([{"allow": true, "access": "rwm"}])");
   auto d = prepare(spec);
   ASSERT_TRUE(d) << d.error().message;
-  EXPECT_TRUE(d->privileged);
+  EXPECT_TRUE(d->admits_all_devices);
   EXPECT_TRUE(d->whitelisted);
   std::filesystem::remove(m_root / "proc/devices");
   d = prepare(spec);

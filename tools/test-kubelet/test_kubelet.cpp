@@ -8,6 +8,8 @@
 
 #include <algorithm>
 
+#include "common/process.hpp"
+
 extern char** environ;
 
 namespace gpufence::test {
@@ -284,26 +286,12 @@ Subprocess::Subprocess(const std::vector<std::string>& argv, const std::vector<s
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) envs.emplace_back(*e);
   envs.insert(envs.end(), env.begin(), env.end());
-  std::vector<char*> cargv, cenv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
-  cenv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) return;  // m_pid stays -1: not running
   // Children start with the default signal mask, whatever the test's threads block.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t empty;
-  sigemptyset(&empty);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  if (::posix_spawn(&m_pid, cargv[0], &actions, &attr, cargv.data(), cenv.data()) != 0) m_pid = -1;
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
+  auto pid = spawn_process(argv, {.env = envs, .stdin_fd = -1, .stdout_fd = log, .stderr_fd = log});
+  ::close(log);
+  m_pid = pid ? *pid : -1;
 }
 
 Subprocess::~Subprocess() {
