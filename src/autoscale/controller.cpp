@@ -3,6 +3,7 @@
 #include "common/escape.hpp"
 #include "common/file.hpp"
 #include "common/strings.hpp"
+#include "kube/object_ref.hpp"
 
 namespace gpufence {
 namespace {
@@ -200,16 +201,12 @@ Status Controller::shutdown() {
 
 StreamSource streams_from_configmap(KubeClient& kube, const std::string& spec) {
   return [&kube, spec]() -> Result<long> {
-    auto slash = spec.find('/');
-    auto colon = spec.find(':');
-    if (slash == std::string::npos || colon == std::string::npos || colon < slash) {
-      return fail(Errc::invalid_argument, "--streams-configmap wants NAMESPACE/NAME:KEY, got '",
-                  spec, "'");
-    }
-    auto cm = kube.get(cat("/api/v1/namespaces/", spec.substr(0, slash), "/configmaps/",
-                           spec.substr(slash + 1, colon - slash - 1)));
+    auto ref = parse_object_key_ref(spec, "--streams-configmap");
+    if (!ref) return std::unexpected(ref.error());
+    auto cm =
+        kube.get(cat("/api/v1/namespaces/", ref->object.ns, "/configmaps/", ref->object.name));
     if (!cm) return std::unexpected(cm.error());
-    std::string key = spec.substr(colon + 1);
+    const std::string& key = ref->key;
     auto data = cm->value("data", nlohmann::json::object());
     if (!data.contains(key) || !data[key].is_string())
       return fail(Errc::not_found, "ConfigMap ", spec, " has no key ", key);

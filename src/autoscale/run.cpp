@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/escape.hpp"
+#include "kube/object_ref.hpp"
 
 namespace gpufence {
 
@@ -28,12 +29,11 @@ Result<LeaseOptions> lease_options(const AutoscaleOptions& opt, const std::strin
                                    std::string identity, std::chrono::seconds duration,
                                    std::chrono::seconds period) {
   const std::string name = spec.empty() ? opt.ns + "/gpufence-autoscale-" + opt.deployment : spec;
-  auto slash = name.find('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == name.size())
-    return fail(Errc::invalid_argument, "--lease wants NAMESPACE/NAME, got '", name, "'");
+  auto ref = parse_object_ref(name, "--lease");
+  if (!ref) return std::unexpected(ref.error());
   LeaseOptions l;
-  l.ns = name.substr(0, slash);
-  l.name = name.substr(slash + 1);
+  l.ns = std::move(ref->ns);
+  l.name = std::move(ref->name);
   l.identity = std::move(identity);
   // Longer than a period, or the leader's own renewals would lapse between them.
   l.duration =

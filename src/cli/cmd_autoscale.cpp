@@ -3,6 +3,7 @@
 
 #include "autoscale/run.hpp"
 #include "cli/commands.hpp"
+#include "kube/object_ref.hpp"
 
 namespace gpufence::cli {
 namespace {
@@ -66,15 +67,15 @@ std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
 
   return {{a, [args, &ctx]() -> int {
              (void)ctx;
-             auto slash = args->deployment.find('/');
-             if (slash == std::string::npos) {
-               std::cerr << "gpufence autoscale: --deployment wants NAMESPACE/NAME\n";
+             auto deployment = parse_object_ref(args->deployment, "--deployment");
+             if (!deployment) {
+               std::cerr << "gpufence autoscale: " << deployment.error().message << "\n";
                return 2;
              }
              AutoscaleRun run;
              run.opt = args->opt;
-             run.opt.ns = args->deployment.substr(0, slash);
-             run.opt.deployment = args->deployment.substr(slash + 1);
+             run.opt.ns = deployment->ns;
+             run.opt.deployment = deployment->name;
              if (args->streams_file.empty() == args->streams_configmap.empty()) {
                std::cerr << "gpufence autoscale: give exactly one of --streams-file and "
                             "--streams-configmap\n";

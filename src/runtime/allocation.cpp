@@ -8,22 +8,6 @@
 
 namespace gpufence {
 
-std::string_view channel_name(Channel channel) {
-  switch (channel) {
-    case Channel::none:
-      return "none";
-    case Channel::cdi_annotations:
-      return "cdi-annotations";
-    case Channel::device_specs:
-      return "device-specs";
-    case Channel::mount_markers:
-      return "mount-markers";
-    case Channel::envvar:
-      return "envvar";
-  }
-  return "none";
-}
-
 bool AllocationChannels::needs_indices() const {
   auto by_index = [](const DeviceToken& t) { return t.kind == DeviceToken::Kind::index; };
   return std::any_of(annotations.begin(), annotations.end(), by_index) ||
@@ -111,7 +95,7 @@ std::vector<std::string> env_values(const Json& spec, std::string_view key) {
 Status read_env(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& out) {
   auto env = get_env(spec, "NVIDIA_VISIBLE_DEVICES");
   if (!env) return {};
-  bool trusted = cfg.trusts(TrustedChannel::envvar);
+  bool trusted = cfg.trusts(Channel::envvar);
   if (trusted) {
     // containerd appends the image's env, then the container config's: the kubelet puts the
     // device plugin's envs there first and the pod's own after them (kubelet_pods.go
@@ -217,11 +201,11 @@ Result<AllocationChannels> read_allocation_channels(const Json& spec, const Runt
   AllocationChannels out;
   out.admits_all_devices = admits_all_devices;
   if (auto st = check_spec_fields(spec); !st) return std::unexpected(st.error());
-  if (cfg.trusts(TrustedChannel::cdi_annotations)) {
+  if (cfg.trusts(Channel::cdi_annotations)) {
     if (auto st = read_annotations(spec, cfg, out); !st) return std::unexpected(st.error());
   }
   if (!admits_all_devices) read_device_specs(spec, out);
-  if (cfg.trusts(TrustedChannel::mount_markers)) read_markers(spec, out);
+  if (cfg.trusts(Channel::mount_markers)) read_markers(spec, out);
   if (auto st = read_env(spec, cfg, out); !st) return std::unexpected(st.error());
   return out;
 }

@@ -25,9 +25,6 @@
 
 namespace gpufence {
 
-enum class Channel { none, cdi_annotations, device_specs, mount_markers, envvar };
-std::string_view channel_name(Channel channel);
-
 // What each channel of one spec says, before it is resolved against the node's GPUs.
 struct AllocationChannels {
   bool admits_all_devices = false;       // admits_all_devices(spec): containerd's privileged

@@ -44,7 +44,23 @@ Status apply_table(const toml::table& table, std::string_view name,
 
 }  // namespace
 
-bool RuntimeConfig::trusts(TrustedChannel c) const {
+std::string_view channel_name(Channel channel) {
+  switch (channel) {
+    case Channel::none:
+      return "none";
+    case Channel::cdi_annotations:
+      return "cdi-annotations";
+    case Channel::device_specs:
+      return "device-specs";
+    case Channel::mount_markers:
+      return "mount-markers";
+    case Channel::envvar:
+      return "envvar";
+  }
+  return "none";
+}
+
+bool RuntimeConfig::trusts(Channel c) const {
   return std::find(trusted_channels.begin(), trusted_channels.end(), c) != trusted_channels.end();
 }
 
@@ -88,40 +104,38 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
                          return {};
                        });
     } else if (section == "allocation") {
-      st = apply_table(*table, "allocation",
-                       {"trusted_channels", "privileged", "annotation_prefixes"},
-                       [&](std::string_view key, const toml::node& n) -> Status {
-                         if (key == "privileged") {
-                           auto v = string_value(n, "value");
-                           if (!v) return std::unexpected(v.error());
-                           if (*v == "isolate")
-                             cfg.all_devices_policy = AllDevicesPolicy::isolate;
-                           else if (*v == "passthrough")
-                             cfg.all_devices_policy = AllDevicesPolicy::passthrough;
-                           else
-                             return fail(Errc::parse, "'", *v, "' is not isolate or passthrough");
-                           return {};
-                         }
-                         auto list = string_array(n, "value");
-                         if (!list) return std::unexpected(list.error());
-                         if (key == "annotation_prefixes") {
-                           cfg.annotation_prefixes = *list;
-                           return {};
-                         }
-                         cfg.trusted_channels.clear();
-                         for (const auto& c : *list) {
-                           if (c == "cdi-annotations")
-                             cfg.trusted_channels.push_back(TrustedChannel::cdi_annotations);
-                           else if (c == "mount-markers")
-                             cfg.trusted_channels.push_back(TrustedChannel::mount_markers);
-                           else if (c == "envvar")
-                             cfg.trusted_channels.push_back(TrustedChannel::envvar);
-                           else
-                             return fail(Errc::parse, "unknown channel '", c,
-                                         "' (cdi-annotations, mount-markers, envvar)");
-                         }
-                         return {};
-                       });
+      st = apply_table(
+          *table, "allocation", {"trusted_channels", "privileged", "annotation_prefixes"},
+          [&](std::string_view key, const toml::node& n) -> Status {
+            if (key == "privileged") {
+              auto v = string_value(n, "value");
+              if (!v) return std::unexpected(v.error());
+              if (*v == "isolate")
+                cfg.all_devices_policy = AllDevicesPolicy::isolate;
+              else if (*v == "passthrough")
+                cfg.all_devices_policy = AllDevicesPolicy::passthrough;
+              else
+                return fail(Errc::parse, "'", *v, "' is not isolate or passthrough");
+              return {};
+            }
+            auto list = string_array(n, "value");
+            if (!list) return std::unexpected(list.error());
+            if (key == "annotation_prefixes") {
+              cfg.annotation_prefixes = *list;
+              return {};
+            }
+            cfg.trusted_channels.clear();
+            for (const auto& c : *list) {
+              auto named =
+                  std::find_if(std::begin(kSwitchableChannels), std::end(kSwitchableChannels),
+                               [&](Channel ch) { return channel_name(ch) == c; });
+              if (named == std::end(kSwitchableChannels))
+                return fail(Errc::parse, "unknown channel '", c,
+                            "' (cdi-annotations, mount-markers, envvar)");
+              cfg.trusted_channels.push_back(*named);
+            }
+            return {};
+          });
     } else if (section == "devices") {
       st = apply_table(*table, "devices", {"root", "control_nodes", "nvml_library"},
                        [&](std::string_view key, const toml::node& n) -> Status {

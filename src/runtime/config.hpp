@@ -14,7 +14,13 @@ namespace gpufence {
 inline constexpr const char* kRuntimeConfigPath = "/etc/gpufence/runtime.toml";
 inline constexpr const char* kRuntimeConfigEnv = "GPUFENCE_RUNTIME_CONFIG";
 
-enum class TrustedChannel { cdi_annotations, mount_markers, envvar };
+// Where an allocation comes from (docs/trust-model.md): one enum for the channel a decision used
+// and for the ones runtime.toml switches. The kubelet's device specs always count; the three
+// switchable ones are listed in [allocation] trusted_channels by channel_name.
+enum class Channel { none, cdi_annotations, device_specs, mount_markers, envvar };
+std::string_view channel_name(Channel channel);
+inline constexpr Channel kSwitchableChannels[] = {Channel::cdi_annotations, Channel::mount_markers,
+                                                  Channel::envvar};
 // What to do with a spec that admits every device (admits_all_devices) and asks for no GPU. Its
 // key in runtime.toml is [allocation] privileged, kept as the file's interface.
 enum class AllDevicesPolicy { isolate, passthrough };
@@ -34,8 +40,7 @@ struct RuntimeConfig {
   // "" logs to stderr. gpufence's own directory, which no common hostPath covers (runtime.toml).
   std::string log_file = "/var/lib/gpufence/runtime.log";
   std::string log_level = "info";
-  std::vector<TrustedChannel> trusted_channels = {TrustedChannel::cdi_annotations,
-                                                  TrustedChannel::mount_markers};
+  std::vector<Channel> trusted_channels = {Channel::cdi_annotations, Channel::mount_markers};
   AllDevicesPolicy all_devices_policy = AllDevicesPolicy::isolate;
   std::vector<std::string> annotation_prefixes = {std::string(kCdiAnnotationPrefix)};
   std::string device_root = "/";  // host root under which /dev/nvidia* are found
@@ -48,7 +53,7 @@ struct RuntimeConfig {
   // gpufence's own directory.
   std::string nri_status_file = std::string(kNriStatusFile);
 
-  bool trusts(TrustedChannel c) const;
+  bool trusts(Channel c) const;
 };
 
 // Parses TOML text; `origin` names the file in errors.

@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<Gpu> inventory = make_inventory();
   if (size < 1) return 0;
   RuntimeConfig cfg;
-  if (data[0] & 1) cfg.trusted_channels.push_back(TrustedChannel::envvar);
+  if (data[0] & 1) cfg.trusted_channels.push_back(Channel::envvar);
   if (data[0] & 2) cfg.all_devices_policy = AllDevicesPolicy::passthrough;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
 

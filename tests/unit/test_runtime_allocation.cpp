@@ -77,7 +77,7 @@ TEST(Allocation, TheContainersOwnEnvIsNeverAnAllocation) {
 
 TEST(Allocation, EnvCountsOnlyWithTheOperatorsOptIn) {
   RuntimeConfig cfg;
-  cfg.trusted_channels.push_back(TrustedChannel::envvar);
+  cfg.trusted_channels.push_back(Channel::envvar);
   Json spec = spec_with(R"({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=1"]}})");
   auto a = decide(spec, false, cfg);
   ASSERT_TRUE(a);
@@ -94,7 +94,7 @@ TEST(Allocation, APodEnvOverridingThePluginsIsRefusedWhenEnvIsTrusted) {
   Json spec = spec_with(
       R"({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=GPU-aaa", "NVIDIA_VISIBLE_DEVICES=GPU-bbb\u001b[2J"]}})");
   RuntimeConfig cfg;
-  cfg.trusted_channels.push_back(TrustedChannel::envvar);
+  cfg.trusted_channels.push_back(Channel::envvar);
   auto a = decide(spec, false, cfg);
   ASSERT_FALSE(a);
   EXPECT_EQ(a.error().code, Errc::denied);
@@ -254,7 +254,7 @@ TEST(Allocation, MarkersAreReadLeniently) {
       << "only /dev/null sources are markers";
   // With mount-markers not trusted at all, a privileged marker is nothing either.
   RuntimeConfig cfg;
-  cfg.trusted_channels = {TrustedChannel::cdi_annotations};
+  cfg.trusted_channels = {Channel::cdi_annotations};
   Json priv = spec_with("{}");
   priv["mounts"].push_back(marker("GPU-bbb"));
   EXPECT_TRUE(decide(priv, true, cfg)->granted.empty());

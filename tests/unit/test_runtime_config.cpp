@@ -12,9 +12,9 @@ TEST(RuntimeConfig, DefaultsAreTheSecureOnes) {
   auto cfg = parse_runtime_config("", "x.toml");
   ASSERT_TRUE(cfg);
   EXPECT_EQ(cfg->low_level_runtime, "runc");
-  EXPECT_TRUE(cfg->trusts(TrustedChannel::cdi_annotations));
-  EXPECT_TRUE(cfg->trusts(TrustedChannel::mount_markers));
-  EXPECT_FALSE(cfg->trusts(TrustedChannel::envvar));
+  EXPECT_TRUE(cfg->trusts(Channel::cdi_annotations));
+  EXPECT_TRUE(cfg->trusts(Channel::mount_markers));
+  EXPECT_FALSE(cfg->trusts(Channel::envvar));
   EXPECT_EQ(cfg->all_devices_policy, AllDevicesPolicy::isolate);
   EXPECT_EQ(cfg->cdi_spec_dirs, (std::vector<std::string>{"/etc/cdi", "/var/run/cdi"}));
 }
@@ -60,8 +60,8 @@ procfs_gpus_dir = "/fake/gpus"
   EXPECT_EQ(cfg->low_level_runtime, "/usr/bin/crun");
   EXPECT_EQ(cfg->log_file, "");
   EXPECT_EQ(cfg->log_level, "debug");
-  EXPECT_FALSE(cfg->trusts(TrustedChannel::cdi_annotations));
-  EXPECT_TRUE(cfg->trusts(TrustedChannel::envvar));
+  EXPECT_FALSE(cfg->trusts(Channel::cdi_annotations));
+  EXPECT_TRUE(cfg->trusts(Channel::envvar));
   EXPECT_EQ(cfg->all_devices_policy, AllDevicesPolicy::passthrough);
   EXPECT_EQ(cfg->annotation_prefixes.size(), 2u);
   EXPECT_EQ(cfg->device_root, "/host");
@@ -111,4 +111,19 @@ TEST(RuntimeConfig, LoadFromEnvPath) {
   ASSERT_FALSE(missing) << "an explicitly named config that is missing is an error";
   EXPECT_NE(missing.error().message.find("missing.toml"), std::string::npos);
   ::unsetenv(kRuntimeConfigEnv);
+}
+
+TEST(RuntimeConfig, OnlyTheSwitchableChannelsCanBeListed) {
+  // The kubelet's device specs always count and "none" is no channel: listing either is an
+  // error, not a silent no-op.
+  for (const char* name : {"device-specs", "none", "CDI-annotations", ""}) {
+    auto cfg = parse_runtime_config(
+        std::string("[allocation]\ntrusted_channels = [\"") + name + "\"]\n", "x.toml");
+    EXPECT_FALSE(cfg) << name;
+  }
+  auto nri = parse_runtime_config("[nri]\nstatus_file = \"relative.json\"\n", "x.toml");
+  EXPECT_FALSE(nri) << "a status file must be an absolute path";
+  auto off = parse_runtime_config("[nri]\nstatus_file = \"\"\n", "x.toml");
+  ASSERT_TRUE(off) << off.error().message;
+  EXPECT_EQ(off->nri_status_file, "");
 }

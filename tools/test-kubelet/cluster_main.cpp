@@ -48,6 +48,7 @@
 #include "common/file.hpp"
 #include "common/strings.hpp"
 #include "cri_client.hpp"
+#include "kube/object_ref.hpp"
 #include "pod_runner.hpp"
 #include "support/test_api_server.hpp"
 #include "test_kubelet.hpp"
@@ -119,9 +120,9 @@ class Cluster {
  public:
   Cluster(const Options& opt, TestKubelet& kubelet, CriClient& cri, TestApiServer& api)
       : m_opt(opt), m_kubelet(kubelet), m_cri(cri), m_api(api) {
-    auto slash = opt.deployment.find('/');
-    m_ns = opt.deployment.substr(0, slash);
-    m_name = opt.deployment.substr(slash + 1);
+    auto ref = parse_object_ref(opt.deployment, "--deployment").value();  // checked in main
+    m_ns = ref.ns;
+    m_name = ref.name;
     m_deployment_path = "/apis/apps/v1/namespaces/" + m_ns + "/deployments/" + m_name;
     m_scale_path = m_deployment_path + "/scale";
     m_events_path = "/apis/events.k8s.io/v1/namespaces/" + m_ns + "/events";
@@ -473,9 +474,8 @@ int main(int argc, char** argv) {
     }
     opt.foreign_pods.push_back(std::move(p));
   }
-  auto slash = opt.deployment.find('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == opt.deployment.size()) {
-    std::cerr << "gpufence-test-cluster: --deployment wants NAMESPACE/NAME\n";
+  if (auto ref = parse_object_ref(opt.deployment, "--deployment"); !ref) {
+    std::cerr << "gpufence-test-cluster: " << ref.error().message << "\n";
     return 2;
   }
 
