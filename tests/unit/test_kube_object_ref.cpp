@@ -18,7 +18,9 @@ TEST(ObjectRef, WhatCouldBendARequestPathIsRefused) {
                           "video/a..b", "vi_deo/ds", "video/ds%2f", "video/ ds"}) {
     auto r = parse_object_ref(bad, "--deployment");
     EXPECT_FALSE(r) << bad;
-    if (!r) EXPECT_NE(r.error().message.find("--deployment"), std::string::npos) << bad;
+    if (!r) {
+      EXPECT_NE(r.error().message.find("--deployment"), std::string::npos) << bad;
+    }
   }
   EXPECT_FALSE(parse_object_ref(std::string(64, 'a') + "/ds", "--lease")) << "label over 63";
   EXPECT_TRUE(parse_object_ref(std::string(63, 'a') + "/ds", "--lease"));

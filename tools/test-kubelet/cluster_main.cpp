@@ -120,7 +120,8 @@ class Cluster {
  public:
   Cluster(const Options& opt, TestKubelet& kubelet, CriClient& cri, TestApiServer& api)
       : m_opt(opt), m_kubelet(kubelet), m_cri(cri), m_api(api) {
-    auto ref = parse_object_ref(opt.deployment, "--deployment").value();  // checked in main
+    auto ref =
+        gpufence::parse_object_ref(opt.deployment, "--deployment").value();  // checked in main
     m_ns = ref.ns;
     m_name = ref.name;
     m_deployment_path = "/apis/apps/v1/namespaces/" + m_ns + "/deployments/" + m_name;
@@ -474,7 +475,7 @@ int main(int argc, char** argv) {
     }
     opt.foreign_pods.push_back(std::move(p));
   }
-  if (auto ref = parse_object_ref(opt.deployment, "--deployment"); !ref) {
+  if (auto ref = gpufence::parse_object_ref(opt.deployment, "--deployment"); !ref) {
     std::cerr << "gpufence-test-cluster: " << ref.error().message << "\n";
     return 2;
   }
