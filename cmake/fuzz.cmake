@@ -17,6 +17,7 @@ target_link_options(gpufence_settings INTERFACE -fsanitize=address,undefined)
 
 add_subdirectory(src/common)
 add_subdirectory(src/gpu)
+add_subdirectory(src/distribution)
 add_subdirectory(src/cdi)
 add_subdirectory(src/runtime)
 add_subdirectory(src/containerd)
