@@ -367,7 +367,7 @@ std::string gpu_effect(const NriDecision& d) {
     parts.push_back(cat("take away ", join(d.shim.removed_nodes, ",")));
   if (d.rules != "unchanged")
     parts.push_back(d.shim.admits_all_devices ? "narrow its allow-all device rules to its GPUs"
-                                      : "narrow its device rules");
+                                              : "narrow its device rules");
   return join(parts, "; ");
 }
 
