@@ -7,6 +7,7 @@
 #include "cdi/hook_defaults.hpp"
 #include "common/strings.hpp"
 #include "gpu/wire_contract.hpp"
+#include "runtime/host_devices.hpp"
 
 namespace gpufence {
 namespace {
@@ -55,21 +56,24 @@ std::string cgroup_access(const CdiDeviceNode& n) {
   return n.permissions;
 }
 
-Result<DeviceNode> resolve_node(const CdiDeviceNode& n, const HostFs& host) {
-  if (n.major && n.minor) {
+// upstream fillMissingInfo: a node without major/minor takes the host node's (hostPath, else
+// path); the facts hold that node's numbers, read before this step.
+std::string node_host_path(const CdiDeviceNode& n) {
+  return n.host_path.empty() ? n.path : n.host_path;
+}
+
+bool needs_host_numbers(const CdiDeviceNode& n) {
+  return !n.major || !n.minor;
+}
+
+Result<DeviceNode> resolve_node(const CdiDeviceNode& n, const HostDeviceFacts& facts) {
+  if (!needs_host_numbers(n)) {
     constexpr long long kMax = std::numeric_limits<unsigned>::max();
     if (*n.major > kMax || *n.minor > kMax)
       return fail(Errc::parse, "major ", *n.major, " or minor ", *n.minor, " is out of range");
     return DeviceNode{n.path, static_cast<unsigned>(*n.major), static_cast<unsigned>(*n.minor)};
   }
-  // hostPath is a host path as the spec writes it; without one the node sits at the same path.
-  std::string source = n.host_path.empty() ? n.path : n.host_path;
-  auto info = host.stat(source);
-  if (!info) return std::unexpected(info.error());
-  if (info->type != FileType::char_device) {
-    return fail(Errc::not_found, host.resolve(source).native(), " is not a character device");
-  }
-  return DeviceNode{n.path, info->major, info->minor};
+  return facts.char_device(node_host_path(n), n.path);
 }
 
 // Whether the mount was added (a destination the spec already has is left as it is).
@@ -120,8 +124,8 @@ void add_gids(Json& oci, const std::vector<std::uint32_t>& gids) {
   }
 }
 
-Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostFs& host, CdiApplied& applied,
-                   const std::string& where) {
+Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostDeviceFacts& facts,
+                   CdiApplied& applied, const std::string& where) {
   // intelRdt sets the container's cache allocation class and netDevices moves host interfaces
   // into it: neither belongs in a GPU spec, and runc 1.1 would drop netDevices silently. Refuse
   // rather than run a container without what its spec asks for.
@@ -133,7 +137,7 @@ Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostFs& host, Cd
     set_env(oci, env.substr(0, eq), env.substr(eq + 1));
   }
   for (const auto& n : e.device_nodes) {
-    auto node = resolve_node(n, host);
+    auto node = resolve_node(n, facts);
     if (!node) return std::unexpected(node.error().wrap(where + ": device node " + n.path));
     std::string access = cgroup_access(n);
     applied.access[node->path] = access;
@@ -152,9 +156,9 @@ Status apply_edits(Json& oci, const CdiContainerEdits& e, const HostFs& host, Cd
 
 }  // namespace
 
-Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& specs,
-                                     const std::vector<std::string>& names, const HostFs& host) {
-  CdiApplied applied;
+Result<CdiSelection> select_cdi_devices(const std::vector<CdiSpecFile>& specs,
+                                        const std::vector<std::string>& names) {
+  CdiSelection selection;
   std::vector<const CdiSpecFile*> used;  // in the order first needed
   std::vector<std::pair<const CdiSpecFile*, const CdiDevice*>> devices;
   for (const auto& qualified : names) {
@@ -184,21 +188,44 @@ Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& 
     }
     if (std::find(used.begin(), used.end(), owner) == used.end()) used.push_back(owner);
     devices.emplace_back(owner, device);
-    applied.from.push_back(cat(qualified, " (", owner->path, ")"));
+    selection.from.push_back(cat(qualified, " (", owner->path, ")"));
   }
   // Spec-wide edits once per spec used, then each device's (upstream InjectDevices).
-  for (const auto* file : used) {
-    if (auto st = apply_edits(oci, file->spec.edits, host, applied, file->path); !st)
-      return std::unexpected(st.error());
-  }
-  for (const auto& [file, device] : devices) {
-    if (auto st = apply_edits(oci, device->edits, host, applied,
-                              cat(file->path, ": device ", device->name));
-        !st) {
-      return std::unexpected(st.error());
+  for (const auto* file : used) selection.edits.push_back({file->spec.edits, file->path});
+  for (const auto& [file, device] : devices)
+    selection.edits.push_back({device->edits, cat(file->path, ": device ", device->name)});
+  return selection;
+}
+
+HostDeviceQuery host_device_query(const CdiSelection& selection) {
+  HostDeviceQuery query;
+  for (const auto& step : selection.edits) {
+    for (const auto& n : step.edits.device_nodes) {
+      if (needs_host_numbers(n)) query.char_paths.insert(node_host_path(n));
+      // Any node may be a DRM node: it is judged against the host's list (shim.cpp).
+      if (needs_host_numbers(n) || *n.major == kDrmMajor) query.drm_nodes = true;
     }
   }
+  return query;
+}
+
+Result<CdiApplied> apply_cdi_selection(Json& oci, const CdiSelection& selection,
+                                       const HostDeviceFacts& facts) {
+  CdiApplied applied;
+  applied.from = selection.from;
+  for (const auto& step : selection.edits) {
+    if (auto st = apply_edits(oci, step.edits, facts, applied, step.where); !st)
+      return std::unexpected(st.error());
+  }
   return applied;
+}
+
+Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& specs,
+                                     const std::vector<std::string>& names, const HostFs& host) {
+  auto selection = select_cdi_devices(specs, names);
+  if (!selection) return std::unexpected(selection.error());
+  return apply_cdi_selection(oci, *selection,
+                             read_host_device_facts(host, host_device_query(*selection)));
 }
 
 }  // namespace gpufence

@@ -15,6 +15,7 @@
 #include "cdi/spec_dirs.hpp"
 #include "common/hostfs.hpp"
 #include "common/log.hpp"
+#include "runtime/host_devices.hpp"
 #include "runtime/isolation.hpp"
 #include "runtime/oci_spec.hpp"
 
@@ -42,10 +43,32 @@ struct CdiApplied {
   std::vector<std::string> mounts;  // each mount added, "destination<-source"
 };
 
-// Applies spec-wide and per-device edits for `names`, qualified ("gpufence.io/gpu=GPU-...").
-// `host` resolves device nodes without major/minor (hostPath, else path). Hooks without `env`
-// get kMinimalHookEnv and hooks without `timeout` kDefaultHookTimeoutSeconds (hook_defaults.hpp).
-// Edits gpufence cannot apply faithfully (intelRdt, netDevices) refuse the create.
+// The edits `names` (qualified, "gpufence.io/gpu=GPU-...") select, in upstream's order: each
+// spec used, its spec-wide edits once, then each device's (InjectDevices). A name no spec
+// defines, or two files of one directory define, is an error.
+struct CdiSelection {
+  struct Step {
+    CdiContainerEdits edits;
+    std::string where;  // the file, and the device, for errors
+  };
+  std::vector<Step> edits;
+  std::vector<std::string> from;  // "gpufence.io/gpu=1 (/var/run/cdi/gpufence.io-gpu.json)"
+};
+Result<CdiSelection> select_cdi_devices(const std::vector<CdiSpecFile>& specs,
+                                        const std::vector<std::string>& names);
+
+// What applying `selection` needs from the host: the nodes without major/minor (hostPath, else
+// path), and the DRM list when a node may be a DRM node.
+HostDeviceQuery host_device_query(const CdiSelection& selection);
+
+// Applies the selected edits; device nodes without major/minor take the numbers `facts` read.
+// Hooks without `env` get kMinimalHookEnv and hooks without `timeout`
+// kDefaultHookTimeoutSeconds (hook_defaults.hpp). Edits gpufence cannot apply faithfully
+// (intelRdt, netDevices) refuse the create.
+Result<CdiApplied> apply_cdi_selection(Json& oci, const CdiSelection& selection,
+                                       const HostDeviceFacts& facts);
+
+// The three steps at once, the facts read through `host`.
 Result<CdiApplied> apply_cdi_devices(Json& oci, const std::vector<CdiSpecFile>& specs,
                                      const std::vector<std::string>& names, const HostFs& host);
 

@@ -93,4 +93,24 @@ Result<DeviceNode> host_char_device(const HostFs& host, const std::string& path)
   return DeviceNode{path, info->major, info->minor};
 }
 
+Result<DeviceNode> HostDeviceFacts::char_device(const std::string& host_path,
+                                                const std::string& container_path) const {
+  auto it = char_nodes.find(host_path);
+  if (it == char_nodes.end())
+    return fail(Errc::not_found, host_path, ": its device numbers were not read for this decision");
+  if (!it->second) return std::unexpected(it->second.error());
+  return DeviceNode{container_path, it->second->major, it->second->minor};
+}
+
+HostDeviceFacts read_host_device_facts(const HostFs& host, const HostDeviceQuery& query) {
+  HostDeviceFacts facts;
+  auto text = host.read("/proc/devices");
+  facts.registered =
+      text ? parse_proc_devices(*text) : Result<ProcDevices>(std::unexpected(text.error()));
+  for (const auto& path : query.char_paths)
+    facts.char_nodes.emplace(path, host_char_device(host, path));
+  if (query.drm_nodes) facts.drm_nodes = read_drm_nodes(host);
+  return facts;
+}
+
 }  // namespace gpufence

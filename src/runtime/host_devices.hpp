@@ -1,8 +1,14 @@
 // Facts about the host's device numbers that the spec edit needs, read through HostFs and parsed
-// from literal text: which majors the kernel has registered (/proc/devices) and which DRM nodes
-// (/dev/dri/card*, renderD*) belong to which PCI device (/sys/class/drm). docs/nvidia-devices.md
+// from literal text: which majors the kernel has registered (/proc/devices), which DRM nodes
+// (/dev/dri/card*, renderD*) belong to which PCI device (/sys/class/drm), and the numbers of the
+// char nodes a decision grants. docs/nvidia-devices.md
+//
+// One decision reads them once, into a HostDeviceFacts value, before anything is planned: the
+// plan and the CDI edits are then pure functions of the spec and that value, so the same facts
+// judge every step, and tests and the fuzzer hand the flow a table instead of a host.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -45,5 +51,27 @@ std::vector<DrmNode> read_drm_nodes(const HostFs& host);
 
 // The character device at `path` on the host, as a node the container gets at the same path.
 Result<DeviceNode> host_char_device(const HostFs& host, const std::string& path);
+
+// What one decision needs to know about the host's devices.
+struct HostDeviceQuery {
+  std::set<std::string> char_paths;  // host paths whose device numbers are read
+  bool drm_nodes = false;            // whether /sys/class/drm is read
+};
+
+// The host's device facts for one decision. A fact the query did not ask for reads as absent, so
+// a step that needs more than was read refuses rather than grants.
+struct HostDeviceFacts {
+  Result<ProcDevices> registered = fail(Errc::not_found, "/proc/devices was not read");
+  std::vector<DrmNode> drm_nodes;
+  std::map<std::string, Result<DeviceNode>> char_nodes;  // by host path; the node's path is it
+
+  // The char device at `host_path`, as the node a container gets at `container_path`.
+  Result<DeviceNode> char_device(const std::string& host_path,
+                                 const std::string& container_path) const;
+};
+
+// Reads what `query` names through `host`: /proc/devices always, one lstat per char path,
+// /sys/class/drm when asked.
+HostDeviceFacts read_host_device_facts(const HostFs& host, const HostDeviceQuery& query);
 
 }  // namespace gpufence

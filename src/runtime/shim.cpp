@@ -84,10 +84,8 @@ bool spec_mentions_drm(const Json& spec) {
 // major (195:0..253) under any path ("/dev/gpu-alias", "/dev/./nvidia1") must be a granted GPU's,
 // and an NVIDIA GPU's DRM node (226:N) must belong to a granted GPU (by PCI bus id).
 Status refuse_foreign_gpu_nodes(const std::vector<DeviceNode>& nodes,
-                                const std::vector<Gpu>& granted, const HostFs& host,
+                                const std::vector<Gpu>& granted, const HostDeviceFacts& facts,
                                 const std::vector<std::string>& from) {
-  std::vector<DrmNode> drm;
-  bool drm_read = false;
   for (const auto& node : nodes) {
     std::string what;
     if (node.major == kNvidiaMajor && node.minor <= kNvidiaMaxGpuMinor) {
@@ -97,7 +95,7 @@ Status refuse_foreign_gpu_nodes(const std::vector<DeviceNode>& nodes,
     } else if (node.major == kDrmMajor) {
       // Only a DRM node the host lists, of another vendor or of a granted GPU: an unknown minor
       // (or one whose vendor sysfs does not say) is not granted on trust.
-      if (!drm_read) drm = read_drm_nodes(host), drm_read = true;
+      const auto& drm = facts.drm_nodes;
       auto d = std::find_if(drm.begin(), drm.end(),
                             [&](const DrmNode& x) { return x.minor == node.minor; });
       if (d == drm.end()) {
@@ -116,16 +114,13 @@ Status refuse_foreign_gpu_nodes(const std::vector<DeviceNode>& nodes,
   return {};
 }
 
-// CDI: when the allocation came as CDI names and specs of their kinds exist, apply their edits
-// (driver libraries, utilities, env, hooks). Isolation still decides the GPU nodes: a GPU node the
-// spec adds must be one of the granted GPUs.
-Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const AllocationChannels& channels,
-                                          const Allocation& allocation, const HostFs& host,
-                                          ShimContext& ctx, ShimDecision& decision) {
-  std::vector<DeviceNode> extra;
-  if (allocation.channel != Channel::cdi_annotations) return extra;
-  // Only the kinds named are read: a malformed spec of a kind this container does not use must
-  // not refuse it.
+// CDI, step one: when the allocation came as CDI names and specs of their kinds exist, the edits
+// those names select (driver libraries, utilities, env, hooks). Only the kinds named are read: a
+// malformed spec of a kind this container does not use must not refuse it.
+Result<CdiSelection> select_cdi(const AllocationChannels& channels, const Allocation& allocation,
+                                ShimContext& ctx, const ShimDecision& decision) {
+  if (ctx.cdi_edits != CdiEdits::apply || allocation.channel != Channel::cdi_annotations)
+    return CdiSelection{};
   std::vector<std::string> names;
   std::vector<std::string_view> kinds;
   for (const auto& t : channels.annotations) {
@@ -135,17 +130,28 @@ Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const AllocationChannels& 
       if (kind == t.cdi_kind && std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
         kinds.push_back(kind);
   }
-  if (names.empty()) return extra;
+  if (names.empty()) return CdiSelection{};
   auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kinds, ctx.log);
   if (!specs) return std::unexpected(specs.error());
   if (specs->empty()) {
     ctx.log.debug("runtime.no_cdi_spec", {{"container", decision.container_id},
                                           {"dirs", join(ctx.config.cdi_spec_dirs, ",")}});
-    return extra;
+    return CdiSelection{};
   }
-  auto applied = apply_cdi_devices(spec, *specs, names, host);
+  return select_cdi_devices(*specs, names);
+}
+
+// CDI, step two: apply the selected edits. Isolation still decides the GPU nodes: a GPU node the
+// spec adds must be one of the granted GPUs. Returns the nodes isolation must add besides the
+// granted GPUs' own.
+Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const CdiSelection& selection,
+                                          const Allocation& allocation,
+                                          const HostDeviceFacts& facts, ShimDecision& decision) {
+  std::vector<DeviceNode> extra;
+  if (selection.edits.empty()) return extra;
+  auto applied = apply_cdi_selection(spec, selection, facts);
   if (!applied) return std::unexpected(applied.error());
-  if (auto st = refuse_foreign_gpu_nodes(applied->nodes, allocation.granted, host, applied->from);
+  if (auto st = refuse_foreign_gpu_nodes(applied->nodes, allocation.granted, facts, applied->from);
       !st)
     return std::unexpected(st.error());
   for (const auto& node : applied->nodes) {
@@ -158,6 +164,11 @@ Result<std::vector<DeviceNode>> apply_cdi(Json& spec, const AllocationChannels& 
   decision.cdi_devices = applied->from;
   decision.cdi_mounts = applied->mounts;
   return extra;
+}
+
+HostDeviceFacts read_host_devices(const HostDeviceQuery& query, const ShimContext& ctx) {
+  if (ctx.read_host_devices) return ctx.read_host_devices(query);
+  return read_host_device_facts(HostFs(ctx.config.device_root), query);
 }
 
 }  // namespace
@@ -182,25 +193,29 @@ Status refuse_cgroupfs_binds_on_host(const Json& spec) {
   });
 }
 
+Result<Json> parse_spec(std::string_view text, std::string_view where) {
+  // The JSON parser recurses per level: bound the nesting before it runs out of stack. An OCI
+  // spec is a handful of levels deep.
+  if (json_nesting_depth(text) > kMaxSpecDepth)
+    return fail(Errc::parse, "malformed ", where, ": nested deeper than ", kMaxSpecDepth,
+                " levels");
+  Json spec;
+  try {
+    spec = Json::parse(text);
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number overflow
+    return fail(Errc::parse, "malformed ", where, ": ", e.what());
+  }
+  if (auto st = check_spec_fields(spec); !st)
+    return std::unexpected(st.error().wrap(cat("malformed ", where)));
+  if (auto rules = parse_spec_device_rules(spec); !rules)
+    return std::unexpected(rules.error().wrap(cat("malformed ", where)));
+  return spec;
+}
+
 Result<Json> read_spec(const std::filesystem::path& spec_path) {
   auto text = read_file(spec_path);
   if (!text) return std::unexpected(text.error());
-  // The JSON parser recurses per level: bound the nesting before it runs out of stack. An OCI
-  // spec is a handful of levels deep.
-  if (json_nesting_depth(*text) > kMaxSpecDepth)
-    return fail(Errc::parse, "malformed ", spec_path.native(), ": nested deeper than ",
-                kMaxSpecDepth, " levels");
-  Json spec;
-  try {
-    spec = Json::parse(*text);
-  } catch (const Json::exception& e) {  // parse_error, and out_of_range for a number overflow
-    return fail(Errc::parse, "malformed ", spec_path.native(), ": ", e.what());
-  }
-  if (auto st = check_spec_fields(spec); !st)
-    return std::unexpected(st.error().wrap("malformed " + spec_path.native()));
-  if (auto rules = parse_spec_device_rules(spec); !rules)
-    return std::unexpected(rules.error().wrap("malformed " + spec_path.native()));
-  return spec;
+  return parse_spec(*text, spec_path.native());
 }
 
 Result<std::vector<Gpu>> load_inventory(const AllocationChannels& channels, const HostFs& host,
@@ -222,15 +237,26 @@ Result<std::vector<Gpu>> load_inventory(const AllocationChannels& channels, cons
   return gpus;
 }
 
+HostDeviceQuery host_device_query(const Json& spec, const std::vector<Gpu>& granted,
+                                  const RuntimeConfig& cfg) {
+  HostDeviceQuery query;
+  for (const auto& gpu : granted) query.char_paths.insert(gpu.device_path());
+  // Every control node, whatever NVIDIA_DRIVER_CAPABILITIES says now: a CDI spec's env may change
+  // it before the plan reads it.
+  if (!granted.empty()) query.char_paths.insert(cfg.control_nodes.begin(), cfg.control_nodes.end());
+  query.drm_nodes = admits_all_devices(spec) || spec_mentions_drm(spec);
+  return query;
+}
+
 Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& granted,
-                                     const std::vector<DeviceNode>& extra_nodes, const HostFs& host,
-                                     const RuntimeConfig& cfg) {
+                                     const std::vector<DeviceNode>& extra_nodes,
+                                     const HostDeviceFacts& facts, const RuntimeConfig& cfg) {
   IsolationPlan plan;
   // NVIDIA's fixed majors are reserved even when /proc/devices cannot be read (wire_contract).
   plan.reserved_majors = {kNvidiaMajor, kDrmMajor};
   // The granted GPUs' nodes as the host has them, then their control nodes.
   for (const auto& gpu : granted) {
-    auto node = host_char_device(host, gpu.device_path());
+    auto node = facts.char_device(gpu.device_path(), gpu.device_path());
     if (!node) return std::unexpected(node.error().wrap("device node of " + gpu.uuid));
     plan.grant.push_back(*node);
     plan.uuids.push_back(gpu.uuid);
@@ -238,7 +264,7 @@ Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& g
   if (!granted.empty()) {
     for (const auto& path : cfg.control_nodes) {
       if (!wants_capability(spec, control_node_capability(path))) continue;
-      if (auto node = host_char_device(host, path)) plan.grant.push_back(*node);
+      if (auto node = facts.char_device(path, path)) plan.grant.push_back(*node);
     }
   }
   for (const auto& node : extra_nodes) {
@@ -250,10 +276,7 @@ Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& g
   // must list when the spec admitted devices by wildcard. Without them a privileged spec cannot
   // be narrowed safely, so that is an error; a default-deny spec only loses the dynamic majors.
   bool admits_all = admits_all_devices(spec);
-  auto text = host.read("/proc/devices");
-  Result<ProcDevices> devices =
-      text ? parse_proc_devices(*text) : Result<ProcDevices>(std::unexpected(text.error()));
-  if (devices) {
+  if (const auto& devices = facts.registered) {
     plan.reserved_majors = nvidia_reserved_majors(*devices);
     for (const auto& m : devices->character) plan.host_majors.character.push_back(m.major);
     for (const auto& m : devices->block) plan.host_majors.block.push_back(m.major);
@@ -266,7 +289,7 @@ Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& g
   if (admits_all || spec_mentions_drm(spec)) {
     std::set<std::string> granted_bus;
     for (const auto& g : granted) granted_bus.insert(driver_gpu_entry_name(g.pci_bus_id));
-    for (const auto& drm : read_drm_nodes(host)) {
+    for (const auto& drm : facts.drm_nodes) {
       if (!drm.nvidia || granted_bus.contains(drm.pci_bus_id))
         plan.keep.emplace(kDrmMajor, drm.minor);
     }
@@ -355,16 +378,25 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
   decision.ignored = allocation->ignored;
   for (const auto& g : allocation->granted) decision.granted.push_back(g.uuid);
 
-  // 4. CDI edits for CDI-named devices (driver files, env, hooks), unless the runtime already
-  //    injected them (containerd's CRI does, before NRI sees the spec).
-  Result<std::vector<DeviceNode>> extra = std::vector<DeviceNode>{};
-  if (ctx.cdi_edits == CdiEdits::apply)
-    extra = apply_cdi(spec, *channels, *allocation, host, ctx, decision);
+  // 4. CDI: the edits the CDI-named devices select, unless the runtime already injected them
+  //    (containerd's CRI does, before NRI sees the spec).
+  auto cdi = select_cdi(*channels, *allocation, ctx, decision);
+  if (!cdi) return std::unexpected(cdi.error());
+
+  // 5. The host's device facts this decision needs, read once; every later step judges by them.
+  HostDeviceQuery query = host_device_query(spec, allocation->granted, ctx.config);
+  HostDeviceQuery cdi_query = host_device_query(*cdi);
+  query.char_paths.merge(cdi_query.char_paths);
+  query.drm_nodes |= cdi_query.drm_nodes;
+  const HostDeviceFacts facts = read_host_devices(query, ctx);
+
+  // 6. Apply the CDI edits (driver files, env, hooks); a node of another GPU is refused.
+  auto extra = apply_cdi(spec, *cdi, *allocation, facts, decision);
   if (!extra) return std::unexpected(extra.error());
 
-  // 4b. No bind mount, the pod's or a CDI spec's, may hand an unprivileged container a cgroup
-  //     filesystem (a privileged one has the whole host anyway: docs/trust-model.md). This is
-  //     the early, clear refusal; the cgroup-mounts hook (7b) judges what was really mounted.
+  // 7. No bind mount, the pod's or a CDI spec's, may hand an unprivileged container a cgroup
+  //    filesystem (a privileged one has the whole host anyway: docs/trust-model.md). This is
+  //    the early, clear refusal; the cgroup-mounts hook (10) judges what was really mounted.
   //     Nothing the host mounts later may reach it either: no bind receives host mounts.
   bool propagation_pinned = false;
   if (!decision.admits_all_devices) {
@@ -374,8 +406,8 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
     propagation_pinned = *pinned;
   }
 
-  // 5. Plan and apply the isolation: nodes, device cgroup rules, cgroupfs, env.
-  auto plan = plan_isolation(spec, allocation->granted, *extra, host, ctx.config);
+  // 8. Plan and apply the isolation: nodes, device cgroup rules, cgroupfs, env.
+  auto plan = plan_isolation(spec, allocation->granted, *extra, facts, ctx.config);
   if (!plan) return std::unexpected(plan.error());
   for (const auto& n : plan->grant)
     decision.granted_nodes.push_back(cat(n.path, "=c", n.major, ":", n.minor));
@@ -385,7 +417,7 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
   decision.whitelisted = result->whitelisted;
   bool changed = result->changed || propagation_pinned;
 
-  // 6. The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
+  // 9. The driver's GPU list: a createContainer hook narrows it to the granted GPUs' entries.
   if ((!allocation->granted.empty() || decision.admits_all_devices) &&
       host.exists(ctx.config.procfs_gpus_dir)) {
     ensure_array(ensure_object(spec, "hooks"), "createContainer")
@@ -394,15 +426,15 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
     changed = true;
   }
 
-  // 7. The last createContainer hook checks the container's own mount table after runc made
-  //    every mount: a volume's source swapped after 4b cannot slip a cgroup filesystem in.
+  // 10. The last createContainer hook checks the container's own mount table after runc made
+  //    every mount: a volume's source swapped after 7 cannot slip a cgroup filesystem in.
   if (!decision.admits_all_devices && may_mount_a_cgroupfs(spec)) {
     ensure_array(ensure_object(spec, "hooks"), "createContainer")
         .push_back(cgroup_mounts_hook(ctx.self_exe));
     changed = true;
   }
 
-  // 7b. No hook runs with the container's environment or without a time limit.
+  // 11. No hook runs with the container's environment or without a time limit.
   changed |= pin_hook_environments(spec);
   decision.spec_changed = changed;
   return changed;
@@ -417,11 +449,11 @@ Result<ShimDecision> prepare_bundle(const RuncInvocation& inv, ShimContext& ctx)
   auto spec = read_spec(spec_path);
   if (!spec) return std::unexpected(spec.error());
 
-  // 2-7. The decision and the edit, shared with gpufence-nri.
+  // 2-11. The decision and the edit, shared with gpufence-nri.
   auto changed = edit_spec(*spec, ctx, decision, spec_path.native());
   if (!changed) return std::unexpected(changed.error());
 
-  // 8. Write only when something changed: an untouched spec stays byte-for-byte identical.
+  // 12. Write only when something changed: an untouched spec stays byte-for-byte identical.
   if (*changed) {
     if (auto st = write_spec(spec_path, *spec); !st) return std::unexpected(st.error());
   }

@@ -14,6 +14,7 @@
 #include "gpu/gpu.hpp"
 #include "runtime/allocation.hpp"
 #include "runtime/config.hpp"
+#include "runtime/host_devices.hpp"
 #include "runtime/isolation.hpp"
 #include "runtime/runc_args.hpp"
 
@@ -28,6 +29,9 @@ InventoryFactory host_nvml_inventory(std::string nvml_library);
 // sees the container, docs/nri.md).
 enum class CdiEdits { apply, already_injected };
 
+// Reads the host's device facts one decision needs (host_devices.hpp).
+using HostDeviceReader = std::function<HostDeviceFacts(const HostDeviceQuery&)>;
+
 // One per invocation: what the flow needs from the outside world.
 struct ShimContext {
   RuntimeConfig config;
@@ -35,6 +39,8 @@ struct ShimContext {
   InventoryFactory open_inventory;  // NVML, or a fake in tests
   std::string self_exe;             // absolute path of gpufence-runtime, for the hooks it adds
   CdiEdits cdi_edits = CdiEdits::apply;
+  // The host's device facts; empty: read under config.device_root. Tests give a table.
+  HostDeviceReader read_host_devices = {};
 };
 
 struct ShimDecision {
@@ -56,6 +62,9 @@ struct ShimDecision {
 };
 
 // The steps of prepare_bundle, each testable on its own.
+// config.json's text as a spec, refused when malformed or when a field we read has the wrong type;
+// `where` names it in errors.
+Result<Json> parse_spec(std::string_view text, std::string_view where);
 Result<Json> read_spec(const std::filesystem::path& spec_path);
 // mount_guard.hpp's check against this host's cgroup mounts (/proc/self/mountinfo).
 Status refuse_cgroupfs_binds_on_host(const Json& spec);
@@ -63,10 +72,15 @@ Status refuse_cgroupfs_binds_on_host(const Json& spec);
 // when indices are involved or procfs is absent.
 Result<std::vector<Gpu>> load_inventory(const AllocationChannels& channels, const HostFs& host,
                                         ShimContext& ctx, std::string& source);
-// What to grant, keep and deny on this host for `granted` (plus nodes a CDI spec added).
+// What plan_isolation needs from the host for `granted`: their nodes, the control nodes, and the
+// DRM list when the spec admits every device or names a DRM node.
+HostDeviceQuery host_device_query(const Json& spec, const std::vector<Gpu>& granted,
+                                  const RuntimeConfig& cfg);
+// What to grant, keep and deny on this host for `granted` (plus nodes a CDI spec added), judged
+// by the facts alone: a pure function.
 Result<IsolationPlan> plan_isolation(const Json& spec, const std::vector<Gpu>& granted,
-                                     const std::vector<DeviceNode>& extra_nodes, const HostFs& host,
-                                     const RuntimeConfig& cfg);
+                                     const std::vector<DeviceNode>& extra_nodes,
+                                     const HostDeviceFacts& facts, const RuntimeConfig& cfg);
 // The createContainer hook that narrows the driver's GPU list inside the container.
 Json driver_procfs_hook(const std::string& self_exe, const std::string& procfs_dir,
                         const std::vector<Gpu>& granted);
@@ -80,7 +94,7 @@ bool pin_hook_environments(Json& spec);
 // Atomically replaces config.json (temp + fsync + rename) with the edited spec.
 Status write_spec(const std::filesystem::path& spec_path, const Json& spec);
 
-// Steps 2-7 of prepare_bundle on a spec in memory: the one decision and edit, shared by the shim
+// Steps 2-11 of prepare_bundle on a spec in memory: the one decision and edit, shared by the shim
 // and gpufence-nri (which turns the edit into an NRI adjustment). Returns whether `spec` changed;
 // on error `spec` may be half edited and must be discarded. `where` names the spec in errors.
 Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,

@@ -1,5 +1,8 @@
 // The spec edit and the device-rule meaning, on literal config.json fragments.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <map>
 
@@ -113,6 +116,51 @@ TEST(HostDevices, ProcDevicesAndReservedMajors) {
   EXPECT_FALSE(parse_proc_devices("Character devices:\nxx mem\n"));
   EXPECT_FALSE(parse_proc_devices("1 mem\n")) << "a line before any section";
   EXPECT_FALSE(parse_proc_devices(""));
+}
+
+// The real reader: one lstat per path the query names, so a link planted at a node's path is not
+// followed to another GPU's node; a path the query did not name is no fact at all.
+TEST(HostDevices, FactsHoldWhatTheQueryNamedAndNothingMore) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mknod fake GPU nodes (195:N)";
+  test::TempDir root;
+  root.write("proc/devices", kProcDevices);
+  std::filesystem::create_directories(root / "dev");
+  for (unsigned i = 0; i < 2; ++i) {
+    auto path = root / ("dev/nvidia" + std::to_string(i));
+    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0666, makedev(195, i)), 0) << path;
+  }
+  std::filesystem::create_symlink("nvidia0", root / "dev/gpu-link");
+  root.write("dev/plain", "");
+  root.write("sys/devices/pci0000:00/0000:01:00.0/vendor", "0x10de\n");
+  root.write("sys/class/drm/card1/dev", "226:1\n");
+  std::filesystem::create_symlink("../../../devices/pci0000:00/0000:01:00.0",
+                                  root / "sys/class/drm/card1/device");
+  const HostFs host(root.path());
+
+  HostDeviceQuery query;
+  query.char_paths = {"/dev/nvidia1", "/dev/gpu-link", "/dev/plain", "/dev/missing"};
+  auto facts = read_host_device_facts(host, query);
+  ASSERT_TRUE(facts.registered);
+  auto gpu1 = facts.char_device("/dev/nvidia1", "/dev/in-container");
+  ASSERT_TRUE(gpu1) << gpu1.error().message;
+  EXPECT_EQ(gpu1->path, "/dev/in-container");
+  EXPECT_EQ(std::pair(gpu1->major, gpu1->minor), std::pair(195u, 1u));
+  EXPECT_FALSE(facts.char_device("/dev/gpu-link", "/dev/gpu-link")) << "a link is not GPU 0";
+  EXPECT_FALSE(facts.char_device("/dev/plain", "/dev/plain"));
+  EXPECT_FALSE(facts.char_device("/dev/missing", "/dev/missing"));
+  auto unread = facts.char_device("/dev/nvidia0", "/dev/nvidia0");
+  ASSERT_FALSE(unread) << "the query did not name it";
+  EXPECT_NE(unread.error().message.find("not read"), std::string::npos) << unread.error().message;
+  EXPECT_TRUE(facts.drm_nodes.empty()) << "the query did not ask for DRM nodes";
+
+  query.drm_nodes = true;
+  facts = read_host_device_facts(host, query);
+  ASSERT_EQ(facts.drm_nodes.size(), 1u);
+  EXPECT_EQ(facts.drm_nodes[0].pci_bus_id, "0000:01:00.0");
+  EXPECT_TRUE(facts.drm_nodes[0].nvidia);
+
+  std::filesystem::remove(root / "proc/devices");
+  EXPECT_FALSE(read_host_device_facts(host, query).registered);
 }
 
 TEST(Isolation, PrivilegedSpecBecomesAWhitelistThatGrantsOnlyTheGpu) {

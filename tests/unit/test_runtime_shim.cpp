@@ -1,9 +1,10 @@
-// The shim's create flow through its seams: a fake host root (device nodes need mknod, so these
-// tests need root and skip without it) and an InventoryFactory that counts NVML opens.
+// The shim's create flow through its seams: a fake host root for the driver's files, a table of
+// the host's device facts (no mknod: these run without root) and an InventoryFactory that counts
+// NVML opens. HostDeviceFacts' own tests read real nodes.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <unistd.h>
+
+#include <map>
+#include <optional>
 
 #include "common/file.hpp"
 #include "common/strings.hpp"
@@ -22,18 +23,17 @@ constexpr const char* kUuid1 = "GPU-c3e79d42-1b5f-4a08-b6d2-7e9f05a1c3b2";
 class ShimFlow : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "needs root to mknod fake GPU nodes (195:N)";
     for (unsigned i = 0; i < 2; ++i) {
-      make_node("dev/nvidia" + std::to_string(i), 195, i);
+      m_nodes["/dev/nvidia" + std::to_string(i)] = {195, i};
       std::string bus = "0000:0" + std::to_string(i + 1) + ":00.0";
       m_root.write("proc/driver/nvidia/gpus/" + bus + "/information",
                    cat("Model: \t\t Fake\nGPU UUID: \t ", i == 0 ? kUuid0 : kUuid1,
                        "\nBus Location: \t ", bus, "\nDevice Minor: \t ", i, "\n"));
     }
-    make_node("dev/nvidiactl", 195, 255);
-    m_root.write("proc/devices",
-                 "Character devices:\n  1 mem\n  4 tty\n 10 misc\n195 nvidia-frontend\n\n"
-                 "Block devices:\n  8 sd\n");
+    m_nodes["/dev/nvidiactl"] = {195, 255};
+    m_proc_devices =
+        "Character devices:\n  1 mem\n  4 tty\n 10 misc\n195 nvidia-frontend\n\n"
+        "Block devices:\n  8 sd\n";
     m_config.device_root = m_root.path().string();
     m_config.log_file = "";
     m_inventory.list = {gpu(0, kUuid0), gpu(1, kUuid1)};
@@ -48,10 +48,20 @@ class ShimFlow : public ::testing::Test {
     return g;
   }
 
-  void make_node(const std::string& rel, unsigned major, unsigned minor) {
-    auto path = m_root / rel;
-    std::filesystem::create_directories(path.parent_path());
-    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0666, makedev(major, minor)), 0) << path;
+  // The host as read_host_device_facts would report it: only what the query names.
+  HostDeviceFacts read_facts(const HostDeviceQuery& query) {
+    ++m_fact_reads;
+    HostDeviceFacts facts;
+    if (m_proc_devices) facts.registered = parse_proc_devices(*m_proc_devices);
+    for (const auto& path : query.char_paths) {
+      auto it = m_nodes.find(path);
+      facts.char_nodes.emplace(
+          path, it == m_nodes.end()
+                    ? Result<DeviceNode>(fail(Errc::not_found, path, ": no such node"))
+                    : DeviceNode{path, it->second.first, it->second.second});
+    }
+    if (query.drm_nodes) facts.drm_nodes = m_drm;
+    return facts;
   }
 
   // Writes a bundle whose config.json is `spec` and runs prepare_bundle on it.
@@ -60,14 +70,17 @@ class ShimFlow : public ::testing::Test {
     std::filesystem::create_directories(m_bundle);
     m_text = spec.dump();
     EXPECT_TRUE(write_file_atomic(m_bundle / "config.json", m_text));
-    ShimContext ctx{m_config, m_log,
+    ShimContext ctx{m_config,
+                    m_log,
                     [this]() -> Result<std::unique_ptr<GpuInventory>> {
                       ++m_nvml_opens;
                       auto inv = std::make_unique<test::FakeInventory>();
                       inv->list = m_inventory.list;
                       return std::unique_ptr<GpuInventory>(std::move(inv));
                     },
-                    "/usr/local/bin/gpufence-runtime"};
+                    "/usr/local/bin/gpufence-runtime",
+                    CdiEdits::apply,
+                    [this](const HostDeviceQuery& q) { return read_facts(q); }};
     RuncInvocation inv;
     inv.subcommand = "create";
     inv.bundle = m_bundle.string();
@@ -82,6 +95,10 @@ class ShimFlow : public ::testing::Test {
   RuntimeConfig m_config;
   Logger m_log{LogLevel::off};
   test::FakeInventory m_inventory;
+  std::map<std::string, std::pair<unsigned, unsigned>> m_nodes;  // host char nodes
+  std::optional<std::string> m_proc_devices;
+  std::vector<DrmNode> m_drm;
+  int m_fact_reads = 0;
   int m_nvml_opens = 0;
   int m_count = 0;
   std::filesystem::path m_bundle;
@@ -183,7 +200,7 @@ TEST_F(ShimFlow, PrivilegedSpecNeedsTheHostsMajorsToBeNarrowed) {
   ASSERT_TRUE(d) << d.error().message;
   EXPECT_TRUE(d->admits_all_devices);
   EXPECT_TRUE(d->whitelisted);
-  std::filesystem::remove(m_root / "proc/devices");
+  m_proc_devices.reset();
   d = prepare(spec);
   ASSERT_FALSE(d) << "fail closed: no whitelist can be written";
   EXPECT_NE(d.error().message.find("device majors"), std::string::npos) << d.error().message;
@@ -361,4 +378,36 @@ TEST_F(ShimFlow, TheCgroupMountsHookRunsLastForBindMounts) {
   for (const auto& h : out["hooks"]["createContainer"])
     EXPECT_EQ(h.value("args", Json::array()).dump().find("cgroup-mounts"), std::string::npos)
         << h.dump();
+}
+
+// One decision reads the host's device facts once, and asks for every fact its steps judge by:
+// the nodes a CDI spec leaves to the host, and the DRM list a privileged spec's nodes are kept
+// or removed by (a fact left out would read as absent and remove the other vendor's card too).
+TEST_F(ShimCdi, TheHostsDeviceFactsAreReadOncePerDecision) {
+  auto d = with_spec(
+      "    - {path: /dev/nvidia1, major: 195, minor: 1}\n"
+      "    - {path: /dev/gpu-mine, hostPath: /dev/nvidia1}\n");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(m_fact_reads, 1);
+  EXPECT_NE(std::find(d->granted_nodes.begin(), d->granted_nodes.end(), "/dev/gpu-mine=c195:1"),
+            d->granted_nodes.end())
+      << join(d->granted_nodes, ",");
+
+  m_drm = {{"card0", 0, "0000:00:02.0", false},
+           {"card1", 1, "0000:01:00.0", true},
+           {"card2", 2, "0000:02:00.0", true}};
+  Json priv = unprivileged();
+  priv["linux"]["resources"]["devices"] = Json::parse(R"([{"allow": true, "access": "rwm"}])");
+  priv["linux"]["devices"] = Json::parse(R"([
+      {"path": "/dev/dri/card0", "type": "c", "major": 226, "minor": 0},
+      {"path": "/dev/dri/card1", "type": "c", "major": 226, "minor": 1},
+      {"path": "/dev/dri/card2", "type": "c", "major": 226, "minor": 2}])");
+  priv["annotations"]["cdi.k8s.io/gpufence_x"] = std::string("nvidia.com/gpu=") + kUuid1;
+  m_config.cdi_spec_dirs = {};  // no CDI node asks for the DRM list: the spec's rules must
+  m_fact_reads = 0;
+  d = prepare(priv);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(m_fact_reads, 1);
+  EXPECT_EQ(d->removed_nodes, (std::vector<std::string>{"/dev/dri/card1"}))
+      << "GPU 0's card goes; the other vendor's and GPU 1's stay";
 }
