@@ -126,7 +126,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
              Snapshot snap = gather_snapshot(host, opt, sources);
              auto findings = judge(snap);
              if (args->json)
-               std::cout << doctor_json_text(render_doctor_json(snap, findings));
+               std::cout << report_json_text(render_doctor_json(snap, findings));
              else
                std::cout << render_doctor_text(snap, findings);
              return doctor_exit_code(findings);

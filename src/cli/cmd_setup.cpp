@@ -1,12 +1,11 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <nlohmann/json.hpp>
-
 #include <iostream>
 
 #include "cli/commands.hpp"
 #include "common/file.hpp"
+#include "common/finding.hpp"
 #include "common/hostfs.hpp"
 #include "common/process.hpp"
 #include "containerd/config.hpp"
@@ -25,18 +24,6 @@ std::string installed_runtime() {
     if (::access(sibling.c_str(), X_OK) == 0) return sibling.string();
   }
   return "/usr/local/bin/gpufence-runtime";
-}
-
-nlohmann::json findings_json(const std::vector<Finding>& findings) {
-  auto arr = nlohmann::json::array();
-  for (const auto& f : findings) {
-    arr.push_back({{"id", f.id},
-                   {"severity", severity_name(f.severity)},
-                   {"summary", f.summary},
-                   {"evidence", f.evidence},
-                   {"fix", f.fix}});
-  }
-  return arr;
 }
 
 }  // namespace
@@ -102,8 +89,9 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
   cc->add_option("--config", check->config, "Config file (default per flavor, under --host-root)");
   cc->add_option("--handler", check->handlers,
                  "RuntimeClass handler that must exist (repeatable; default nvidia)");
-  cc->add_flag("--json", check->json,
-               "JSON output: {config, findings: [{id, severity, summary, evidence, fix}]}");
+  cc->add_flag(
+      "--json", check->json,
+      "JSON output: {config, version, findings: [{id, severity, summary, evidence, fix}]}");
   cc->footer(
       "Example:\n  gpufence setup check-containerd --flavor microk8s\nExit: 0 clean, 1 errors "
       "found, 2 could not read the config.");
@@ -220,11 +208,10 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
     opt.expect_gpufence = true;
     auto findings = check_containerd_config(*merged, opt);
     if (check->json) {
-      std::cout << nlohmann::json{{"config", path},
-                                  {"version", merged->version},
-                                  {"findings", findings_json(findings)}}
-                       .dump(2)
-                << "\n";
+      // The doctor's finding objects and printing (common/finding.hpp): a --handler name is any
+      // bytes, and the keys keep the documented order.
+      std::cout << report_json_text(
+          {{"config", path}, {"version", merged->version}, {"findings", findings_json(findings)}});
     } else if (findings.empty()) {
       std::cout << path << ": no problems found for handler(s) " << opt.handlers.front() << "\n";
     } else {

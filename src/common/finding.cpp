@@ -29,4 +29,22 @@ std::string findings_text(const std::vector<Finding>& findings) {
   return out;
 }
 
+nlohmann::ordered_json finding_json(const Finding& f) {
+  return {{"id", f.id},
+          {"severity", severity_name(f.severity)},
+          {"summary", f.summary},
+          {"evidence", f.evidence},
+          {"fix", f.fix}};
+}
+
+nlohmann::ordered_json findings_json(const std::vector<Finding>& findings) {
+  auto arr = nlohmann::ordered_json::array();
+  for (const auto& f : findings) arr.push_back(finding_json(f));
+  return arr;
+}
+
+std::string report_json_text(const nlohmann::ordered_json& doc) {
+  return doc.dump(2, ' ', true, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
 }  // namespace gpufence

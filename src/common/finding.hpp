@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace gpufence {
 
 enum class Severity { info, warning, error };
@@ -39,6 +41,16 @@ std::string finding_text(const Finding& f);
 // Every finding, grouped under "ERRORS:", "WARNINGS:", "INFO:" (each group followed by a blank
 // line); "" for none.
 std::string findings_text(const std::vector<Finding>& findings);
+
+// One finding as the JSON reports hold it (the doctor's `findings`, check-containerd's), the keys
+// in this order: {id, severity, summary, evidence, fix} (docs/doctor.md). The fields are kept as
+// they are; report_json_text makes them printable.
+nlohmann::ordered_json finding_json(const Finding& f);
+nlohmann::ordered_json findings_json(const std::vector<Finding>& findings);
+// A JSON report as printed, with a final newline: indented, ASCII only, and bytes that are not
+// UTF-8 replaced by U+FFFD. A pod's env value, a RuntimeClass's handler name are any bytes, and
+// nlohmann's default dump throws on those (docs/trust-model.md, "Files a pod controls").
+std::string report_json_text(const nlohmann::ordered_json& doc);
 
 inline bool has_errors(const std::vector<Finding>& findings) {
   for (const auto& f : findings) {

@@ -134,22 +134,9 @@ nlohmann::ordered_json render_doctor_json(const Snapshot& s, const std::vector<F
         c.cuda_visible_devices ? nlohmann::ordered_json(*c.cuda_visible_devices) : nullptr;
     doc["containers"].push_back(j);
   }
-  doc["findings"] = nlohmann::ordered_json::array();
-  for (const auto& f : findings) {
-    doc["findings"].push_back({{"id", f.id},
-                               {"severity", severity_name(f.severity)},
-                               {"summary", f.summary},
-                               {"evidence", f.evidence},
-                               {"fix", f.fix}});
-  }
+  doc["findings"] = findings_json(findings);
   doc["skipped"] = s.skipped;
   return doc;
-}
-
-std::string doctor_json_text(const nlohmann::ordered_json& doc) {
-  // ASCII only, with bytes that are not UTF-8 replaced by U+FFFD: a pod's env value is any bytes,
-  // and the default dump throws on those (docs/trust-model.md, "Files a pod controls").
-  return doc.dump(2, ' ', true, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 int doctor_exit_code(const std::vector<Finding>& findings) {

@@ -1,5 +1,5 @@
 // The doctor's report: text grouped by severity with a line per container, and JSON
-// (schema "gpufence.doctor/v1", documented in README.md).
+// (schema "gpufence.doctor/v1", docs/doctor.md), printed by report_json_text (common/finding.hpp).
 #pragma once
 
 #include <string>
@@ -13,8 +13,6 @@ namespace gpufence {
 
 std::string render_doctor_text(const Snapshot& s, const std::vector<Finding>& findings);
 nlohmann::ordered_json render_doctor_json(const Snapshot& s, const std::vector<Finding>& findings);
-// The JSON report as printed: valid JSON, ASCII only, whatever bytes a container's env held.
-std::string doctor_json_text(const nlohmann::ordered_json& doc);
 // 0 clean (warnings allowed), 1 findings of error severity.
 int doctor_exit_code(const std::vector<Finding>& findings);
 

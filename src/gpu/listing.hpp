@@ -20,7 +20,7 @@ struct GpuListing {
 
 Result<GpuListing> gather_listing(GpuInventory& inventory);
 std::string render_listing_text(const GpuListing& listing);
-// Stable schema "gpufence.list/v1"; documented in README.md.
+// Stable schema "gpufence.list/v1"; documented in docs/list.md.
 nlohmann::ordered_json render_listing_json(const GpuListing& listing);
 
 }  // namespace gpufence

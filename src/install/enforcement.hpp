@@ -1,4 +1,4 @@
-// Where gpufence enforces a GPU pod's allocation on a node (README, "Enforcement points"):
+// Where gpufence enforces a GPU pod's allocation on a node (docs/install.md, "Enforcement"):
 //   runtime  the `nvidia` RuntimeClass handler runs gpufence-runtime (the shim) — every
 //            containerd line, but only pods that name the handler;
 //   nri      gpufence-nri inside containerd's CreateContainer — every container, no handler;

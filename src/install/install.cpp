@@ -329,7 +329,8 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
       r.report.notes.push_back(
           cat("the running containerd is ", *release, " (config version ", *so.node_version, ")"));
   }
-  // Where the allocation is enforced: the handler, gpufence-nri, or both (README).
+  // Where the allocation is enforced: the handler, gpufence-nri, or both (docs/install.md,
+  // "Enforcement").
   auto choice = choose_enforcement(
       r.opt.enforcement, release_text,
       distribution_row(r.layout.distribution).config_source == ConfigSource::go_template);

@@ -45,7 +45,7 @@ if ! start_containerd "$work/preflight.toml" >/dev/null; then
 fi
 stop_containerd
 
-case ${1:?usage: containerd.sh CASE} in
+case ${1:?usage: containerd.sh CASE} in  # gf:cases
   check-version4)
     # containerd 2.3's own default (version 4): check-containerd judges it, setup adds a version-4
     # drop-in that containerd v2.3.4 itself loads (the test tools, scripts/fetch-containerd.sh).

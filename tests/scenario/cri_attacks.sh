@@ -21,7 +21,7 @@ GF_CRI_WORK_PREFIX=gpufence-cri-attack
 . "$src/scripts/lib/cri_node.sh"
 bb=/bin/busybox  # the app image's busybox, for the applets it has no link for
 
-case $case_name in
+case $case_name in  # gf:cases
   log-planted)
     outside=$work/outside; mkdir -p "$outside" "$work/logs/gpufence"; : > "$outside/ld.so.preload"
     sed -i "s|^file = .*|file = \"$work/logs/gpufence/runtime.log\"|" "$work/runtime.toml"

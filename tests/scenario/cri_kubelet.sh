@@ -47,7 +47,7 @@ isolated() {
   check "$1: pod $3 cannot open GPU $other even after mknod" test "$(result "$1" "$3" "/tmp/n$other")" != ENXIO -a -n "$(result "$1" "$3" "/tmp/n$other")"
 }
 
-case $case_name in
+case $case_name in  # gf:cases
   env-override)
     # What an exec'd process (kubectl exec, ExecSync) sees: the environment containerd stored,
     # which keeps both entries in the kubelet's order: the pod's "all" comes last and wins. (2.x

@@ -114,7 +114,7 @@ leaks() {
   done
 }
 
-case $case_name in
+case $case_name in  # gf:cases
   isolation)
     start_nri || exit 1
     echo "== unprivileged GPU pods, no runtimeClassName, gpufence-nri on"

@@ -54,7 +54,7 @@ start() {
   eval "PID_$i=$(runc --root "$state" state "$id" | sed -n 's/.*"pid": \([0-9]*\).*/\1/p')"
 }
 
-case ${1:?usage: doctor.sh seed|fixed} in
+case ${1:?usage: doctor.sh seed|fixed} in  # gf:cases
   seed)
     # The seed's way: plain runc, privileged, allocation only in the env.
     start ds-a 0 runc "\"NVIDIA_VISIBLE_DEVICES=$GPU0\"" ""

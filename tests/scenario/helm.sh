@@ -48,7 +48,7 @@ sys.exit(1 if bad else 0)
 PY
 assert() { python3 "$work/assert.py" "$@"; }
 
-case ${1:?usage: helm.sh CASE} in
+case ${1:?usage: helm.sh CASE} in  # gf:cases
   lint)
     for d in containerd microk8s k3s rke2; do
       check "helm lint, distribution=$d" "$helm" lint --strict "$chart" --set distribution=$d --set doctor.nodeName=n1 --set autoscaler.enabled=true

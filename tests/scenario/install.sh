@@ -130,7 +130,7 @@ uninstall=("$gf" --host-root "$host" uninstall --host-exec direct --restart-comm
 # refused install must leave this identical, an uninstall must bring it back.
 snap() { (cd "$host" && find . -path ./run -prune -o -printf '%p %y %l %m\n' | sort && find . -path ./run -prune -o -type f -print0 | sort -z | xargs -0 sha256sum); }
 dropin=$host/etc/containerd/conf.d/99-gpufence.toml
-case $case_name in
+case $case_name in  # gf:cases
   version4)
     # containerd 2.3's own default: version 4, imports = ['/etc/containerd/conf.d/*.toml'].
     grep -q '^version = 4' "$cfg" || skip "containerd $line's default config is not version 4"

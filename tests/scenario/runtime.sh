@@ -60,7 +60,7 @@ run_with() {
   "$1" --root "$state" run --bundle "$2" "$3" 2>"$work/$3.err"
 }
 
-case $case_name in
+case $case_name in  # gf:cases
   mount-marker)
     # What the kubelet does with the plugin's default answer: device spec + marker for GPU 1.
     b=$(new_bundle c1 unprivileged "" "$(gf_marker_mount $GPU1)" "" "" 1)

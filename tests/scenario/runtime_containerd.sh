@@ -50,7 +50,7 @@ gf_make_rootfs "$rootfs" "$build/bin/gpufence-probe"
 shim=$build/bin/gpufence-runtime
 ctr_run() { ctr --address "$sock" -n gpufence run --rm --rootfs --runc-binary "$shim" "$@"; }
 
-case ${1:?usage: runtime_containerd.sh CASE} in
+case ${1:?usage: runtime_containerd.sh CASE} in  # gf:cases
   device-isolated)
     # --device adds the node to linux.devices and the cgroup, as the kubelet's DeviceSpecs do.
     out=$(ctr_run --device "$node/dev/nvidia1" "$rootfs" iso1 \

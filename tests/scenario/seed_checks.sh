@@ -135,7 +135,7 @@ gpu_block() { awk -v u="$1" '/^GPU /{on = index($0, u) > 0} on' <<<"$2"; }
 ds_cmd='["/bin/deepstream-app","-c","/app/ds.txt"]'
 launch_cmd='["/bin/gpufence","launch","--config","/app/ds.txt","--","deepstream-app","-c","/app/ds.txt"]'
 
-case $case_name in
+case $case_name in  # gf:cases
   mock-visibility)
     proc=$node/fakeproc/gpus
     drv() { MOCK_NVML_VISIBILITY=driver MOCK_NVML_PROCFS_DIR=$proc MOCK_NVML_DEV_DIR=$node/dev smi_host "$@"; }

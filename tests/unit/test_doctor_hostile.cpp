@@ -114,7 +114,7 @@ TEST_F(DoctorHostile, EnvBytesThatAreNotUtf8KeepTheJsonReportValid) {
   auto doc = render_doctor_json(snap, findings);
   EXPECT_ANY_THROW((void)doc.dump(2)) << "control: the default dump is what used to run";
   std::string text;
-  ASSERT_NO_THROW(text = doctor_json_text(doc));
+  ASSERT_NO_THROW(text = report_json_text(doc));
   for (unsigned char ch : text) ASSERT_LT(ch, 0x80) << "non-ASCII byte in the JSON report";
   EXPECT_EQ(text.find('\x1b'), std::string::npos);
   auto back = nlohmann::json::parse(text);  // valid JSON
