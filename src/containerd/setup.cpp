@@ -294,10 +294,13 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
   // pkg/agent/containerd/config_linux.go, setupContainerdConfig); else the config k3s rendered
   // last says which line it is.
   int node_line = opt.node_version ? (*opt.node_version >= 3 ? 3 : 2) : rendered_version;
+  auto template_of = [&dir](int version) {
+    return cat(dir, "/", config_version_row(version).k3s_template);
+  };
   std::string path = opt.config_path;
   std::optional<std::string> existing;
   if (path.empty()) {
-    std::vector<std::string> candidates = {dir + "/config-v3.toml.tmpl", dir + "/config.toml.tmpl"};
+    std::vector<std::string> candidates = {template_of(3), template_of(2)};
     if (node_line == 2) std::swap(candidates[0], candidates[1]);  // 1.x never reads the v3 one
     for (const std::string& candidate : candidates) {
       auto r = read(candidate);
@@ -308,7 +311,7 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
         break;
       }
     }
-    if (path.empty()) path = dir + (node_line == 3 ? "/config-v3.toml.tmpl" : "/config.toml.tmpl");
+    if (path.empty()) path = template_of(node_line == 3 ? 3 : 2);
   } else {
     auto r = read(path);
     if (!r) return std::unexpected(r.error());
@@ -357,7 +360,7 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
   } else if (rendered_version != 0) {
     version = rendered_version;
     version_why = "the config k3s rendered last (" + rendered_path + ")";
-  } else if (path.find("config-v3") != std::string::npos) {
+  } else if (std::filesystem::path(path).filename() == config_version_row(3).k3s_template) {
     version = 3;
     version_why = "the template's name";
   }

@@ -26,6 +26,9 @@ struct ConfigVersionRow {
   bool cdi_by_default;          // enable_cdi when the file does not say
   bool nri_by_default;          // NRI on when the file does not say (and the release is unknown)
   HandlerPlacement placement;
+  // The template k3s and rke2 render a config of this version from, in their containerd config
+  // directory ("" where they render none).
+  std::string_view k3s_template;
   // The first release line whose `containerd config default` writes this version (major,
   // minor); nullopt for a version no release writes any more.
   std::optional<std::pair<int, int>> written_from;
