@@ -88,8 +88,10 @@ int run(int argc, char** argv) {
   }
   if (hook_binary.empty()) hook_binary = default_hook_binary(argc > 0 ? argv[0] : nullptr);
   log.info("nri.started", {{"hook_binary", hook_binary}});
+  CgroupMountPoints cgroup_mounts;  // read again only after the host's mount table changed
   ShimContext ctx{*config, log, host_nvml_inventory(config->nvml_library), hook_binary,
                   CdiEdits::already_injected};
+  ctx.cgroup_mounts = &cgroup_mounts;
   const char* launched_fd = std::getenv("NRI_PLUGIN_SOCKET");
   gnri::GpufenceHandler handler(
       ctx, launched_fd ? cat("launched by containerd (fd ", launched_fd, ")") : socket_path);

@@ -19,6 +19,7 @@
 #include "runtime/device_rules.hpp"
 #include "runtime/host_devices.hpp"
 #include "runtime/mount_guard.hpp"
+#include "runtime/mount_table.hpp"
 
 namespace gpufence {
 namespace {
@@ -181,13 +182,13 @@ InventoryFactory host_nvml_inventory(std::string nvml_library) {
   };
 }
 
-Status refuse_cgroupfs_binds_on_host(const Json& spec) {
+Status refuse_cgroupfs_binds_on_host(const Json& spec, CgroupMountPoints* kept) {
   auto mounts = spec.find("mounts");
   if (mounts == spec.end() || !mounts->is_array() || mounts->empty()) return {};
   // This process's own mount table: gpufence-runtime runs in the host's (containerd's) namespace.
-  auto mountinfo = read_file("/proc/self/mountinfo");
-  if (!mountinfo) return std::unexpected(mountinfo.error().wrap("cannot check bind mounts"));
-  return refuse_cgroupfs_binds(spec, cgroup_mount_points(*mountinfo), [](const std::string& p) {
+  auto points = kept ? kept->get() : read_cgroup_mount_points();
+  if (!points) return std::unexpected(points.error().wrap("cannot check bind mounts"));
+  return refuse_cgroupfs_binds(spec, *points, [](const std::string& p) {
     char buf[PATH_MAX];
     return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
   });
@@ -400,7 +401,8 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
   //     Nothing the host mounts later may reach it either: no bind receives host mounts.
   bool propagation_pinned = false;
   if (!decision.admits_all_devices) {
-    if (auto st = refuse_cgroupfs_binds_on_host(spec); !st) return std::unexpected(st.error());
+    if (auto st = refuse_cgroupfs_binds_on_host(spec, ctx.cgroup_mounts); !st)
+      return std::unexpected(st.error());
     auto pinned = pin_private_propagation(spec);
     if (!pinned) return std::unexpected(pinned.error());
     propagation_pinned = *pinned;

@@ -16,6 +16,7 @@
 #include "runtime/config.hpp"
 #include "runtime/host_devices.hpp"
 #include "runtime/isolation.hpp"
+#include "runtime/mount_table.hpp"
 #include "runtime/runc_args.hpp"
 
 namespace gpufence {
@@ -41,6 +42,8 @@ struct ShimContext {
   CdiEdits cdi_edits = CdiEdits::apply;
   // The host's device facts; empty: read under config.device_root. Tests give a table.
   HostDeviceReader read_host_devices = {};
+  // The host's cgroup mount points kept between decisions (gpufence-nri); null: read each time.
+  CgroupMountPoints* cgroup_mounts = nullptr;
 };
 
 struct ShimDecision {
@@ -66,8 +69,9 @@ struct ShimDecision {
 // `where` names it in errors.
 Result<Json> parse_spec(std::string_view text, std::string_view where);
 Result<Json> read_spec(const std::filesystem::path& spec_path);
-// mount_guard.hpp's check against this host's cgroup mounts (/proc/self/mountinfo).
-Status refuse_cgroupfs_binds_on_host(const Json& spec);
+// mount_guard.hpp's check against this host's cgroup mounts (/proc/self/mountinfo): `kept` when
+// given, else read now.
+Status refuse_cgroupfs_binds_on_host(const Json& spec, CgroupMountPoints* kept);
 // The node's GPUs, only when the channels name any: the driver's procfs when it can answer, NVML
 // when indices are involved or procfs is absent.
 Result<std::vector<Gpu>> load_inventory(const AllocationChannels& channels, const HostFs& host,

@@ -2,10 +2,17 @@
 // mount (literal mountinfo text as runc 1.1.5 leaves it on cgroup v1 and v2), not a path read
 // before. The cases are the ways a cgroup filesystem reaches a container besides the runtime's.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include "common/strings.hpp"
 #include "runtime/hooks.hpp"
 #include "runtime/mount_guard.hpp"
+#include "runtime/mount_table.hpp"
 #include "support/test_support.hpp"
 
 using namespace gpufence;
@@ -174,4 +181,55 @@ TEST(ContainerCgroupMounts, PodChosenPathsInTheReasonAreEscaped) {
   auto st = judge(runc_v1_table(cat("97 60 0:33 / ", r, "/x\033[2J ro - cgroup cgroup rw\n")));
   ASSERT_FALSE(st);
   EXPECT_EQ(st.error().message.find('\x1b'), std::string::npos) << st.error().message;
+}
+
+// gpufence-nri keeps the host's cgroup mount points between decisions: a cgroup filesystem
+// mounted (or unmounted) after the first read must be seen at the next decision, and an
+// unchanged table is not read again. Run in a child with a private mount namespace.
+TEST(CgroupMountPoints, AMountMadeAfterTheFirstReadIsSeenAtTheNext) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a cgroup filesystem";
+  test::TempDir dir;
+  const std::string target = (dir / "cg").string();
+  std::filesystem::create_directories(target);
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    auto say = [&](const std::string& what, int code) {
+      (void)!::write(pipefd[1], what.data(), what.size());
+      ::_exit(code);
+    };
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr))
+      say("unshare/make-private failed", 77);
+    CgroupMountPoints kept;
+    auto has_target = [&](const std::vector<std::string>& points) {
+      return std::find(points.begin(), points.end(), target) != points.end();
+    };
+    auto first = kept.get();
+    if (!first || has_target(*first)) say("first read wrong", 1);
+    if (!kept.get() || kept.reads() != 1) say("an unchanged table was read again", 2);
+    if (::mount("cgroup2", target.c_str(), "cgroup2", 0, nullptr) != 0 &&
+        ::mount("cgroup", target.c_str(), "cgroup", 0, "devices") != 0)
+      say("no cgroup filesystem can be mounted here", 77);
+    auto after = kept.get();
+    if (!after || !has_target(*after))
+      say("the cgroupfs mounted after the first read was missed", 3);
+    if (::umount2(target.c_str(), MNT_DETACH) != 0) say("umount failed", 4);
+    auto gone = kept.get();
+    if (!gone || has_target(*gone)) say("the unmounted cgroupfs is still listed", 5);
+    if (kept.reads() != 3) say(cat("read ", kept.reads(), " times, not 3"), 6);
+    say("", 0);
+  }
+  ::close(pipefd[1]);
+  char buf[256] = {};
+  ssize_t n = ::read(pipefd[0], buf, sizeof buf - 1);
+  ::close(pipefd[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  std::string why(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << why;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << why;
 }
