@@ -150,6 +150,11 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
                                                   ::access(host.resolve(path).c_str(), X_OK) == 0));
     };
     auto plan = plan_containerd_setup(opt, read, executable);
+    // k0s merges its drop-ins into one table: the handler's name must be gpufence's alone.
+    if (plan && distribution_row(*flavor).config_source == ConfigSource::drop_in_dir) {
+      if (auto st = check_k0s_runtime_name(host, plan->config_path, plan->handler_name); !st)
+        plan = std::unexpected(st.error());
+    }
     if (!plan) {
       std::cerr << "gpufence setup containerd: " << plan.error().message << "\n";
       return 2;

@@ -1023,6 +1023,33 @@ Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const H
   return out;
 }
 
+Status check_k0s_runtime_name(const HostFs& host, const std::string& drop_in,
+                              const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(drop_in).parent_path();
+  auto names = host.list(dir.string());
+  if (!names) {
+    if (names.error().code == Errc::not_found) return {};
+    return std::unexpected(names.error());
+  }
+  for (const auto& n : *names) {
+    const std::filesystem::path p = dir / n;
+    if (p.extension() != ".toml" || p.string() == drop_in) continue;
+    auto text = host.read(p.string());
+    if (!text) return std::unexpected(text.error().wrap("k0s drop-in"));
+    auto cfg = parse_containerd_config(*text, p.string());
+    if (!cfg) return std::unexpected(cfg.error());
+    for (const auto& h : cri_runtimes(*cfg)) {
+      if (h.name != name) continue;
+      return fail(Errc::conflict, p.string(), " defines runtime '", name,
+                  "' too: k0s and containerd merge the drop-ins in ", dir.string(),
+                  " into one table, so the handler would not be gpufence's alone (its BinaryName, "
+                  "runtime_path or annotations could win): nothing written. Choose another "
+                  "--runtime-name (and the RuntimeClass's handler to match), or remove that file");
+    }
+  }
+  return {};
+}
+
 std::string runtime_class_manifest(const std::string& handler) {
   return cat("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: ", handler,
              "\nhandler: ", handler, "\n");

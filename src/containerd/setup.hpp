@@ -117,6 +117,13 @@ Status check_own_file_path(const HostFs& host, const std::string& path);
 // a missing last directory is made.
 Status write_own_file(const HostFs& host, const std::string& path, std::string_view text);
 
+// k0s: no other drop-in beside `drop_in` (<dir>/*.toml, which k0s and containerd merge into one
+// CRI table, in name order) defines a runtime called `name`: merged with gpufence's, its keys
+// (another BinaryName, a runtime_path, pod annotations) would win or stay. An unreadable or
+// unparsable drop-in is an error too (k0s itself stops on one).
+Status check_k0s_runtime_name(const HostFs& host, const std::string& drop_in,
+                              const std::string& name);
+
 std::string runtime_class_manifest(const std::string& handler);
 
 }  // namespace gpufence

@@ -406,6 +406,12 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
     if (auto st = check_own_file_path(host, c.path); !st)
       return r.failed("containerd config", st.error().message);
   }
+  // k0s merges every drop-in of its directory into one CRI table: the handler's name must be
+  // gpufence's alone there.
+  if (distribution_row(r.layout.distribution).config_source == ConfigSource::drop_in_dir) {
+    if (auto st = check_k0s_runtime_name(host, plan.config.config_path, r.opt.runtime_name); !st)
+      return r.failed("containerd config", st.error().message);
+  }
   // A file an earlier install already wrote keeps that install's backup (the user's bytes).
   plan.backups = choose_backup_paths(plan.config, host);
   for (size_t i = 0; i < plan.config.changes.size(); ++i) {

@@ -415,6 +415,35 @@ TEST(InstallK0s, ALinkAtTheDropInOrItsDirectoryIsNotFollowed) {
   }
 }
 
+// k0s and containerd merge every containerd.d/*.toml into one CRI table, in name order: another
+// drop-in defining the same runtime (the GPU Operator's nvidia.toml) would win the merge after
+// gpufence.toml, or leave its keys (a runtime_path) in the handler before it. Refused before
+// anything changes; another --runtime-name installs.
+TEST(InstallK0s, AnotherDropInDefiningTheSameRuntimeIsRefused) {
+  for (std::string other : {"nvidia.toml", "00-shim.toml"}) {
+    Node n;
+    lay_out_k0s(n, kK0sV3, "v2.2.1");
+    n.dir.write("host/etc/k0s/containerd.d/" + other,
+                "version = 3\n"
+                "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n"
+                "  runtime_type = \"io.containerd.runc.v2\"\n"
+                "  runtime_path = \"/opt/other/containerd-shim\"\n"
+                "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n"
+                "  BinaryName = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\"\n");
+    const auto before = snapshot(n.host);
+    auto report = run_install(n.options(), n.env());
+    ASSERT_FALSE(report.ok()) << other;
+    EXPECT_NE(report.failure->find(other), std::string::npos) << *report.failure;
+    EXPECT_NE(report.failure->find("--runtime-name"), std::string::npos) << *report.failure;
+    EXPECT_FALSE(report.changed_anything());
+    EXPECT_EQ(snapshot(n.host), before);
+    auto opt = n.options();
+    opt.runtime_name = "gpufence";
+    auto renamed = run_install(opt, n.env());
+    EXPECT_TRUE(renamed.ok()) << render_install_report(renamed);
+  }
+}
+
 // A link planted at the drop-in after install, to a file holding install's text: uninstall does
 // not put the user's bytes back through it; it stops, naming the link.
 TEST(InstallK0s, UninstallDoesNotWriteThroughALinkPlantedSinceInstall) {
