@@ -55,7 +55,8 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
   sc->add_option("--config-version", args->version,
                  "Config version for a new file or a k3s template (1 to 4)");
   sc->add_option("--drop-in", args->drop_in,
-                 "Versions 3-4 only: drop-in path (default <config dir>/conf.d/99-gpufence.toml)");
+                 "Versions 3-4 only: drop-in path (default <config dir>/conf.d/99-gpufence.toml; "
+                 "k0s: /etc/k0s/containerd.d/gpufence.toml)");
   sc->add_flag("--set-as-default", args->set_as_default,
                "Also make it containerd's default runtime (needs --include-node-agents)");
   sc->add_flag("--include-node-agents", args->include_node_agents,
@@ -72,7 +73,9 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
       "unless an import glob already matches it. Only the lines it adds change; a\n"
       "backup is kept (never overwritten); a symlinked config stays a symlink; running twice\n"
       "changes nothing. k3s/rke2: a block in config.toml.tmpl (config-v3.toml.tmpl for\n"
-      "containerd 2.x), renamed when k3s renders a runtime of that name itself. Prints the\n"
+      "containerd 2.x), renamed when k3s renders a runtime of that name itself. k0s: its own\n"
+      "drop-in /etc/k0s/containerd.d/gpufence.toml in the version of k0s's containerd.toml,\n"
+      "which is never edited (docs/install.md, \"Distributions\"). Prints the\n"
       "matching RuntimeClass manifest. Honours --host-root.");
 
   // gpufence setup check-containerd
@@ -135,6 +138,11 @@ std::vector<Command> add_setup_commands(CLI::App& app, Context& ctx) {
                                                   ::access(host.resolve(path).c_str(), X_OK) == 0));
     };
     auto plan = plan_containerd_setup(opt, read, executable);
+    // k0s merges its drop-ins into one table: the handler's name must be gpufence's alone.
+    if (plan && distribution_row(*flavor).config_source == ConfigSource::drop_in_dir) {
+      if (auto st = check_k0s_runtime_name(host, plan->config_path, plan->handler_name); !st)
+        plan = std::unexpected(st.error());
+    }
     if (!plan) {
       std::cerr << "gpufence setup containerd: " << plan.error().message << "\n";
       return 2;

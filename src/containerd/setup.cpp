@@ -640,6 +640,178 @@ Status plan_drop_in(const SetupOptions& opt, const std::string& path, const Cont
   return {};
 }
 
+// ---- k0s: one drop-in of gpufence's own in /etc/k0s/containerd.d ----
+
+// k0s regenerates containerd.toml, and so applies containerd.d, only while its first line is this
+// (isK0sManagedConfig, k0s pkg/component/worker/containerd/component.go; k0s before 1.30 wrote a
+// blank line first, which it skips).
+constexpr std::string_view kK0sManaged = "# k0s_managed=true";
+
+bool k0s_managed(std::string_view text) {
+  for (std::string_view line : split(text, '\n')) {
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    if (line.empty()) continue;
+    return line == kK0sManaged;
+  }
+  return false;
+}
+
+// Whether one of `cfg`'s imports names `path`, itself or by a glob (containerd's resolveImports:
+// filepath.Glob, relative entries against the root file's directory).
+bool imports_path(const ContainerdConfig& cfg, const std::string& path) {
+  const toml::array* imports = cfg.doc.get_as<toml::array>("imports");
+  if (!imports) return false;
+  const std::filesystem::path dir = std::filesystem::path(cfg.path).parent_path();
+  for (const auto& i : *imports) {
+    auto entry = i.value<std::string>();
+    if (!entry) continue;
+    std::string full =
+        std::filesystem::path(*entry).is_absolute() ? *entry : (dir / *entry).string();
+    auto match = go_path_match(full, path);
+    if (*entry == path || (match && *match)) return true;
+  }
+  return false;
+}
+
+// The runtimes the handler inherits from: containerd.toml with the imports it names by path
+// (k0s with containerd 1.x: /run/k0s/containerd-cri.toml, the CRI config k0s generated, runc
+// included). Globs are not expanded (containerd.d itself, gpufence's earlier drop-in among
+// them); an import that cannot be read leaves the root file alone.
+ContainerdConfig k0s_base_config(const ContainerdConfig& root, const ReadFile& read) {
+  auto merged = merge_imports(
+      root,
+      [&](const std::string& p) -> Result<std::string> {
+        auto text = read(p);
+        if (!text) return std::unexpected(text.error());
+        if (!text->has_value()) return fail(Errc::not_found, p, " does not exist");
+        return **text;
+      },
+      [](const std::string& pattern) {
+        if (pattern.find_first_of("*?[\\") != std::string::npos) return std::vector<std::string>{};
+        return std::vector<std::string>{pattern};
+      });
+  return merged ? *merged : root;
+}
+
+// k0s's containerd reads the handler from a drop-in in containerd.d that k0s loads beside the
+// containerd.toml it writes itself: that file is read (its version and whether k0s manages it)
+// and never written. The drop-in takes containerd.toml's version: 2 on k0s with containerd 1.x
+// (a drop-in holding plugins."io.containerd.grpc.v1.cri" is merged into k0s's CRI config,
+// configurer.go handleImports), 3 on k0s 1.36+ (containerd 2.2 imports containerd.d/*.toml and
+// merges it; k0s refuses a drop-in of another version, k0sproject/k0s#7689). docs/install.md,
+// "Distributions".
+Result<SetupPlan> plan_k0s(const SetupOptions& opt, const ReadFile& read) {
+  const DistributionRow& row = distribution_row(Distribution::k0s);
+  if (opt.nri.enable || opt.handler == HandlerEdit::skip)
+    return fail(Errc::unsupported,
+                "NRI enforcement is not configured on k0s by gpufence (k0s generates its "
+                "containerd config itself): use --enforcement runtime there");
+  const std::string root_path(row.config_read);
+  const std::filesystem::path default_drop_in(row.config_input);
+  const std::string dir = default_drop_in.parent_path().string();
+  const std::string drop_in = !opt.drop_in_path.empty()  ? opt.drop_in_path
+                              : !opt.config_path.empty() ? opt.config_path
+                                                         : default_drop_in.string();
+  // k0s loads <dir>/*.toml and nothing else: a drop-in elsewhere would never be read.
+  const std::filesystem::path p(drop_in);
+  if (p.parent_path() != dir || p.extension() != ".toml" || p.stem().empty())
+    return fail(Errc::invalid_argument, drop_in, ": k0s loads only ", dir,
+                "/*.toml, so gpufence's drop-in must be one of them (default ",
+                default_drop_in.string(), ")");
+
+  auto root = read(root_path);
+  if (!root) return std::unexpected(root.error());
+  int version = 0;
+  std::string version_why;
+  ContainerdConfig base;
+  if (!root->has_value()) {
+    // k0s writes it when its worker starts (setupConfig); until then what it will write is
+    // known only from the containerd it runs, or from the user.
+    if (opt.version) {
+      version = *opt.version;
+      version_why = "--config-version";
+    } else if (opt.node_version) {
+      version = *opt.node_version >= 3 ? 3 : 2;
+      version_why = cat("the running containerd writes version ", *opt.node_version);
+    } else {
+      return fail(Errc::not_found, root_path,
+                  " does not exist: k0s writes it when its worker starts, and the drop-in must "
+                  "have its version. Start k0s first, or pass --config-version (2 for k0s with "
+                  "containerd 1.x, before 1.36; 3 from 1.36)");
+    }
+    if (version != 2 && version != 3)
+      return fail(Errc::invalid_argument, "--config-version ", version,
+                  ": k0s writes version 2 (containerd 1.x) or 3 (containerd 2.x)");
+    base.path = root_path;
+    base.version = version;
+  } else {
+    auto cfg = parse_containerd_config(**root, root_path);
+    if (!cfg) return std::unexpected(cfg.error());
+    version = cfg->version;
+    version_why = cat(root_path, "'s version");
+    if (k0s_managed(**root)) {
+      if (version != 2 && version != 3)
+        return fail(Errc::invalid_argument, root_path, " is version ", version,
+                    ": k0s writes version 2 (containerd 1.x) or 3 (containerd 2.x), so what it "
+                    "does with a drop-in here is unknown; nothing written");
+    } else if (version < 3 || !imports_path(*cfg, drop_in)) {
+      // Not k0s's any more: k0s leaves containerd.d alone (docs/runtime.md), and only
+      // containerd's own import of the drop-in (versions 3-4 merge it) would still apply it.
+      return fail(Errc::unsupported, root_path, " is not managed by k0s (its first line is not \"",
+                  kK0sManaged, "\"), so k0s does not apply ", dir, "/*.toml",
+                  version < 3
+                      ? " (and containerd 1.x replaces whole plugin sections from an import)"
+                      : ", and the file does not import " + drop_in,
+                  ": nothing written. Add the handler to that file itself (gpufence setup "
+                  "containerd --config ",
+                  root_path, "), or give it back to k0s (remove it and restart k0s)");
+    }
+    if (opt.version && *opt.version != version)
+      return fail(Errc::invalid_argument, "--config-version ", *opt.version, ": ", root_path,
+                  " is version ", version, ", and the drop-in must be the same version");
+    // k0s rewrites containerd.toml at its start: a file of the other containerd line is stale
+    // (k0s upgraded or downgraded since), and a drop-in in its version would be refused.
+    if (opt.node_version && (*opt.node_version >= 3) != (version >= 3))
+      return fail(Errc::conflict, root_path, " is version ", version,
+                  " but the running containerd writes version ", *opt.node_version,
+                  ": k0s rewrites the file when it restarts; restart k0s, then run again");
+    base = k0s_base_config(*cfg, read);
+  }
+
+  SetupPlan plan;
+  plan.config_path = drop_in;
+  plan.handler_name = opt.runtime_name;
+  auto old_drop = read(drop_in);
+  if (!old_drop) return std::unexpected(old_drop.error());
+  const std::string& name = opt.runtime_name;
+  toml::table drop;
+  drop.insert_or_assign("version", version);
+  std::string base_name;
+  const toml::table* inherit = inherit_base_runtime(base, name, &base_name);
+  ensure_table(cri_containerd(drop, version), "runtimes")
+      .insert_or_assign(name, handler_table(inherit, base_name, opt.binary, plan.notes));
+  if (opt.set_as_default)
+    cri_containerd(drop, version).insert_or_assign("default_runtime_name", name);
+  std::string text =
+      cat("# gpufence's runtime handler for k0s (gpufence install, or setup containerd --flavor "
+          "k0s).\n# ",
+          version == 2 ? "k0s merges this file into /run/k0s/containerd-cri.toml"
+                       : "containerd imports this file (k0s's containerd.toml lists containerd.d)",
+          "; ", root_path, " is k0s's own.\n", serialize(drop));
+  if (auto st = verify(text, drop_in, version, opt, name, true, DefaultRuntimeCheck::no); !st)
+    return std::unexpected(st.error());
+  if (text != old_drop->value_or(""))
+    plan.changes.push_back(
+        {drop_in, old_drop->has_value(), old_drop->value_or(""), text, LinkPolicy::refuse});
+  plan.notes.push_back(cat("config version ", version, " (", version_why,
+                           "); k0s restarts its containerd by itself when ", dir,
+                           " changes (it watches the directory)"));
+  plan.notes.push_back(
+      cat("restart k0s to apply it now: systemctl restart k0sworker (k0scontroller "
+          "on a controller with --enable-worker)"));
+  return plan;
+}
+
 std::string utc_stamp() {
   std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -664,11 +836,7 @@ Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile&
                 "whose handler is plain runc, add --include-node-agents");
   }
   const DistributionRow& row = distribution_row(opt.distribution);
-  if (row.config_source == ConfigSource::drop_in_dir)
-    return fail(Errc::unsupported, row.name, ": gpufence does not write ", row.name,
-                "'s containerd drop-ins (", row.config_input,
-                "/*.toml) yet; add the handler there by hand (docs/install.md, \"Distributions\"), "
-                "then check it with gpufence doctor");
+  if (row.config_source == ConfigSource::drop_in_dir) return plan_k0s(opt, read);
   if (row.config_source == ConfigSource::go_template) {
     if (opt.nri.enable || opt.handler == HandlerEdit::skip)
       return fail(Errc::unsupported,
@@ -771,7 +939,12 @@ Status apply_setup_plan_with(const SetupPlan& plan, const HostFs& host,
   // found half-way would leave a drop-in without its import, or the reverse.
   std::vector<std::filesystem::path> targets;
   for (const auto& change : plan.changes) {
-    auto target = write_target_through_links(host.resolve(change.path), host.root());
+    Result<std::filesystem::path> target = host.resolve(change.path);
+    if (change.links == LinkPolicy::refuse) {
+      if (auto st = check_own_file_path(host, change.path); !st) return std::unexpected(st.error());
+    } else {
+      target = write_target_through_links(host.resolve(change.path), host.root());
+    }
     if (!target) return std::unexpected(target.error());
     auto current = read_file(*target);
     if (current ? (!change.existed || *current != change.old_text)
@@ -787,7 +960,8 @@ Status apply_setup_plan_with(const SetupPlan& plan, const HostFs& host,
     const std::filesystem::path local = host.resolve(change.path);
     const auto* target = &targets[i];
     std::error_code ec;
-    std::filesystem::create_directories(target->parent_path(), ec);
+    if (change.links == LinkPolicy::follow)
+      std::filesystem::create_directories(target->parent_path(), ec);
     if (!backups[i].empty()) {
       // write_backup_exclusive names the file "<file>.bak-<stamp>[.N]": the stamp is the chosen
       // name's suffix, and a different name back means the chosen one was taken meanwhile.
@@ -803,10 +977,44 @@ Status apply_setup_plan_with(const SetupPlan& plan, const HostFs& host,
                     " was taken after it was chosen: nothing more written");
       }
     }
-    if (auto st = write_file_atomic(*target, change.new_text); !st)
-      return std::unexpected(st.error());
+    Status written = change.links == LinkPolicy::refuse
+                         ? write_own_file(host, change.path, change.new_text)
+                         : write_file_atomic(*target, change.new_text);
+    if (!written) return std::unexpected(written.error());
   }
   return {};
+}
+
+Status check_own_file_path(const HostFs& host, const std::string& path) {
+  std::filesystem::path prefix = "/";
+  const std::filesystem::path full(path);
+  for (auto it = full.begin(); it != full.end(); ++it) {
+    if (*it == "/" || it->empty()) continue;
+    prefix /= *it;
+    auto info = host.stat(prefix.string());
+    if (!info) {
+      if (info.error().code == Errc::not_found) return {};  // made by the write, as a directory
+      return std::unexpected(info.error());
+    }
+    const bool last = std::next(it) == full.end();
+    if (info->type == FileType::symlink)
+      return fail(Errc::denied, path, ": ", prefix.string(),
+                  " is a symbolic link, and gpufence writes its own file only where no link "
+                  "decides where the bytes land: nothing written (remove the link)");
+    if (last && info->type != FileType::regular)
+      return fail(Errc::denied, path, " is not a regular file: nothing written");
+    if (!last && info->type != FileType::directory)
+      return fail(Errc::denied, path, ": ", prefix.string(), " is not a directory");
+  }
+  return {};
+}
+
+Status write_own_file(const HostFs& host, const std::string& path, std::string_view text) {
+  if (auto st = check_own_file_path(host, path); !st) return st;
+  // Symlinks::none: openat2 RESOLVE_NO_SYMLINKS on the whole path, so a link planted at a
+  // directory since the check fails the write; one at the name is replaced by the rename.
+  return write_file_atomic(host.resolve(path), text, Durability::fsync, Symlinks::none,
+                           MakeDir::yes);
 }
 
 Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const HostFs& host) {
@@ -816,6 +1024,33 @@ Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const H
   for (const auto& b : backups)
     if (!b.empty()) out.push_back(b);
   return out;
+}
+
+Status check_k0s_runtime_name(const HostFs& host, const std::string& drop_in,
+                              const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(drop_in).parent_path();
+  auto names = host.list(dir.string());
+  if (!names) {
+    if (names.error().code == Errc::not_found) return {};
+    return std::unexpected(names.error());
+  }
+  for (const auto& n : *names) {
+    const std::filesystem::path p = dir / n;
+    if (p.extension() != ".toml" || p.string() == drop_in) continue;
+    auto text = host.read(p.string());
+    if (!text) return std::unexpected(text.error().wrap("k0s drop-in"));
+    auto cfg = parse_containerd_config(*text, p.string());
+    if (!cfg) return std::unexpected(cfg.error());
+    for (const auto& h : cri_runtimes(*cfg)) {
+      if (h.name != name) continue;
+      return fail(Errc::conflict, p.string(), " defines runtime '", name,
+                  "' too: k0s and containerd merge the drop-ins in ", dir.string(),
+                  " into one table, so the handler would not be gpufence's alone (its BinaryName, "
+                  "runtime_path or annotations could win): nothing written. Choose another "
+                  "--runtime-name (and the RuntimeClass's handler to match), or remove that file");
+    }
+  }
+  return {};
 }
 
 std::string runtime_class_manifest(const std::string& handler) {

@@ -1,6 +1,7 @@
 // `gpufence setup containerd`: add a runtime handler pointing at gpufence-runtime to a
-// containerd configuration — plain containerd, microk8s's template, or k3s's/rke2's template
-// (where each keeps it: distribution/distribution.hpp).
+// containerd configuration — plain containerd, microk8s's template, k3s's/rke2's template, or a
+// drop-in of gpufence's own in k0s's containerd.d (where each keeps it:
+// distribution/distribution.hpp).
 #pragma once
 
 #include <optional>
@@ -46,7 +47,10 @@ struct SetupOptions {
   // known (install asks the running containerd): a new file and a k3s template that does not
   // say follow it, and k3s's template file is the one that containerd line renders.
   std::optional<int> node_version;
-  std::string drop_in_path;  // versions 3-4: default <config dir>/conf.d/99-gpufence.toml
+  // Versions 3-4: default <config dir>/conf.d/99-gpufence.toml. k0s: the drop-in gpufence owns
+  // (default the table's config_input, /etc/k0s/containerd.d/gpufence.toml; config_path, when
+  // set, names it too, as install's --containerd-config does).
+  std::string drop_in_path;
   HandlerEdit handler = HandlerEdit::write;
   NriEdit nri;
 };
@@ -56,11 +60,17 @@ struct SetupOptions {
 // `containerd --version` print it ("v2.3.4", "1.6.20~ds1", "v2.0.4-k3s2"); nullopt when unreadable.
 std::optional<int> config_version_of_release(std::string_view release);
 
+// How a change's path may be resolved when root writes it. A config of the user's may be a
+// symlink that config management keeps (it stays one: its target is written); a file only
+// gpufence writes (k0s's drop-in) is written where its name is, with no link in any component.
+enum class LinkPolicy { follow, refuse };
+
 struct FileChange {
   std::string path;
   bool existed = false;
   std::string old_text;
   std::string new_text;
+  LinkPolicy links = LinkPolicy::follow;
 };
 
 struct SetupPlan {
@@ -97,6 +107,22 @@ Status apply_setup_plan_with(const SetupPlan& plan, const HostFs& host,
 // A backup host path for each change that replaces an existing file ("" for a new file), free
 // now: "<file>.bak-<UTC time>[.N]".
 std::vector<std::string> choose_backup_paths(const SetupPlan& plan, const HostFs& host);
+
+// For a LinkPolicy::refuse path: no component under the host root is a symbolic link, and the
+// file, when present, is a regular file. Checked again right before the write.
+Status check_own_file_path(const HostFs& host, const std::string& path);
+
+// Writes a LinkPolicy::refuse file atomically: checked as above, then written with no symlink
+// followed in any component (a link planted at the name is replaced, never written through);
+// a missing last directory is made.
+Status write_own_file(const HostFs& host, const std::string& path, std::string_view text);
+
+// k0s: no other drop-in beside `drop_in` (<dir>/*.toml, which k0s and containerd merge into one
+// CRI table, in name order) defines a runtime called `name`: merged with gpufence's, its keys
+// (another BinaryName, a runtime_path, pod annotations) would win or stay. An unreadable or
+// unparsable drop-in is an error too (k0s itself stops on one).
+Status check_k0s_runtime_name(const HostFs& host, const std::string& drop_in,
+                              const std::string& name);
 
 std::string runtime_class_manifest(const std::string& handler);
 

@@ -31,11 +31,17 @@ constexpr std::string_view kRke2Units[] = {"rke2-server", "rke2-agent"};
 constexpr std::string_view kK3sMarkers[] = {"/var/lib/rancher/k3s/agent/etc/containerd"};
 constexpr std::string_view kK3sUnits[] = {"k3s", "k3s-agent"};
 // k0s: containerd --config=/etc/k0s/containerd.toml --state=/run/k0s/containerd
-// --address=/run/k0s/containerd.sock; since 1.27.1 it imports /etc/k0s/containerd.d/*.toml
-// (merging CRI sections into /run/k0s/containerd-cri.toml) while containerd.toml keeps its
-// "# k0s_managed=true" line (k0s docs/runtime.md); --kubelet-root-dir defaults to
-// <data-dir>/kubelet, /var/lib/k0s/kubelet (k0s docs/directories.md). `k0s install` names the
-// units k0scontroller and k0sworker.
+// --address=/run/k0s/containerd.sock (k0s pkg/component/worker/containerd/component.go, Start).
+// containerd.toml is k0s's own while its first line is "# k0s_managed=true" (isK0sManagedConfig):
+// it rewrites it at every start and loads /etc/k0s/containerd.d/*.toml (since 1.27.1). k0s with
+// containerd 1.x writes version 2 and merges a drop-in holding plugins."io.containerd.grpc.v1.cri"
+// into /run/k0s/containerd-cri.toml, which containerd.toml imports (configurer.go,
+// handleImports); k0s 1.36+ (containerd 2.2) writes version 3 with
+// imports = ["/etc/k0s/containerd.d/*.toml"] and refuses a drop-in of another version
+// (k0sproject/k0s#7689). It watches containerd.d and restarts its containerd on a change
+// (watchDropinConfigs). So gpufence writes one drop-in of its own, gpufence.toml, and never
+// containerd.toml. --kubelet-root-dir defaults to <data-dir>/kubelet, /var/lib/k0s/kubelet (k0s
+// docs/directories.md). `k0s install` names the units k0scontroller and k0sworker.
 constexpr std::string_view kK0sMarkers[] = {"/etc/k0s/containerd.toml", "/etc/k0s/containerd.d"};
 constexpr std::string_view kK0sUnits[] = {"k0scontroller", "k0sworker"};
 // containerd under systemd (kubeadm and most clusters): containerd's own defaults
@@ -85,8 +91,8 @@ constexpr DistributionRow kTable[] = {
     {Distribution::k0s,
      "k0s",
      ConfigSource::drop_in_dir,
-     "/etc/k0s",
      "/etc/k0s/containerd.d",
+     "/etc/k0s/containerd.d/gpufence.toml",
      "/etc/k0s/containerd.toml",
      "/run/k0s/containerd.sock",
      "/run/k0s/containerd",

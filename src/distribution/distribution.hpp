@@ -23,7 +23,8 @@ enum class ConfigSource {
   template_file,  // microk8s: a template it renders into the file at every start (${SNAP}...)
   go_template,    // k3s, rke2: config.toml.tmpl (config-v3.toml.tmpl on containerd 2.x), rendered
                   // into config.toml at every start
-  drop_in_dir,    // k0s: *.toml files in a directory k0s merges into the config it generates
+  drop_in_dir,    // k0s: gpufence's own *.toml in the directory k0s loads beside the config it
+                  // generates (config_input is that file; config_read, k0s's, is never written)
 };
 
 struct DistributionRow {
@@ -31,7 +32,7 @@ struct DistributionRow {
   std::string_view name;
   ConfigSource config_source;
   std::string_view config_dir;    // the directory of containerd's config files
-  std::string_view config_input;  // what gpufence edits: the file, the template, the drop-in dir
+  std::string_view config_input;  // what gpufence edits: the file, the template, its drop-in
   std::string_view config_read;   // the file containerd is started with (what the doctor judges)
   std::string_view socket;        // containerd's CRI socket (--address)
   std::string_view state_dir;     // containerd's --state: task bundles live under it

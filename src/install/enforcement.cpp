@@ -102,8 +102,8 @@ Result<EnforcementChoice> choose_enforcement(EnforcementRequest request,
       c.mode = Enforcement::runtime;
       c.required_plugins = false;
       c.reason =
-          "runtime: k3s/rke2 render containerd's config from a template gpufence does "
-          "not edit for NRI";
+          "runtime: k3s/rke2 render containerd's config from a template, and k0s generates "
+          "its own, which gpufence does not edit for NRI";
     } else if (!release) {
       c.mode = Enforcement::runtime;
       c.required_plugins = false;
@@ -133,8 +133,8 @@ Result<EnforcementChoice> choose_enforcement(EnforcementRequest request,
   const std::string_view name = enforcement_name(mode);
   if (template_config)
     return fail(Errc::unsupported, "--enforcement ", name,
-                ": k3s/rke2 render containerd's config from a template gpufence does not edit "
-                "for NRI; use --enforcement runtime");
+                ": k3s/rke2 render containerd's config from a template, and k0s generates its "
+                "own, which gpufence does not edit for NRI; use --enforcement runtime");
   if (!release)
     return fail(Errc::unsupported, "--enforcement ", name,
                 ": the running containerd did not answer CRI Version, so which NRI it has "

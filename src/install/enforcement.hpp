@@ -46,8 +46,9 @@ struct EnforcementChoice {
 };
 
 // The mode for a request on a node whose running containerd is `release` (nullopt: it did not
-// answer CRI Version). `template_config`: k3s/rke2 render their config from a template
-// gpufence does not edit for NRI. Explicit requests the node cannot carry are refused.
+// answer CRI Version). `template_config`: k3s/rke2 render their config from a template, and
+// k0s generates its own, which gpufence does not edit for NRI. Explicit requests the node cannot
+// carry are refused.
 Result<EnforcementChoice> choose_enforcement(EnforcementRequest request,
                                              const std::optional<std::string>& release,
                                              bool template_config);

@@ -72,13 +72,6 @@ bool find_layout(Run& r) {
     d = *detected;
   }
   const DistributionRow& row = distribution_row(d);
-  if (row.config_source == ConfigSource::drop_in_dir)
-    return r.failed("distribution",
-                    cat(row.name, ": install does not write ", row.name, "'s containerd drop-ins (",
-                        row.config_input,
-                        "/*.toml) yet, so nothing was changed; add the handler "
-                        "there by hand (docs/install.md, \"Distributions\") and check it with "
-                        "gpufence doctor"));
   r.layout = layout_for(d, r.env.host);
   if (!r.opt.config_path.empty())
     r.layout.config_path = r.opt.config_path;
@@ -330,10 +323,12 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
           cat("the running containerd is ", *release, " (config version ", *so.node_version, ")"));
   }
   // Where the allocation is enforced: the handler, gpufence-nri, or both (docs/install.md,
-  // "Enforcement").
+  // "Enforcement"). k3s/rke2 render containerd's config from a template and k0s generates its
+  // own: gpufence adds only the handler there, not NRI's settings.
+  const ConfigSource source = distribution_row(r.layout.distribution).config_source;
   auto choice = choose_enforcement(
       r.opt.enforcement, release_text,
-      distribution_row(r.layout.distribution).config_source == ConfigSource::go_template);
+      source == ConfigSource::go_template || source == ConfigSource::drop_in_dir);
   if (!choice) return r.failed("enforcement", choice.error().message);
   r.choice = *choice;
   r.report.enforcement = choice->mode;
@@ -404,6 +399,19 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
                     cat(r.layout.config_path, ": handler '", r.opt.runtime_name,
                         "' is taken on this node (setup would name it '", plan.config.handler_name,
                         "'); pick another --runtime-name and the RuntimeClass handler to match"));
+  // gpufence's own files (k0s's drop-in) are refused here, before anything changes, where a
+  // link would decide where root writes (checked again at the write).
+  for (const auto& c : plan.config.changes) {
+    if (c.links != LinkPolicy::refuse) continue;
+    if (auto st = check_own_file_path(host, c.path); !st)
+      return r.failed("containerd config", st.error().message);
+  }
+  // k0s merges every drop-in of its directory into one CRI table: the handler's name must be
+  // gpufence's alone there.
+  if (distribution_row(r.layout.distribution).config_source == ConfigSource::drop_in_dir) {
+    if (auto st = check_k0s_runtime_name(host, plan.config.config_path, r.opt.runtime_name); !st)
+      return r.failed("containerd config", st.error().message);
+  }
   // A file an earlier install already wrote keeps that install's backup (the user's bytes).
   plan.backups = choose_backup_paths(plan.config, host);
   for (size_t i = 0; i < plan.config.changes.size(); ++i) {
@@ -676,10 +684,12 @@ void undo_run(Run& r, const InstallPlan& plan, const InstallState& prior, bool h
         if (cur && cur->value_or("") == c.old_text) unlink_host(host, plan.backups[i]);
         continue;
       }
-      Status st = c.existed ? write_host(host, c.path, c.old_text)
-                            : (::unlink(host.resolve(c.path).c_str()) == 0 || errno == ENOENT
-                                   ? Status{}
-                                   : fail_errno("unlink", c.path));
+      Status st = c.existed
+                      ? (c.links == LinkPolicy::refuse ? write_own_file(host, c.path, c.old_text)
+                                                       : write_host(host, c.path, c.old_text))
+                      : (::unlink(host.resolve(c.path).c_str()) == 0 || errno == ENOENT
+                             ? Status{}
+                             : fail_errno("unlink", c.path));
       if (!st) {
         note_fail(
             cat("restore ", c.path,
@@ -976,6 +986,10 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
   // all of them are judged before the first is touched. A file that holds the user's bytes
   // already (never written, or restored by an uninstall that was stopped) needs nothing.
   bool restored = false;
+  // k0s: the config files are gpufence's own drop-in, put back with no link followed.
+  auto recorded = parse_distribution(state.distribution);
+  const bool own_files =
+      recorded && distribution_row(*recorded).config_source == ConfigSource::drop_in_dir;
   if (state.config_changed) {
     std::vector<Holds> holds;
     for (const auto& f : state.config_files) {
@@ -1007,8 +1021,9 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
       }
       if (f.existed) {
         auto backup = read_host(env.host, f.backup);
-        Status w = backup ? write_host(env.host, f.path, backup->value_or(""))
-                          : Status(std::unexpected(backup.error()));
+        Status w = !backup     ? Status(std::unexpected(backup.error()))
+                   : own_files ? write_own_file(env.host, f.path, backup->value_or(""))
+                               : write_host(env.host, f.path, backup->value_or(""));
         if (!w) {
           r.failed("containerd config", w.error().message);
           return finish();

@@ -50,12 +50,9 @@ assert() { python3 "$work/assert.py" "$@"; }
 
 case ${1:?usage: helm.sh CASE} in  # gf:cases
   lint)
-    for d in containerd microk8s k3s rke2; do
+    for d in containerd microk8s k3s rke2 k0s; do
       check "helm lint, distribution=$d" "$helm" lint --strict "$chart" --set distribution=$d --set doctor.nodeName=n1 --set autoscaler.enabled=true
     done
-    check "helm lint, distribution=k0s (no installer)" "$helm" lint --strict "$chart" --set distribution=k0s --set installer.enabled=false --set doctor.nodeName=n1 --set autoscaler.enabled=true
-    out=$(template --set distribution=k0s 2>&1)
-    check "k0s with the installer is refused, saying why" grep -q "distribution k0s: gpufence install does not write its containerd config yet" <<<"$out"
     out=$(template --set distribution=kubeadm 2>&1)
     check "an unknown distribution is refused, naming the choices" grep -q "distribution must be one of containerd, k0s, k3s, microk8s, rke2" <<<"$out"
     ;;

@@ -16,6 +16,7 @@ case_name=${1:?usage: install.sh CASE [LINE]}
 # the test tools beside the repository, scripts/fetch-containerd.sh).
 line=${2:-1.6}
 [ "$case_name" = version3 ] && line=2.1
+[ "$case_name" = k0s ] && [ -z "${2:-}" ] && line=2.1
 case $line in
   1.6) ;;
   1.7)
@@ -51,6 +52,7 @@ cleanup() {
   sleep 0.2
   umount "$cfg" 2>/dev/null
   umount /etc/containerd 2>/dev/null
+  umount /etc/k0s 2>/dev/null
   umount /usr/local 2>/dev/null
   umount /opt 2>/dev/null
   umount /var/lib/gpufence 2>/dev/null
@@ -396,6 +398,53 @@ SH
     check "the drop-in is gone" test ! -e "$dropin"
     check "and the running containerd no longer has the handler" grep -q "containerd no longer has handler nvidia" <<<"$out"
     check "no backup is left behind" bash -c "! ls '$host'/etc/containerd/config.toml.bak-* 2>/dev/null"
+    ;;
+  k0s)
+    # A k0s 1.36+ node (containerd 2.x): containerd started as k0s starts it (--root, --state,
+    # --address flags, --config=/etc/k0s/containerd.toml) on the file k0s writes (the marker
+    # line, version 3, imports = ["/etc/k0s/containerd.d/*.toml"], the CRI sections inline;
+    # docs/install.md, "Distributions"). install must write only its own drop-in there, and the
+    # running containerd must serve the handler from it.
+    k0s_cfg=$host/etc/k0s/containerd.toml
+    ksock=$host/run/k0s/containerd.sock
+    mkdir -p "$host/etc/k0s/containerd.d" "$host/run/k0s" /etc/k0s 2>/dev/null
+    mount --bind "$host/etc/k0s" /etc/k0s || skip "cannot bind-mount over /etc/k0s here"
+    printf '%s\n' '# k0s_managed=true' \
+      '# This is a placeholder configuration for k0s managed containerd.' \
+      'imports = ["/etc/k0s/containerd.d/*.toml"]' 'version = 3' '' '[plugins]' \
+      '  [plugins."io.containerd.cri.v1.images"]' \
+      '    [plugins."io.containerd.cri.v1.images".pinned_images]' \
+      '      sandbox = "registry.example/pause:3.9"' \
+      '  [plugins."io.containerd.cri.v1.runtime"]' > "$k0s_cfg"
+    printf 'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.other]\n  runtime_type = "io.containerd.runc.v2"\n' > "$host/etc/k0s/containerd.d/other.toml"
+    cp "$k0s_cfg" "$work/k0s-original.toml"
+    sed "s|containerd --config \"$cfg\"|containerd --root=$work/root --state=$work/state --address=$ksock --config=$k0s_cfg|" "$work/restart.sh" > "$work/restart-k0s.sh"
+    chmod +x "$work/restart-k0s.sh"
+    grep -q -- "--config=$k0s_cfg" "$work/restart-k0s.sh" || { check "restart-k0s.sh starts containerd as k0s does" false; exit 1; }
+    sh "$work/restart-k0s.sh"
+    for _ in $(seq 100); do ctr --address "$ksock" version >/dev/null 2>&1 && break; sleep 0.1; done
+    k0s_install=("$gf" --host-root "$host" install --distribution k0s --host-exec direct
+                 --restart-command "$work/restart-k0s.sh" --enforcement runtime)
+    k0s_uninstall=("$gf" --host-root "$host" uninstall --host-exec direct
+                   --restart-command "$work/restart-k0s.sh" --ready-timeout 20)
+    drop=$host/etc/k0s/containerd.d/gpufence.toml
+    out=$("${k0s_install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install succeeds on k0s's layout ($(containerd --version | awk '{print $3}'))" test "$rc" = 0
+    check "it wrote its drop-in, version 3, a regular file" bash -c "test -f '$drop' && ! test -L '$drop' && grep -qx 'version = 3' '$drop'"
+    check "k0s's containerd.toml is byte for byte" cmp -s "$k0s_cfg" "$work/k0s-original.toml"
+    check "the running containerd has the handler (CRI status)" grep -q "containerd runs handler nvidia -> /usr/local/bin/gpufence-runtime" <<<"$out"
+    dump=$(containerd --config "$k0s_cfg" config dump 2>&1)
+    check "config dump has the handler and the other drop-in's runtime" bash -c "grep -q 'runtimes.nvidia.options\]' <<<\"\$0\" && grep -q 'runtimes.other\]' <<<\"\$0\"" "$dump"
+    out=$("${k0s_install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    check "a second install changes nothing" bash -c "test $rc = 0 && grep -q 'nothing to change' <<<\"\$0\"" "$out"
+    out=$("${k0s_uninstall[@]}" 2>&1); rc=$?
+    echo "$out"
+    check "uninstall succeeds" test "$rc" = 0
+    check "the drop-in is gone" test ! -e "$drop"
+    check "the other drop-in and containerd.toml are as they were" bash -c "cmp -s '$k0s_cfg' '$work/k0s-original.toml' && test -f '$host/etc/k0s/containerd.d/other.toml'"
+    check "and the running containerd no longer has the handler" grep -q "containerd no longer has handler nvidia" <<<"$out"
+    umount /etc/k0s 2>/dev/null
     ;;
   install-uninstall)
     t0=$(date +%s.%N)

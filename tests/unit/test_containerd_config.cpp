@@ -496,18 +496,138 @@ TEST(ContainerdRealConfigs, SetAsDefaultIsRefusedWithoutTheNodeAgentsFlag) {
   EXPECT_FALSE(plan_containerd_setup(opt, fs.reader())) << "every flavor";
 }
 
-// k0s merges drop-ins from /etc/k0s/containerd.d into the config it generates; setup does not
-// write them yet and says so, rather than editing k0s's managed containerd.toml.
-TEST(ContainerdSetup, K0sIsRefusedNamingItsDropInDirectory) {
-  FakeFiles fs;
-  fs.files["/etc/k0s/containerd.toml"] = "# k0s_managed=true\nversion = 2\n";
-  SetupOptions opt;
-  opt.distribution = Distribution::k0s;
-  auto plan = plan_containerd_setup(opt, fs.reader());
-  ASSERT_FALSE(plan);
-  EXPECT_EQ(plan.error().code, Errc::unsupported);
-  EXPECT_NE(plan.error().message.find("/etc/k0s/containerd.d"), std::string::npos)
-      << plan.error().message;
+// What k0s writes as /etc/k0s/containerd.toml (pkg/component/worker/containerd): with
+// containerd 1.x (k0s 1.27.1-1.35) version 2, importing the CRI config it generated, into which
+// it merges CRI drop-ins; from 1.36 (containerd 2.2) version 3, importing containerd.d/*.toml.
+const std::string kK0sHeader =
+    "# k0s_managed=true\n# This is a placeholder configuration for k0s managed containerd.\n";
+const std::string kK0sV2 =
+    kK0sHeader + "imports = [\"/run/k0s/containerd-cri.toml\"]\nversion = 2\n";
+const std::string kK0sCriV2 =
+    "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n"
+    "  default_runtime_name = \"runc\"\n"
+    "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
+    "  runtime_type = \"io.containerd.runc.v2\"\n"
+    "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n"
+    "  SystemdCgroup = true\n";
+const std::string kK0sV3 = kK0sHeader +
+                           "imports = [\"/etc/k0s/containerd.d/*.toml\"]\nversion = 3\n\n"
+                           "[plugins]\n  [plugins.\"io.containerd.cri.v1.images\"]\n"
+                           "    [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n"
+                           "      sandbox = \"quay.io/k0sproject/pause:3.10.1\"\n"
+                           "  [plugins.\"io.containerd.cri.v1.runtime\"]\n";
+const std::string kK0sDropIn = "/etc/k0s/containerd.d/gpufence.toml";
+
+// k0s: one drop-in of gpufence's own in containerd.d, in the version of the containerd.toml k0s
+// wrote, and that file never changes. On the old code setup refused k0s.
+TEST(ContainerdSetupK0s, OneDropInInTheVersionK0sWrites) {
+  struct Case {
+    std::string root;
+    int version;
+    std::string cri;
+  };
+  for (const auto& c : {Case{kK0sV3, 3, "io.containerd.cri.v1.runtime"},
+                        Case{kK0sV2, 2, "io.containerd.grpc.v1.cri"}}) {
+    FakeFiles fs;
+    fs.files["/etc/k0s/containerd.toml"] = c.root;
+    fs.files["/run/k0s/containerd-cri.toml"] = kK0sCriV2;
+    SetupOptions opt;
+    opt.distribution = Distribution::k0s;
+    opt.binary = "/usr/local/bin/gpufence-runtime";
+    auto plan = plan_containerd_setup(opt, fs.reader());
+    ASSERT_TRUE(plan) << plan.error().message;
+    ASSERT_EQ(plan->changes.size(), 1u) << "containerd.toml is k0s's: only the drop-in";
+    const auto& change = plan->changes[0];
+    EXPECT_EQ(change.path, kK0sDropIn);
+    EXPECT_FALSE(change.existed);
+    EXPECT_EQ(change.links, LinkPolicy::refuse) << "gpufence's own file: never through a link";
+    EXPECT_EQ(plan->config_path, kK0sDropIn);
+    auto drop = parse_containerd_config(change.new_text, kK0sDropIn);
+    ASSERT_TRUE(drop) << change.new_text;
+    EXPECT_EQ(drop->version, c.version) << "k0s refuses a drop-in of another version (#7689)";
+    ASSERT_TRUE(drop->doc["plugins"][c.cri].is_table()) << change.new_text;
+    auto runtimes = cri_runtimes(*drop);
+    ASSERT_EQ(runtimes.size(), 1u) << change.new_text;
+    EXPECT_EQ(runtimes[0].name, "nvidia");
+    EXPECT_EQ(runtimes[0].binary_name, "/usr/local/bin/gpufence-runtime");
+    if (c.version == 2) {
+      // k0s with containerd 1.x: the handler inherits the runc of the CRI config k0s generated.
+      EXPECT_EQ(drop->doc["plugins"][c.cri]["containerd"]["runtimes"]["nvidia"]["options"]
+                         ["SystemdCgroup"]
+                             .value<bool>(),
+                true)
+          << change.new_text;
+    } else {
+      // containerd imports it by the glob k0s wrote, and finds the handler.
+      fs.apply(*plan);
+      auto merged = merge_imports(
+          parse_containerd_config(c.root, "/etc/k0s/containerd.toml").value(),
+          [&](const std::string& p) -> Result<std::string> { return fs.files.at(p); },
+          [](const std::string&) { return std::vector<std::string>{kK0sDropIn}; });
+      ASSERT_TRUE(merged);
+      auto all = cri_runtimes(*merged);
+      EXPECT_TRUE(std::any_of(all.begin(), all.end(), [](const RuntimeHandler& h) {
+        return h.name == "nvidia" && h.binary_name == "/usr/local/bin/gpufence-runtime";
+      }));
+    }
+    fs.apply(*plan);
+    auto again = plan_containerd_setup(opt, fs.reader());
+    ASSERT_TRUE(again);
+    EXPECT_TRUE(again->changes.empty()) << "a second run changes nothing";
+    EXPECT_EQ(fs.files["/etc/k0s/containerd.toml"], c.root);
+  }
+}
+
+// Where k0s would not apply the drop-in, or would refuse it, nothing is planned, saying why.
+TEST(ContainerdSetupK0s, RefusesWhatK0sWouldNotApply) {
+  auto plan_with = [](const std::optional<std::string>& root, auto&& tweak) {
+    FakeFiles fs;
+    if (root) fs.files["/etc/k0s/containerd.toml"] = *root;
+    SetupOptions opt;
+    opt.distribution = Distribution::k0s;
+    tweak(opt);
+    return plan_containerd_setup(opt, fs.reader());
+  };
+  auto none = [](SetupOptions&) {};
+  // Not k0s's any more (the marker line gone): k0s leaves containerd.d alone.
+  auto user2 =
+      plan_with(std::string("version = 2\nimports = [\"/etc/k0s/containerd.d/*.toml\"]\n"), none);
+  ASSERT_FALSE(user2);
+  EXPECT_EQ(user2.error().code, Errc::unsupported);
+  EXPECT_NE(user2.error().message.find("not managed by k0s"), std::string::npos);
+  // ... unless containerd itself imports and merges it (version 3).
+  auto user3 =
+      plan_with(std::string("# k0s_managed=false\nimports = [\"/etc/k0s/containerd.d/*.toml\"]\n"
+                            "version = 3\n"),
+                none);
+  ASSERT_TRUE(user3) << user3.error().message;
+  EXPECT_EQ(parse_containerd_config(user3->changes.at(0).new_text, kK0sDropIn)->version, 3);
+  EXPECT_FALSE(plan_with(std::string("# k0s_managed=false\nversion = 3\n"), none));
+  // k0s loads only containerd.d/*.toml.
+  for (std::string elsewhere : {"/etc/k0s/gpufence.toml", "/etc/k0s/containerd.d/gpufence.conf",
+                                "/etc/k0s/containerd.d/sub/gpufence.toml"}) {
+    auto p = plan_with(kK0sV3, [&](SetupOptions& o) { o.drop_in_path = elsewhere; });
+    ASSERT_FALSE(p) << elsewhere;
+    EXPECT_EQ(p.error().code, Errc::invalid_argument);
+  }
+  // Not generated yet: its version is unknown unless the running containerd or the user says.
+  auto absent = plan_with(std::nullopt, none);
+  ASSERT_FALSE(absent);
+  EXPECT_EQ(absent.error().code, Errc::not_found);
+  auto from_node = plan_with(std::nullopt, [](SetupOptions& o) { o.node_version = 4; });
+  ASSERT_TRUE(from_node) << from_node.error().message;
+  EXPECT_EQ(parse_containerd_config(from_node->changes.at(0).new_text, kK0sDropIn)->version, 3)
+      << "k0s 1.36 on containerd 2.x takes version 3 only";
+  // A containerd.toml of the other containerd line than the one running is stale.
+  auto stale = plan_with(kK0sV2, [](SetupOptions& o) { o.node_version = 3; });
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.error().code, Errc::conflict);
+  EXPECT_FALSE(plan_with(kK0sV3, [](SetupOptions& o) { o.version = 2; }));
+  EXPECT_FALSE(plan_with(kK0sHeader + "version = 4\n", none)) << "k0s writes 2 or 3";
+  // NRI's settings are not written into k0s's containerd config.
+  auto nri = plan_with(kK0sV3, [](SetupOptions& o) { o.nri.enable = true; });
+  ASSERT_FALSE(nri);
+  EXPECT_EQ(nri.error().code, Errc::unsupported);
 }
 
 TEST(ContainerdRealConfigs, ReRunWithAnotherBinaryReplacesTheHandlerKeepingComments) {
@@ -844,6 +964,57 @@ TEST(ContainerdApply, ASymlinkedConfigStaysASymlinkToAnUpdatedTarget) {
   ASSERT_EQ(backups->size(), 1u);
   EXPECT_TRUE((*backups)[0].starts_with("/etc/containerd/config.toml.bak-")) << (*backups)[0];
   EXPECT_EQ(read_file(dir / std::filesystem::path((*backups)[0]).relative_path()).value(), "old\n");
+}
+
+// k0s's drop-in is gpufence's own file: root never writes it through a link planted at its name
+// or at its directory (a symlinked *user* config stays a link, above; this one is refused).
+TEST(ContainerdApply, K0sDropInIsNeverWrittenThroughALink) {
+  for (const bool link_dir : {false, true}) {
+    test::TempDir dir;
+    dir.write("etc/k0s/containerd.toml", kK0sV3);
+    dir.write("etc/victim.toml", "the victim's bytes\n");
+    std::filesystem::create_directories(dir / "opt/elsewhere");
+    if (link_dir) {
+      std::filesystem::create_symlink(dir / "opt/elsewhere", dir / "etc/k0s/containerd.d");
+    } else {
+      std::filesystem::create_directories(dir / "etc/k0s/containerd.d");
+      std::filesystem::create_symlink("/etc/victim.toml",
+                                      dir / "etc/k0s/containerd.d/gpufence.toml");
+    }
+    HostFs host(dir.path());
+    SetupOptions opt;
+    opt.distribution = Distribution::k0s;
+    ReadFile read = [&](const std::string& p) -> Result<std::optional<std::string>> {
+      auto t = host.read(p);
+      if (t) return std::optional<std::string>(*t);
+      if (t.error().code == Errc::not_found) return std::optional<std::string>{};
+      return std::unexpected(t.error());
+    };
+    auto plan = plan_containerd_setup(opt, read);
+    ASSERT_TRUE(plan) << plan.error().message;
+    auto r = apply_setup_plan(*plan, host);
+    ASSERT_FALSE(r) << (link_dir ? "directory" : "file") << " link followed";
+    EXPECT_EQ(r.error().code, Errc::denied);
+    EXPECT_NE(r.error().message.find("symbolic link"), std::string::npos) << r.error().message;
+    EXPECT_EQ(read_file(dir / "etc/victim.toml").value(), "the victim's bytes\n");
+    EXPECT_TRUE(std::filesystem::is_empty(dir / "opt/elsewhere"));
+    EXPECT_TRUE(backups_in(dir / "etc").empty());
+    EXPECT_EQ(read_file(dir / "etc/k0s/containerd.toml").value(), kK0sV3);
+  }
+  // Without a link, the same plan writes a regular file.
+  test::TempDir dir;
+  dir.write("etc/k0s/containerd.toml", kK0sV3);
+  HostFs host(dir.path());
+  SetupOptions opt;
+  opt.distribution = Distribution::k0s;
+  FakeFiles fs;
+  fs.files["/etc/k0s/containerd.toml"] = kK0sV3;
+  auto plan = plan_containerd_setup(opt, fs.reader());
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_TRUE(apply_setup_plan(*plan, host));
+  EXPECT_TRUE(std::filesystem::is_regular_file(
+      std::filesystem::symlink_status(dir / "etc/k0s/containerd.d/gpufence.toml")));
+  EXPECT_EQ(read_file(dir / "etc/k0s/containerd.toml").value(), kK0sV3);
 }
 
 TEST(ContainerdApply, AFileChangedSincePlanningIsLeftAlone) {

@@ -37,8 +37,8 @@ const Documented kDocumented[] = {
     {"rke2", "/var/lib/rancher/rke2/agent/etc/containerd/config.toml.tmpl",
      "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
      "/run/k3s/containerd/containerd.sock", "/run/k3s/containerd", "/var/lib/kubelet"},
-    {"k0s", "/etc/k0s/containerd.d", "/etc/k0s/containerd.toml", "/run/k0s/containerd.sock",
-     "/run/k0s/containerd", "/var/lib/k0s/kubelet"},
+    {"k0s", "/etc/k0s/containerd.d/gpufence.toml", "/etc/k0s/containerd.toml",
+     "/run/k0s/containerd.sock", "/run/k0s/containerd", "/var/lib/k0s/kubelet"},
 };
 
 std::string slurp(const std::string& path) {
@@ -119,9 +119,9 @@ TEST(DistributionTable, TheHelmChartHasTheTablesPaths) {
     EXPECT_EQ(d["kubeletDir"].as<std::string>(""), row.kubelet_root) << row.name;
     EXPECT_EQ(d["containerdConfig"].as<std::string>(""), row.config_input) << row.name;
     EXPECT_EQ(d["containerdSocket"].as<std::string>(""), row.socket) << row.name;
-    // The chart's installer refuses where install does (it cannot write k0s's drop-ins yet).
-    EXPECT_EQ(d["installer"].as<bool>(true), row.config_source != ConfigSource::drop_in_dir)
-        << row.name;
+    // Install writes every distribution's config (k0s: its own drop-in): the chart's node
+    // installer runs on each.
+    EXPECT_TRUE(d["installer"].as<bool>(true)) << row.name;
   }
 }
 
@@ -194,6 +194,45 @@ TEST(DistributionTable, TheDoctorFindsEachDistributionsContainerdConfig) {
       EXPECT_TRUE(named) << row.name << ": " << doc.dump();
     }
   }
+}
+
+// On a k0s node (containerd.toml as k0s 1.36 writes it: version 3, importing containerd.d/*.toml)
+// the doctor misses the handler, `setup containerd --flavor k0s` writes gpufence's drop-in and
+// leaves containerd.toml byte for byte, and the doctor then finds the handler through k0s's
+// import. Through the binary. On the old code setup refused k0s.
+TEST(DistributionTable, TheDoctorFindsTheHandlerSetupWroteOnK0s) {
+  const std::string k0s_config =
+      "# k0s_managed=true\n# This is a placeholder configuration for k0s managed containerd.\n"
+      "imports = [\"/etc/k0s/containerd.d/*.toml\"]\nversion = 3\n\n[plugins]\n"
+      "  [plugins.\"io.containerd.cri.v1.images\"]\n"
+      "    [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n"
+      "      sandbox = \"quay.io/k0sproject/pause:3.10.1\"\n"
+      "  [plugins.\"io.containerd.cri.v1.runtime\"]\n";
+  test::TempDir d;
+  d.write("proc/.keep", "");
+  d.write("etc/k0s/containerd.toml", k0s_config);
+  d.write("etc/k0s/containerd.d/other.toml", "version = 3\n");
+  d.write("usr/local/bin/gpufence-runtime", "");
+  auto ids = [](const nlohmann::json& doc) {
+    std::set<std::string> out;
+    for (const auto& f : doc.value("findings", nlohmann::json::array()))
+      out.insert(f.value("id", ""));
+    return out;
+  };
+  EXPECT_TRUE(ids(doctor_json(d)).contains("containerd.handler-missing"))
+      << "before setup, the doctor misses the handler";
+  auto r = test::run_command({std::string(GPUFENCE_BIN_DIR) + "/gpufence", "--host-root",
+                              d.path().string(), "setup", "containerd", "--flavor", "k0s",
+                              "--binary", "/usr/local/bin/gpufence-runtime"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("wrote: /etc/k0s/containerd.d/gpufence.toml"), std::string::npos) << r.out;
+  EXPECT_EQ(slurp((d / "etc/k0s/containerd.toml").string()), k0s_config);
+  auto doc = doctor_json(d);
+  auto found = ids(doc);
+  EXPECT_FALSE(found.contains("containerd.handler-missing")) << doc.dump(2);
+  EXPECT_FALSE(found.contains("containerd.handler-bypasses-binary")) << doc.dump(2);
+  for (const auto& s : doc.value("skipped", nlohmann::json::array()))
+    EXPECT_EQ(s.get<std::string>().find("judged containerd's defaults"), std::string::npos) << s;
 }
 
 // The doctor looks for the kubelet and containerd's bundles wherever any distribution keeps them.

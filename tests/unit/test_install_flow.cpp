@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "common/file.hpp"
 #include "containerd/config.hpp"
@@ -52,6 +53,9 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
   bool comes_back = true;       // after a restart, it answers again
   bool ignores_config = false;  // comes back with only runc (reads some other file)
   std::string release;          // CRI Version's runtime_version ("" = no answer)
+  // What the distribution does when restarted, before containerd reads its config (k0s
+  // regenerates the files containerd reads).
+  std::function<void()> on_restart;
 
   Result<std::string> runtime_version(const std::string& socket,
                                       std::chrono::milliseconds) override {
@@ -79,6 +83,7 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
     }
     commands.push_back(argv);
     if (restart_fails) return exited(1, "Job for containerd.service failed.");
+    if (on_restart) on_restart();
     m_up = comes_back;
     load();
     return exited(0, "");
@@ -275,22 +280,195 @@ TEST(InstallLayout, PathsAndRestartPerDistribution) {
             (std::vector<std::string>{"systemctl", "restart", "containerd"}));
 }
 
-// k0s: its paths are known (the doctor reads them), but install does not write k0s's
-// containerd.d drop-ins yet: it stops at its first step, before anything on the host changes.
-TEST(InstallLayout, K0sIsRefusedBeforeAnythingChanges) {
-  Node n;
-  const std::string config =
-      "# k0s_managed=true\nversion = 2\nimports = [\"/run/k0s/containerd-cri.toml\"]\n";
-  n.dir.write("host/etc/k0s/containerd.toml", config);
+// k0s (pkg/component/worker/containerd): containerd.toml is k0s's, rewritten at every start.
+// From 1.36 (containerd 2.2) version 3 importing containerd.d/*.toml; with containerd 1.x
+// version 2 importing /run/k0s/containerd-cri.toml, the CRI config k0s generates and merges CRI
+// drop-ins into.
+const std::string kK0sHeader =
+    "# k0s_managed=true\n# This is a placeholder configuration for k0s managed containerd.\n";
+const std::string kK0sV3 = kK0sHeader +
+                           "imports = [\"/etc/k0s/containerd.d/*.toml\"]\nversion = 3\n\n"
+                           "[plugins]\n  [plugins.\"io.containerd.cri.v1.images\"]\n"
+                           "    [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n"
+                           "      sandbox = \"quay.io/k0sproject/pause:3.10.1\"\n"
+                           "  [plugins.\"io.containerd.cri.v1.runtime\"]\n";
+const std::string kK0sV2 =
+    kK0sHeader + "imports = [\"/run/k0s/containerd-cri.toml\"]\nversion = 2\n";
+const std::string kK0sCriDefaults =
+    "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n"
+    "  default_runtime_name = \"runc\"\n"
+    "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"
+    "  runtime_type = \"io.containerd.runc.v2\"\n";
+
+// A k0s node: containerd.toml as k0s writes it, containerd.d (k0s makes it at start), the
+// worker unit, and a containerd of the release k0s ships.
+void lay_out_k0s(Node& n, const std::string& root, const std::string& release) {
+  n.dir.write("host/etc/k0s/containerd.toml", root);
+  fs::create_directories(n.host / "etc/k0s/containerd.d");
+  n.dir.write("host/etc/systemd/system/k0sworker.service", "");
   n.start_containerd("/etc/k0s/containerd.toml");
+  n.containerd->release = release;
+}
+
+// k0s with containerd 1.x at its restart: the CRI drop-ins in containerd.d merged into the CRI
+// config it generates (configurer.go handleImports, an RFC 7396 merge patch), which
+// containerd.toml imports.
+void merge_into(toml::table& dst, const toml::table& src) {
+  for (const auto& [k, v] : src) {
+    auto* sub = dst.get_as<toml::table>(k.str());
+    if (sub && v.is_table())
+      merge_into(*sub, *v.as_table());
+    else
+      dst.insert_or_assign(k.str(), v);
+  }
+}
+void k0s_regenerates_cri_config(const fs::path& host) {
+  toml::table cri = toml::parse(kK0sCriDefaults);
+  std::vector<fs::path> drop_ins;
+  for (const auto& e : fs::directory_iterator(host / "etc/k0s/containerd.d"))
+    if (e.path().extension() == ".toml") drop_ins.push_back(e.path());
+  std::sort(drop_ins.begin(), drop_ins.end());
+  for (const auto& p : drop_ins) {
+    toml::table t = toml::parse(read_file(p).value());
+    if (t["plugins"]["io.containerd.grpc.v1.cri"].is_table()) merge_into(cri, t);
+  }
+  std::ostringstream out;
+  out << cri;
+  fs::create_directories(host / "run/k0s");
+  write_file_atomic(host / "run/k0s/containerd-cri.toml", out.str()).value();
+}
+
+// On k0s, install writes its own drop-in, containerd.d/gpufence.toml, in the version of the
+// containerd.toml k0s wrote, leaves that file byte for byte, restarts k0s's unit, and verifies the
+// running containerd; uninstall takes exactly that back. On the old code install refused k0s.
+TEST(InstallK0s, WritesItsDropInLeavesContainerdTomlAndUninstallTakesItBack) {
+  struct Case {
+    std::string root, release;
+    int version;
+  };
+  for (const auto& c : {Case{kK0sV3, "v2.2.1", 3}, Case{kK0sV2, "v1.7.27", 2}}) {
+    Node n;
+    lay_out_k0s(n, c.root, c.release);
+    if (c.version == 2) {
+      k0s_regenerates_cri_config(n.host);
+      n.containerd->on_restart = [&n] { k0s_regenerates_cri_config(n.host); };
+      n.containerd->reload();
+    }
+    const auto before = snapshot(n.host);
+    auto report = run_install(n.options(), n.env());
+    ASSERT_TRUE(report.ok()) << render_install_report(report);
+    EXPECT_EQ(report.distribution, "k0s");
+    const fs::path drop_in = n.host / "etc/k0s/containerd.d/gpufence.toml";
+    ASSERT_TRUE(fs::is_regular_file(fs::symlink_status(drop_in)));
+    auto drop = parse_containerd_config(slurp(drop_in), "gpufence.toml");
+    ASSERT_TRUE(drop) << slurp(drop_in);
+    EXPECT_EQ(drop->version, c.version);
+    EXPECT_EQ(slurp(n.host / "etc/k0s/containerd.toml"), c.root) << "k0s's file, byte for byte";
+    ASSERT_EQ(n.containerd->commands.size(), 1u);
+    EXPECT_EQ(n.containerd->commands[0],
+              (std::vector<std::string>{"systemctl", "restart", "k0sworker"}));
+    EXPECT_EQ(report.steps.back().name, "verify");
+    EXPECT_EQ(report.steps.back().outcome, Outcome::unchanged) << report.steps.back().detail;
+
+    auto again = run_install(n.options(), n.env());
+    ASSERT_TRUE(again.ok()) << render_install_report(again);
+    EXPECT_FALSE(again.changed_anything()) << render_install_report(again);
+
+    auto un = run_uninstall(n.options(), n.env());
+    ASSERT_TRUE(un.ok()) << render_install_report(un);
+    EXPECT_FALSE(fs::exists(fs::symlink_status(drop_in)));
+    auto after = snapshot(n.host);
+    if (c.version == 2) {
+      // k0s regenerated its CRI config at the restarts: its own file, as before.
+      EXPECT_EQ(after.at((n.host / "run/k0s/containerd-cri.toml").string()),
+                before.at((n.host / "run/k0s/containerd-cri.toml").string()));
+    }
+    EXPECT_EQ(after, before) << "uninstall removes exactly what install added";
+  }
+}
+
+// root must not write through a link planted at gpufence's drop-in or at containerd.d: install
+// refuses before anything on the host changes, and the link's target keeps its bytes.
+TEST(InstallK0s, ALinkAtTheDropInOrItsDirectoryIsNotFollowed) {
+  for (const bool link_dir : {false, true}) {
+    Node n;
+    n.dir.write("host/etc/k0s/containerd.toml", kK0sV3);
+    n.dir.write("host/etc/victim.toml", "the victim's bytes\n");
+    fs::create_directories(n.host / "opt/elsewhere");
+    if (link_dir) {
+      fs::create_symlink("/opt/elsewhere", n.host / "etc/k0s/containerd.d");
+    } else {
+      fs::create_directories(n.host / "etc/k0s/containerd.d");
+      fs::create_symlink("/etc/victim.toml", n.host / "etc/k0s/containerd.d/gpufence.toml");
+    }
+    n.start_containerd("/etc/k0s/containerd.toml");
+    n.containerd->release = "v2.2.1";
+    const auto before = snapshot(n.host);
+    auto report = run_install(n.options(Distribution::k0s), n.env());
+    ASSERT_FALSE(report.ok()) << (link_dir ? "directory" : "file") << " link followed";
+    EXPECT_NE(report.failure->find("symbolic link"), std::string::npos) << *report.failure;
+    EXPECT_FALSE(report.changed_anything());
+    EXPECT_TRUE(n.containerd->commands.empty());
+    EXPECT_EQ(snapshot(n.host), before) << "nothing on the host changed";
+    EXPECT_EQ(slurp(n.host / "etc/victim.toml"), "the victim's bytes\n");
+    EXPECT_TRUE(fs::is_empty(n.host / "opt/elsewhere"));
+  }
+}
+
+// k0s and containerd merge every containerd.d/*.toml into one CRI table, in name order: another
+// drop-in defining the same runtime (the GPU Operator's nvidia.toml) would win the merge after
+// gpufence.toml, or leave its keys (a runtime_path) in the handler before it. Refused before
+// anything changes; another --runtime-name installs.
+TEST(InstallK0s, AnotherDropInDefiningTheSameRuntimeIsRefused) {
+  for (std::string other : {"nvidia.toml", "00-shim.toml"}) {
+    Node n;
+    lay_out_k0s(n, kK0sV3, "v2.2.1");
+    n.dir.write("host/etc/k0s/containerd.d/" + other,
+                "version = 3\n"
+                "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n"
+                "  runtime_type = \"io.containerd.runc.v2\"\n"
+                "  runtime_path = \"/opt/other/containerd-shim\"\n"
+                "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n"
+                "  BinaryName = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\"\n");
+    const auto before = snapshot(n.host);
+    auto report = run_install(n.options(), n.env());
+    ASSERT_FALSE(report.ok()) << other;
+    EXPECT_NE(report.failure->find(other), std::string::npos) << *report.failure;
+    EXPECT_NE(report.failure->find("--runtime-name"), std::string::npos) << *report.failure;
+    EXPECT_FALSE(report.changed_anything());
+    EXPECT_EQ(snapshot(n.host), before);
+    auto opt = n.options();
+    opt.runtime_name = "gpufence";
+    auto renamed = run_install(opt, n.env());
+    EXPECT_TRUE(renamed.ok()) << render_install_report(renamed);
+  }
+}
+
+// A link planted at the drop-in after install, to a file holding install's text: uninstall does
+// not put the user's bytes back through it; it stops, naming the link.
+TEST(InstallK0s, UninstallDoesNotWriteThroughALinkPlantedSinceInstall) {
+  Node n;
+  lay_out_k0s(n, kK0sV3, "v2.2.1");
+  n.dir.write("host/etc/k0s/containerd.d/gpufence.toml", "# the user's own, by hand\n");
   auto report = run_install(n.options(), n.env());
-  ASSERT_FALSE(report.ok());
-  EXPECT_NE(report.failure->find("k0s"), std::string::npos) << *report.failure;
-  EXPECT_NE(report.failure->find("/etc/k0s/containerd.d"), std::string::npos) << *report.failure;
-  EXPECT_FALSE(report.changed_anything());
-  EXPECT_FALSE(fs::exists(n.host / "usr/local/bin/gpufence-runtime"));
-  EXPECT_FALSE(fs::exists(n.host / "etc/k0s/containerd.d"));
-  EXPECT_EQ(slurp(n.host / "etc/k0s/containerd.toml"), config);
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  const fs::path drop_in = n.host / "etc/k0s/containerd.d/gpufence.toml";
+  // Someone swaps the file for a link to another file holding install's very text.
+  const std::string ours = slurp(drop_in);
+  n.dir.write("host/etc/victim.toml", ours);
+  fs::remove(drop_in);
+  fs::create_symlink("/etc/victim.toml", drop_in);
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_FALSE(un.ok()) << render_install_report(un);
+  EXPECT_NE(un.failure->find("symbolic link"), std::string::npos) << *un.failure;
+  EXPECT_EQ(slurp(n.host / "etc/victim.toml"), ours) << "nothing written through the link";
+  EXPECT_TRUE(fs::is_symlink(drop_in));
+  // The link gone, uninstall puts the user's file back.
+  fs::remove(drop_in);
+  n.dir.write("host/etc/k0s/containerd.d/gpufence.toml", ours);
+  auto again = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(again.ok()) << render_install_report(again);
+  EXPECT_EQ(slurp(drop_in), "# the user's own, by hand\n");
 }
 
 TEST(InstallFlow, PlainContainerdInstallsRestartsOnceAndVerifies) {

@@ -19,9 +19,8 @@ rke2:
   containerdSocket: /run/k3s/containerd/containerd.sock
 k0s:
   kubeletDir: /var/lib/k0s/kubelet
-  containerdConfig: /etc/k0s/containerd.d
+  containerdConfig: /etc/k0s/containerd.d/gpufence.toml
   containerdSocket: /run/k0s/containerd.sock
-  installer: false
 {{- end -}}
 
 {{/* gpufence.path KEY: the value from .Values.paths, else the distribution's. */}}
@@ -32,13 +31,6 @@ k0s:
 {{- fail (printf "distribution must be one of %s (got %q)" (keys $all | sortAlpha | join ", ") .root.Values.distribution) -}}
 {{- end -}}
 {{- default (index $d .key) (index .root.Values.paths .key) -}}
-{{- end -}}
-
-{{/* gpufence.installerSupported: "true" unless the distribution's row says installer: false. */}}
-{{- define "gpufence.installerSupported" -}}
-{{- $all := include "gpufence.distributions" . | fromYaml -}}
-{{- $d := index $all .Values.distribution | default dict -}}
-{{- ne (toString (index $d "installer")) "false" -}}
 {{- end -}}
 
 {{- define "gpufence.image" -}}
