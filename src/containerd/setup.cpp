@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <ctime>
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -11,6 +11,7 @@
 #include "common/file.hpp"
 #include "common/go_match.hpp"
 #include "common/strings.hpp"
+#include "common/utc_time.hpp"
 #include "containerd/toml_text.hpp"
 #include "containerd/versions.hpp"
 
@@ -637,15 +638,6 @@ Status plan_drop_in(const SetupOptions& opt, const std::string& path, const Cont
   return {};
 }
 
-std::string utc_stamp() {
-  std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  ::gmtime_r(&now, &utc);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
-  return stamp;
-}
-
 }  // namespace
 
 Result<SetupPlan> plan_containerd_setup(const SetupOptions& opt, const ReadFile& read,
@@ -740,7 +732,7 @@ std::optional<int> config_version_of_release(std::string_view release) {
 }
 
 std::vector<std::string> choose_backup_paths(const SetupPlan& plan, const HostFs& host) {
-  const std::string stamp = utc_stamp();
+  const std::string stamp = utc_compact_stamp(std::chrono::system_clock::now());
   std::vector<std::string> out;
   for (const auto& change : plan.changes) {
     if (!change.existed) {
