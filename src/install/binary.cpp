@@ -47,11 +47,12 @@ Status swap_link(const HostFs& host, const std::string& link, const std::string&
   // leftover is recognised like any other writer's. symlink(2) never replaces nor follows what
   // is at its name: a taken name (EEXIST) moves on to the next attempt.
   // The link holds the host path, so it resolves on the host whatever our own root is.
+  constexpr unsigned kAttempts = 100;  // as many as create_temp_for tries for a file
   fs::path tmp;
   for (unsigned attempt = 0;; ++attempt) {
     tmp = real.parent_path() / temp_name_for(real.filename().native(), attempt);
     if (::symlink(target.c_str(), tmp.c_str()) == 0) break;
-    if (errno != EEXIST || attempt == 99) return fail_errno("symlink", tmp.native());
+    if (errno != EEXIST || attempt + 1 == kAttempts) return fail_errno("symlink", tmp.native());
   }
   if (::rename(tmp.c_str(), real.c_str()) != 0) {
     auto err = fail_errno("rename", real.native());

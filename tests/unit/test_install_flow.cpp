@@ -791,6 +791,28 @@ TEST(InstallBinary, LinkSwapKeepsThePreviousVersionAndPrunesOlder) {
   EXPECT_EQ(same->changed, Changed::no);
 }
 
+// The link swap makes its new link under the one temp-name rule and never removes what already
+// holds a name (before it, ".<link>.tmp-<pid>" was unlinked first, whatever it was).
+TEST(InstallBinary, LinkSwapTakesAFreeTempNameAndRemovesNothing) {
+  TempDir d;
+  HostFs host(d / "host");
+  BinaryInstallOptions opt;
+  opt.source = d.write("src", std::string("\x7f"
+                                          "ELF v",
+                                          6))
+                   .string();
+  const fs::path bin = host.resolve("/usr/local/bin");
+  const std::vector<std::string> taken = {temp_name_for("gpufence-runtime", 0),
+                                          ".gpufence-runtime.tmp-" + std::to_string(::getpid())};
+  for (const auto& name : taken) d.write("host/usr/local/bin/" + name, "not the swap's");
+  auto got = install_binary(host, opt);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(fs::read_symlink(bin / "gpufence-runtime").string(), got->target);
+  for (const auto& name : taken) EXPECT_EQ(slurp(bin / name), "not the swap's") << name;
+  EXPECT_FALSE(fs::exists(bin / temp_name_for("gpufence-runtime", 1)))
+      << "the swap's own temp name was renamed away";
+}
+
 TEST(InstallBinary, RefusesWhatIsNotAnExecutable) {
   TempDir d;
   BinaryInstallOptions opt;
