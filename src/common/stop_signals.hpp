@@ -9,9 +9,12 @@
 // Children must not inherit the blocked mask (one could then not be stopped):
 // spawn_process (common/process.hpp) starts every child with the default mask.
 //
-// gpufence-runtime and its hooks are not long-running (runc's and containerd's own time limits
-// end them) and gpufence-nri keeps the default action: it holds no state a stop must finish
-// (containerd fails closed without it, docs/nri.md), so neither takes a StopSignals.
+// Not every binary takes one. gpufence-runtime and its hooks are not long-running (runc's and
+// containerd's own time limits end them). gpufence-nri keeps SIGTERM's default action on purpose:
+// a stop has nothing to finish (each answer to containerd is one write; its status file is read
+// together with its pid and start time, so a dead writer is seen as dead), and where containerd
+// enforces it (required_plugins, containerd >= 2.2) creates fail closed while it is gone
+// (docs/nri.md).
 #pragma once
 
 #include <chrono>
