@@ -1,19 +1,11 @@
 #include "autoscale/events.hpp"
 
-#include <ctime>
+#include "common/utc_time.hpp"
 
 namespace gpufence {
 
 std::string micro_time(std::chrono::system_clock::time_point t) {
-  auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(us / 1000000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char frac[16];
-  std::snprintf(frac, sizeof frac, ".%06ldZ", static_cast<long>(us % 1000000));
-  return std::string(buf) + frac;
+  return utc_rfc3339(t, SubSecond::micros);
 }
 
 nlohmann::json scale_event_object(const DeploymentView& deployment, const EventSource& source,

@@ -1,19 +1,12 @@
-#include <csignal>
 #include <iostream>
 
 #include "autoscale/run.hpp"
 #include "cli/commands.hpp"
+#include "common/stop_signals.hpp"
 #include "kube/object_ref.hpp"
 
 namespace gpufence::cli {
-namespace {
-
-volatile std::sig_atomic_t g_stop = 0;  // set by SIGTERM/SIGINT: the loop ends after its reconcile
-void on_stop(int) {
-  g_stop = 1;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
   struct Args {
@@ -100,13 +93,18 @@ std::vector<Command> add_autoscale_command(CLI::App& app, Context& ctx) {
                std::cerr << "gpufence autoscale: " << creds.error().message << "\n";
                return 2;
              }
+             // Blocked before the client's watch starts its threads (common/stop_signals.hpp):
+             // the loop ends after its reconcile and gives the Lease back.
+             auto stop = StopSignals::block();
+             if (!stop) {
+               std::cerr << "gpufence autoscale: " << stop.error().message << "\n";
+               return 2;
+             }
              auto kube = make_rest_client(*creds);
-             std::signal(SIGTERM, on_stop);
-             std::signal(SIGINT, on_stop);
              AutoscaleLoop loop;
              loop.period = std::chrono::seconds(args->period);
              loop.repeat = args->once ? Repeat::once : Repeat::every_period;
-             loop.stop_requested = [] { return g_stop != 0; };
+             loop.stop_requested = [&stop] { return stop->stop_requested(); };
              loop.report = [&](const Controller::Step& step) {
                write_step(std::cout, std::cerr, args->deployment, step, run.opt.dry_run);
              };

@@ -1,27 +1,22 @@
 // `gpufence install` / `gpufence uninstall`: thin flags over src/install.
 #include <unistd.h>
 
-#include <atomic>
-#include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "cdi/generate.hpp"
 #include "cdi/spec.hpp"
 #include "cli/commands.hpp"
 #include "common/hostfs.hpp"
+#include "common/stop_signals.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "install/install.hpp"
 #include "install/watch.hpp"
 
 namespace gpufence::cli {
 namespace {
-
-std::atomic<bool> g_stop{false};
-void on_signal(int) {
-  g_stop = true;
-}
 
 // `name` beside this gpufence binary (the image ships gpufence-runtime and gpufence-nri with it).
 std::string sibling(const std::string& name) {
@@ -150,14 +145,12 @@ InstallEnv make_env(const HostFs& host, ProcessRunner& runner, RuntimeProbe& pro
 
 // `install --watch`: the loop is install/watch.cpp's; here it gets stdout, stderr and SIGTERM.
 int watch(const InstallOptions& opt, const InstallEnv& env, const InstallArgs& args,
-          const InstallReport& first) {
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
+          const InstallReport& first, const StopSignals& stop) {
   WatchOptions watch;
   watch.healthz_address = args.healthz;
   watch.interval = std::chrono::milliseconds(static_cast<long>(args.interval * 1000));
   WatchHooks hooks{
-      [] { return g_stop.load(); },
+      [&stop] { return stop.stop_requested(); },
       [](const InstallReport& report) { std::cout << render_install_report(report) << std::flush; },
       [](std::string_view line) { std::cerr << "gpufence install --watch: " << line << "\n"; }};
   if (auto st = watch_install(opt, env, first, watch, hooks); !st) {
@@ -261,13 +254,25 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
       std::cerr << "gpufence install: " << opt.error().message << "\n";
       return 2;
     }
+    // --watch stops on SIGTERM, blocked before the first install starts gRPC's threads
+    // (common/stop_signals.hpp); a SIGTERM during that install ends the watch as soon as it begins,
+    // so the install itself is never cut off half way.
+    std::optional<StopSignals> stop;
+    if (in->watch) {
+      auto blocked = StopSignals::block();
+      if (!blocked) {
+        std::cerr << "gpufence install --watch: " << blocked.error().message << "\n";
+        return 2;
+      }
+      stop.emplace(std::move(*blocked));
+    }
     HostFs host(ctx.host_root);
     SystemProcessRunner runner;
     auto probe = make_cri_probe();
     auto env = make_env(host, runner, *probe, nvml_cdi_source(ctx, host, in->driver_root));
     auto report = run_install(*opt, env);
     std::cout << render_install_report(report) << std::flush;
-    if (in->watch) return watch(*opt, env, *in, report);
+    if (stop) return watch(*opt, env, *in, report, *stop);
     return report.ok() ? 0 : 1;
   };
   Runner run_uninstall_cmd = [un, &ctx] {

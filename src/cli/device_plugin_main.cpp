@@ -1,7 +1,4 @@
 // gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu.
-#include <poll.h>
-#include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -11,6 +8,7 @@
 #include "common/hostfs.hpp"
 #include "common/http_server.hpp"
 #include "common/log.hpp"
+#include "common/stop_signals.hpp"
 #include "common/strings.hpp"
 #include "deviceplugin/plugin.hpp"
 #include "distribution/distribution.hpp"
@@ -23,12 +21,6 @@ using namespace gpufence;
 int fail_startup(const std::string& message) {
   std::cerr << "gpufence-device-plugin: " << message << "\n";
   return 2;
-}
-
-// Whether SIGTERM/SIGINT is pending on the signalfd (it stays readable until read).
-bool stop_requested(int sfd) {
-  pollfd fd{sfd, POLLIN, 0};
-  return ::poll(&fd, 1, 0) == 1;
 }
 
 // Ends the process with `code`. While a call is stuck in NVML, the thread inside it can be
@@ -48,16 +40,12 @@ int leave(int code, NvmlWatchdog& nvml, Logger& log) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  // Block the stop signals before any thread exists (gRPC starts some) and read them from a
-  // signalfd in the main loop, so SIGTERM ends the plugin promptly and cleanly.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  // Read from the start, so a SIGTERM during a hung NVML start-up still ends the plugin.
-  int sfd = ::signalfd(-1, &stop_signals, SFD_CLOEXEC);
-  if (sfd < 0) return fail_startup("signalfd failed");
+  // Before any thread exists (gRPC and the NVML watchdog start some); its descriptor is polled
+  // beside every wait from the start, so a SIGTERM during a hung NVML start-up still ends the
+  // plugin promptly and cleanly.
+  auto stop = StopSignals::block();
+  if (!stop) return fail_startup(stop.error().message);
+  const int sfd = stop->fd();
 
   PluginOptions opt;
   std::string id_strategy = "uuid", list_strategy = "device-specs,volume-mounts,cdi-annotations";
@@ -199,13 +187,13 @@ int main(int argc, char** argv) try {
         return NvmlInventory::open(library, HostFs(root));
       },
       sfd, opt.nvml_timeout * 6);
-  if (!nvml && stop_requested(sfd)) return leave(0, watchdog, log);
+  if (!nvml && stop->stop_requested()) return leave(0, watchdog, log);
   if (!nvml) return leave(fail_startup(nvml.error().message), watchdog, log);
 
   PluginMetrics metrics;
   PluginContext ctx{opt, log, **nvml, watchdog, metrics};
   auto plugin = DevicePlugin::create(ctx, sfd);
-  if (!plugin && stop_requested(sfd)) return leave(0, watchdog, log);
+  if (!plugin && stop->stop_requested()) return leave(0, watchdog, log);
   if (!plugin) return leave(fail_startup(plugin.error().message), watchdog, log);
 
   // /healthz on its own listener when asked (the chart does): the kubelet's liveness probe then

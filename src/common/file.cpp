@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common/fd.hpp"
@@ -52,6 +53,70 @@ Result<std::string> read_regular_file(const std::filesystem::path& path, size_t 
   return read_fd(f.fd, path.native(), max_bytes);
 }
 
+std::string temp_name_for(std::string_view target_name, unsigned attempt) {
+  return cat(".", target_name, ".gpufence-", ::getpid(), "-", attempt);
+}
+
+Result<TempFile> create_temp_for(int dir_fd, std::string_view target_name,
+                                 std::string_view dir_path) {
+  // Another writer of the same target in this process, or a pid reused after a killed run, may
+  // hold a name: the next attempt is tried, never the taken one opened.
+  constexpr unsigned kAttempts = 100;
+  for (unsigned attempt = 0; attempt < kAttempts; ++attempt) {
+    std::string name = temp_name_for(target_name, attempt);
+    Fd f{
+        ::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
+    if (f.fd >= 0) return TempFile{std::move(f), std::move(name)};
+    if (int err = errno; err != EEXIST)
+      return fail_errno("create temp file", cat(dir_path, "/", name), err);
+  }
+  return fail(Errc::io, "create temp file for ", dir_path, "/", target_name, ": ", kAttempts,
+              " names taken");
+}
+
+namespace {
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// "<pid>-<attempt>" (temp_name_for) or, from the hook of earlier releases, "<pid>" alone.
+bool is_gpufence_temp_suffix(std::string_view s) {
+  auto dash = s.find('-');
+  if (dash == std::string_view::npos) return all_digits(s);
+  return all_digits(s.substr(0, dash)) && all_digits(s.substr(dash + 1));
+}
+
+}  // namespace
+
+std::optional<std::string_view> temp_target_name(std::string_view candidate) {
+  if (!candidate.starts_with('.')) return std::nullopt;
+  const std::string_view rest = candidate.substr(1);
+  struct Shape {
+    std::string_view marker;
+    bool (*suffix)(std::string_view);
+  };
+  // The digits after the last marker cannot hold another marker, so the last one splits a temp
+  // name for a target that itself contains ".gpufence-" or ".tmp-" correctly.
+  static constexpr Shape kShapes[] = {
+      {".gpufence-", is_gpufence_temp_suffix},
+      {".tmp-", all_digits},  // install's link swap before temp_name_for existed
+  };
+  for (const auto& shape : kShapes) {
+    auto at = rest.rfind(shape.marker);
+    if (at == std::string_view::npos || at == 0) continue;
+    const std::string_view target = rest.substr(0, at);
+    if (target == "." || target == "..") continue;
+    if (shape.suffix(rest.substr(at + shape.marker.size()))) return target;
+  }
+  return std::nullopt;
+}
+
+bool is_temp_name_for(std::string_view candidate, std::string_view target_name) {
+  auto target = temp_target_name(candidate);
+  return target && *target == target_name;
+}
+
 namespace {
 Result<Fd> open_parent_dir(const std::filesystem::path& dir, Symlinks symlinks, MakeDir make_dir);
 }  // namespace
@@ -73,15 +138,10 @@ Status write_file_atomic(const std::filesystem::path& path, std::string_view con
   if (::fstatat(dir.fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
     mode = st.st_mode & 0777;  // never a set-id bit from whatever was planted there
 
-  std::string tmp;
-  Fd f;
-  for (int attempt = 0; attempt < 100 && f.fd < 0; ++attempt) {
-    tmp = "." + name + ".gpufence-" + std::to_string(::getpid()) + "-" + std::to_string(attempt);
-    f = Fd{
-        ::openat(dir.fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
-    if (f.fd < 0 && errno != EEXIST) break;
-  }
-  if (f.fd < 0) return fail_errno("create temp file for", path.native());
+  auto created = create_temp_for(dir.fd, name, parent.native());
+  if (!created) return std::unexpected(created.error());
+  const Fd f = std::move(created->fd);
+  const std::string tmp = std::move(created->name);
   const std::string tmp_path = (parent / tmp).native();
   auto cleanup_fail = [&](std::string_view op) {
     auto err = fail_errno(op, tmp_path);

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/error.hpp"
 #include "common/fd.hpp"
@@ -34,8 +36,36 @@ enum class MakeDir { yes, no };
 
 enum class Durability { fsync, none };
 
-// Replaces `path` atomically: writes a temp file beside it, fsyncs, renames over, fsyncs the
-// directory. Keeps the old file's mode. On any failure the old content is untouched. The
+// The one rule for the temporary file a writer fills before renaming it over `target_name`:
+// beside the target (rename(2) is atomic only within one file system, and in the directory the
+// writer already holds), hidden, and named after it: ".<target_name>.gpufence-<pid>-<attempt>".
+// Every writer of gpufence's (write_file_atomic, the hooks' in-root write, the binary link swap)
+// takes its names from here, and whoever cleans up after a killed run recognises them with
+// is_temp_name_for, so one rule decides both.
+std::string temp_name_for(std::string_view target_name, unsigned attempt);
+
+// Creates a temp file for `target_name` in the directory `dir_fd` (O_EXCL|O_NOFOLLOW, 0600, so
+// nothing planted at a temp name is ever opened or followed), trying further attempts while the
+// name is taken. `dir_path` names the directory in errors.
+struct TempFile {
+  Fd fd;
+  std::string name;  // inside the directory
+};
+Result<TempFile> create_temp_for(int dir_fd, std::string_view target_name,
+                                 std::string_view dir_path);
+
+// The target whose temp file `candidate` (a directory entry's name) is, or nullopt when it is no
+// temp file of gpufence's. Besides temp_name_for's shape, it knows the shapes earlier releases
+// left on nodes that already run gpufence, so their leftovers are still cleaned up:
+// ".<name>.tmp-<pid>" (install's link swap) and ".<name>.gpufence-<pid>" (the update-ldcache
+// hook). Only exactly these: a name that merely contains ".tmp" or ".gpufence-" is not one.
+std::optional<std::string_view> temp_target_name(std::string_view candidate);
+
+// Whether `candidate` is a temp file of gpufence's for `target_name` (and no other target).
+bool is_temp_name_for(std::string_view candidate, std::string_view target_name);
+
+// Replaces `path` atomically: writes a temp file beside it (temp_name_for), fsyncs, renames over,
+// fsyncs the directory. Keeps the old file's mode. On any failure the old content is untouched. The
 // directory is opened as `symlinks` says (and its last component made 0700 when `make_dir`).
 Status write_file_atomic(const std::filesystem::path& path, std::string_view content,
                          Durability durability = Durability::fsync,

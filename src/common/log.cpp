@@ -1,13 +1,13 @@
 #include "common/log.hpp"
 
 #include <fcntl.h>
-#include <sys/time.h>
 #include <unistd.h>
 
-#include <ctime>
+#include <chrono>
 
 #include "common/escape.hpp"
 #include "common/file.hpp"
+#include "common/utc_time.hpp"
 
 namespace gpufence {
 
@@ -45,14 +45,7 @@ Status Logger::open_file(const std::string& path) {
 void Logger::log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
   if (!enabled(level)) return;
   static constexpr const char* names[] = {"debug", "info", "warn", "error"};
-  timeval tv{};
-  ::gettimeofday(&tv, nullptr);
-  tm utc{};
-  ::gmtime_r(&tv.tv_sec, &utc);
-  char stamp[80];
-  std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", utc.tm_year + 1900,
-                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
-                static_cast<long>(tv.tv_usec / 1000));
+  const std::string stamp = utc_rfc3339(std::chrono::system_clock::now(), SubSecond::millis);
   std::string line = cat(stamp, " level=", names[static_cast<int>(level)], " event=", event);
   for (const auto& [key, value] : fields) line += cat(" ", key, "=", log_value(value));
   line += '\n';

@@ -39,8 +39,9 @@ struct SpawnOptions {
 
 // Starts argv (argv[0] searched on PATH unless it contains '/') and returns its pid, to be
 // reaped by the caller (wait_for_exit). The one posix_spawn of the project: the child gets no
-// descriptor of ours beyond 0-2 and the default signal mask, whatever ours blocks (the device
-// plugin blocks SIGTERM for its signalfd; a child that inherited that could not be stopped).
+// descriptor of ours beyond 0-2 and the default signal mask, whatever ours blocks (StopSignals
+// blocks SIGTERM and SIGINT in every long-running process; a child that inherited that could not
+// be stopped).
 Result<pid_t> spawn_process(const std::vector<std::string>& argv, const SpawnOptions& options = {});
 
 // Runs argv (argv[0] searched on PATH unless it contains '/') to completion. Fails only when it

@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <ctime>
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -11,6 +11,7 @@
 #include "common/file.hpp"
 #include "common/go_match.hpp"
 #include "common/strings.hpp"
+#include "common/utc_time.hpp"
 #include "containerd/toml_text.hpp"
 #include "containerd/versions.hpp"
 
@@ -803,22 +804,12 @@ Result<SetupPlan> plan_k0s(const SetupOptions& opt, const ReadFile& read) {
   if (text != old_drop->value_or(""))
     plan.changes.push_back(
         {drop_in, old_drop->has_value(), old_drop->value_or(""), text, LinkPolicy::refuse});
-  plan.notes.push_back(cat("config version ", version, " (", version_why,
-                           "); k0s restarts its containerd by itself when ", dir,
-                           " changes (it watches the directory)"));
+  plan.notes.push_back(cat("config version ", version, " (", version_why, "); k0s watches ", dir,
+                           " and signals its containerd when it changes, which is not relied on"));
   plan.notes.push_back(
       cat("restart k0s to apply it now: systemctl restart k0sworker (k0scontroller "
           "on a controller with --enable-worker)"));
   return plan;
-}
-
-std::string utc_stamp() {
-  std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  ::gmtime_r(&now, &utc);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
-  return stamp;
 }
 
 }  // namespace
@@ -911,7 +902,7 @@ std::optional<int> config_version_of_release(std::string_view release) {
 }
 
 std::vector<std::string> choose_backup_paths(const SetupPlan& plan, const HostFs& host) {
-  const std::string stamp = utc_stamp();
+  const std::string stamp = utc_compact_stamp(std::chrono::system_clock::now());
   std::vector<std::string> out;
   for (const auto& change : plan.changes) {
     if (!change.existed) {

@@ -28,9 +28,9 @@ class DevicePlugin {
   static Result<std::unique_ptr<DevicePlugin>> create(PluginContext ctx, int stop_fd = -1);
   ~DevicePlugin();
 
-  // Serves and registers until `stop_fd` becomes readable (a signalfd or a pipe): waits for the
-  // kubelet's socket, re-serves and re-registers when the kubelet restarts, and on stop ends
-  // every stream, shuts the server down within a second and removes its socket.
+  // Serves and registers until `stop_fd` becomes readable (StopSignals::fd, a pipe in tests): waits
+  // for the kubelet's socket, re-serves and re-registers when the kubelet restarts, and on stop
+  // ends every stream, shuts the server down within a second and removes its socket.
   Status run(int stop_fd);
 
   bool registered() const;

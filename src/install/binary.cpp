@@ -43,10 +43,17 @@ Status swap_link(const HostFs& host, const std::string& link, const std::string&
   std::error_code ec;
   fs::create_directories(real.parent_path(), ec);
   if (ec) return fail(Errc::io, "create ", real.parent_path().native(), ": ", ec.message());
-  fs::path tmp = real.parent_path() / cat(".", real.filename().native(), ".tmp-", ::getpid());
-  ::unlink(tmp.c_str());
+  // The new link is made under a temp name of the one rule (common/file.hpp), so a killed run's
+  // leftover is recognised like any other writer's. symlink(2) never replaces nor follows what
+  // is at its name: a taken name (EEXIST) moves on to the next attempt.
   // The link holds the host path, so it resolves on the host whatever our own root is.
-  if (::symlink(target.c_str(), tmp.c_str()) != 0) return fail_errno("symlink", tmp.native());
+  constexpr unsigned kAttempts = 100;  // as many as create_temp_for tries for a file
+  fs::path tmp;
+  for (unsigned attempt = 0;; ++attempt) {
+    tmp = real.parent_path() / temp_name_for(real.filename().native(), attempt);
+    if (::symlink(target.c_str(), tmp.c_str()) == 0) break;
+    if (errno != EEXIST || attempt + 1 == kAttempts) return fail_errno("symlink", tmp.native());
+  }
   if (::rename(tmp.c_str(), real.c_str()) != 0) {
     auto err = fail_errno("rename", real.native());
     ::unlink(tmp.c_str());
@@ -135,8 +142,8 @@ Result<BinaryInstall> install_binary(const HostFs& host, const BinaryInstallOpti
   auto entries = host.list(opt.versions_dir);
   if (entries) {
     for (const auto& name : *entries) {
-      if (!name.starts_with(version_prefix(opt)) || name.find(".tmp") != std::string::npos)
-        continue;
+      // A temp file is hidden, so never takes the prefix; said outright all the same.
+      if (!name.starts_with(version_prefix(opt)) || temp_target_name(name)) continue;
       std::string path = cat(opt.versions_dir, "/", name);
       if (path == out.target || (previous && path == *previous)) continue;
       if (::unlink(host.resolve(path).c_str()) == 0) out.pruned.push_back(path);

@@ -157,9 +157,9 @@ void unlink_host(const HostFs& host, const std::string& path) {
   if (!path.empty()) ::unlink(host.resolve(path).c_str());
 }
 
-// Temporary files a killed run left beside `path`: write_file_atomic's
-// ".<name>.gpufence-<pid>-<n>" and the link swap's ".<name>.tmp-<pid>". Never active config:
-// neither ends in .toml, so no import glob of containerd's picks one up.
+// Temporary files a killed run left beside `path`, by the one rule of every writer's temp names
+// (is_temp_name_for, which also knows the shapes earlier releases left). Never active config: no
+// temp name ends in .toml, so no import glob of containerd's picks one up.
 void remove_stale_temps(const HostFs& host, const std::string& path) {
   if (path.empty()) return;
   fs::path p(path);
@@ -167,8 +167,7 @@ void remove_stale_temps(const HostFs& host, const std::string& path) {
   if (!names) return;
   const std::string name = p.filename().string();
   for (const auto& n : *names) {
-    if (n.starts_with("." + name + ".gpufence-") || n.starts_with("." + name + ".tmp-"))
-      ::unlink(host.resolve((p.parent_path() / n).string()).c_str());
+    if (is_temp_name_for(n, name)) ::unlink(host.resolve((p.parent_path() / n).string()).c_str());
   }
 }
 
@@ -184,7 +183,8 @@ void remove_stale_temps(const HostFs& host, const InstallState& state,
   remove_stale_temps(host, state.nri_plugin_link);
   if (auto names = host.list(state.versions_dir)) {
     for (const auto& n : *names)
-      if (n.starts_with(".gpufence-")) ::unlink(host.resolve(state.versions_dir + "/" + n).c_str());
+      // gpufence's own directory: a temp file of any versioned binary is a leftover.
+      if (temp_target_name(n)) ::unlink(host.resolve(state.versions_dir + "/" + n).c_str());
   }
 }
 

@@ -1,10 +1,11 @@
 #include "nri/status.hpp"
 
-#include <ctime>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "common/file.hpp"
 #include "common/strings.hpp"
+#include "common/utc_time.hpp"
 
 namespace gpufence::nri {
 
@@ -100,12 +101,7 @@ Status write_nri_status(const std::string& path, const NriStatus& s) {
 }
 
 std::string utc_now_text() {
-  std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  ::gmtime_r(&now, &utc);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return buf;
+  return utc_rfc3339(std::chrono::system_clock::now(), SubSecond::none);
 }
 
 }  // namespace gpufence::nri

@@ -59,7 +59,7 @@ Result<uint64_t> parse_proc_start_time(std::string_view stat_line);
 // path may be a symbolic link, its last directory made 0700 when missing (docs/nri.md).
 Status write_nri_status(const std::string& path, const NriStatus& s);
 
-// "2026-12-02T03:50:00Z" for now.
+// "2026-12-02T03:50:00Z" for now: the status file's stamps are whole seconds.
 std::string utc_now_text();
 
 }  // namespace gpufence::nri

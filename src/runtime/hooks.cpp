@@ -52,10 +52,16 @@ Status write_in_root(int root_fd, const std::string& dir, const std::string& nam
   auto d = open_in_root(root_fd, dir, O_PATH | O_DIRECTORY);
   if (!d) return std::unexpected(d.error());
   Fd dfd(*d);
-  std::string tmp = "." + name + ".gpufence-" + std::to_string(::getpid());
-  int f = ::openat(dfd.fd, tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (f < 0) return fail_errno("create (inside the container root)", dir + "/" + tmp);
-  Fd file(f);
+  // Created O_EXCL|O_NOFOLLOW beside the name, as every temp file of gpufence's (common/file.hpp).
+  auto created = create_temp_for(dfd.fd, name, "(inside the container root) " + dir);
+  if (!created) return std::unexpected(created.error());
+  const Fd file = std::move(created->fd);
+  const std::string tmp = std::move(created->name);
+  if (::fchmod(file.fd, 0644) != 0) {
+    int err = errno;
+    ::unlinkat(dfd.fd, tmp.c_str(), 0);
+    return fail_errno("chmod (inside the container root)", dir + "/" + tmp, err);
+  }
   if (::write(file.fd, content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
     ::unlinkat(dfd.fd, tmp.c_str(), 0);
     return fail_errno("write (inside the container root)", dir + "/" + tmp);

@@ -3,27 +3,18 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <ctime>
-
 #include <nlohmann/json.hpp>
 
 #include "common/file.hpp"
+#include "common/utc_time.hpp"
 
 namespace gpufence {
 namespace {
 
-// RFC 3339 in UTC with nanoseconds, as logrus writes it.
+// RFC 3339 in UTC with nanoseconds, as logrus writes it (time.RFC3339Nano, but with the fixed
+// nine digits runc's own lines have had; containerd parses either).
 std::string rfc3339(std::chrono::system_clock::time_point when) {
-  auto secs = std::chrono::time_point_cast<std::chrono::seconds>(when);
-  auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(when - secs).count();
-  std::time_t t = std::chrono::system_clock::to_time_t(secs);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char frac[16];
-  std::snprintf(frac, sizeof frac, ".%09lldZ", static_cast<long long>(nanos));
-  return std::string(buf) + frac;
+  return utc_rfc3339(when, SubSecond::nanos);
 }
 
 }  // namespace

@@ -22,6 +22,15 @@ using namespace gpufence;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
+// metav1.MicroTime, as Events' eventTime and a Lease's renewTime carry it: six digits, "Z".
+TEST(AutoscaleEvents, TimesAreMicroTime) {
+  const auto t = std::chrono::system_clock::time_point(std::chrono::seconds(1796193335)) +
+                 std::chrono::nanoseconds(123456789);
+  EXPECT_EQ(micro_time(t), "2026-12-02T06:35:35.123456Z");
+  EXPECT_EQ(micro_time(std::chrono::system_clock::time_point(std::chrono::seconds(1796193335))),
+            "2026-12-02T06:35:35.000000Z");
+}
+
 TEST(AutoscalePolicy, StreamsToPodsWithinBoundsAndTolerance) {
   EXPECT_EQ(recommend({16, 8, 1, 0, 10, 1, 5}).replicas, 2);
   EXPECT_EQ(recommend({17, 8, 2, 0, 10, 1, 5}).replicas, 3);

@@ -89,6 +89,93 @@ TEST(File, WriteTargetFollowsLinksUnderTheRoot) {
   EXPECT_FALSE(write_target_through_links(dir / "loop", dir.path()));
 }
 
+// ---- temp files: one rule for every writer and for whoever cleans up after a killed one ----
+
+TEST(TempName, OneShapeBesideTheTargetNamedAfterIt) {
+  const std::string pid = std::to_string(::getpid());
+  EXPECT_EQ(temp_name_for("config.toml", 0), ".config.toml.gpufence-" + pid + "-0");
+  EXPECT_EQ(temp_name_for("config.toml", 7), ".config.toml.gpufence-" + pid + "-7");
+  for (unsigned attempt : {0u, 1u, 99u}) {
+    EXPECT_TRUE(is_temp_name_for(temp_name_for("config.toml", attempt), "config.toml"));
+    EXPECT_EQ(temp_target_name(temp_name_for("config.toml", attempt)), "config.toml");
+  }
+}
+
+// A cleanup removes what it recognises: a name that merely resembles a temp file is a user's.
+TEST(TempName, ANameThatMerelyContainsTmpIsNotOne) {
+  for (const char* decoy : {"config.toml.tmp",
+                            ".config.toml.tmp",
+                            ".config.toml.tmpl",
+                            ".config.toml.tmp-",
+                            ".config.toml.tmp-backup",
+                            ".config.toml.tmp-12.old",
+                            ".config.toml.tmp-12-3",
+                            "config.toml.tmp-12",
+                            ".config.toml.gpufence-",
+                            ".config.toml.gpufence-12-",
+                            ".config.toml.gpufence--3",
+                            ".config.toml.gpufence-x-1",
+                            ".config.toml.gpufence-1-2-3",
+                            ".config.toml.gpufence-notes",
+                            "config.toml.gpufence-12-0",
+                            ".config.toml",
+                            "config.toml",
+                            ".gpufence-notes",
+                            ".tmp-12",
+                            "..gpufence-1-0",
+                            "...tmp-1",
+                            ""}) {
+    EXPECT_FALSE(is_temp_name_for(decoy, "config.toml")) << decoy;
+    EXPECT_FALSE(temp_target_name(decoy)) << decoy;
+  }
+}
+
+TEST(TempName, AnotherTargetsTempIsNotOurs) {
+  const std::string other = temp_name_for("config.toml.d", 0);
+  EXPECT_FALSE(is_temp_name_for(other, "config.toml"));
+  EXPECT_FALSE(is_temp_name_for(temp_name_for("config.toml", 0), "config"));
+  EXPECT_FALSE(is_temp_name_for(temp_name_for("config.toml", 0), "onfig.toml"));
+  EXPECT_FALSE(is_temp_name_for(temp_name_for("config.toml", 0), ""));
+  // A target whose own name looks like a temp file: its temp belongs to it, not to "a".
+  const std::string odd = temp_name_for("a.gpufence-1-2", 0);
+  EXPECT_TRUE(is_temp_name_for(odd, "a.gpufence-1-2"));
+  EXPECT_FALSE(is_temp_name_for(odd, "a"));
+  EXPECT_TRUE(is_temp_name_for(temp_name_for("b.tmp-4", 3), "b.tmp-4"));
+  EXPECT_FALSE(is_temp_name_for(temp_name_for("b.tmp-4", 3), "b"));
+}
+
+// Shapes that releases before the one rule left on nodes (install's link swap, the
+// update-ldcache hook): still recognised, so an upgrade cleans up after an old killed run.
+TEST(TempName, LeftoversOfEarlierWritersAreRecognised) {
+  EXPECT_TRUE(is_temp_name_for(".gpufence-runtime.tmp-4242", "gpufence-runtime"));
+  EXPECT_TRUE(is_temp_name_for(".gpufence-nri.tmp-1", "gpufence-nri"));
+  EXPECT_TRUE(is_temp_name_for(".00-gpufence-cdi.conf.gpufence-77", "00-gpufence-cdi.conf"));
+  EXPECT_TRUE(is_temp_name_for(".config.toml.gpufence-12-0", "config.toml"));
+  EXPECT_TRUE(is_temp_name_for(".gpufence-runtime-0123456789abcdef.gpufence-9-1",
+                               "gpufence-runtime-0123456789abcdef"));
+  EXPECT_FALSE(is_temp_name_for(".gpufence-runtime.tmp-4242", "gpufence-nri"));
+}
+
+// write_file_atomic takes its temp name from the rule, and never opens nor follows what is
+// planted at a taken one: a dangling link at attempt 0 stays dangling.
+TEST(TempName, AtomicWriteUsesTheRuleAndSkipsAPlantedName) {
+  test::TempDir dir;
+  std::filesystem::create_symlink(dir / "victim", dir / temp_name_for("config.json", 0));
+  // A directory at the name makes the rename fail, which names the temp file it used.
+  dir.write("config.json/inside", "x");
+  auto st = write_file_atomic(dir / "config.json", "new");
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find(temp_name_for("config.json", 1)), std::string::npos)
+      << st.error().message;
+  EXPECT_FALSE(std::filesystem::exists(dir / "victim")) << "the planted link was followed";
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / temp_name_for("config.json", 0)));
+  EXPECT_FALSE(std::filesystem::exists(dir / temp_name_for("config.json", 1)))
+      << "the failed write left its temp file";
+  std::filesystem::remove_all(dir / "config.json");
+  ASSERT_TRUE(write_file_atomic(dir / "config.json", "new"));
+  EXPECT_EQ(read_file(dir / "config.json").value(), "new");
+}
+
 TEST(File, ReadsProcFilesWhoseSizeIsZero) {
   auto status = read_file("/proc/self/status");
   ASSERT_TRUE(status);

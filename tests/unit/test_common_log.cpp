@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <regex>
+
 #include "common/escape.hpp"
 #include "common/file.hpp"
 #include "common/log.hpp"
@@ -40,6 +42,22 @@ TEST(Escape, LogValueKeepsPodBytesOutOfShellAndLineSyntax) {
   }
   EXPECT_EQ(v.front(), '"');
   EXPECT_EQ(v.back(), '"');
+}
+
+// Each line starts with the time in UTC, RFC 3339 with milliseconds (common/utc_time.hpp).
+TEST(Logger, LinesStartWithAMillisecondUtcStamp) {
+  test::TempDir dir;
+  auto path = dir / "gf/stamp.log";
+  {
+    Logger log;
+    ASSERT_TRUE(log.open_file(path));
+    log.info("test.stamp", {});
+  }
+  auto text = read_file(path).value_or("");
+  EXPECT_TRUE(std::regex_search(
+      text, std::regex(
+                R"(^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z level=info event=test\.stamp\n$)")))
+      << text;
 }
 
 TEST(Logger, PodBytesStayOnOneLineAsData) {

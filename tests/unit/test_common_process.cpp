@@ -31,7 +31,7 @@ TEST(Process, NoDescriptorOfOursReachesTheChild) {
   EXPECT_EQ(r->out, "closed\n");
 }
 
-// The device plugin blocks SIGTERM and SIGINT for its signalfd; a child that inherited that mask
+// StopSignals blocks SIGTERM and SIGINT for its signalfd; a child that inherited that mask
 // could not be stopped by either. Failed before spawn_process reset the mask.
 TEST(Process, TheChildStartsWithNoSignalBlocked) {
   sigset_t block, old;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <regex>
 
 #include <set>
 
@@ -942,6 +943,9 @@ TEST(ContainerdApply, BackupsAreNeverOverwritten) {
       apply_setup_plan(one_change("/etc/containerd/config.toml", "second\n", "third\n"), host));
   auto backups = backups_in(dir / "etc/containerd");
   ASSERT_EQ(backups.size(), 2u) << "two runs, two backups, even within one second";
+  // Named "<config>.bak-<UTC stamp>" (common/utc_time.hpp's compact form), ".1" when taken.
+  const std::regex named(R"(config\.toml\.bak-\d{8}T\d{6}Z(\.1)?)");
+  for (const auto& b : backups) EXPECT_TRUE(std::regex_match(b.filename().string(), named)) << b;
   std::set<std::string> contents;
   for (const auto& b : backups) contents.insert(read_file(b).value());
   EXPECT_EQ(contents, (std::set<std::string>{"first\n", "second\n"}))

@@ -680,6 +680,40 @@ TEST(InstallFlow, UninstallRestoresTheUsersBytesAndRemovesWhatInstallAdded) {
   EXPECT_NE(render_install_report(again).find("nothing installed"), std::string::npos);
 }
 
+// A killed run's temp files, of every writer and of earlier releases, go with uninstall; a file
+// that merely resembles one, or another file's temp, is the user's and stays (on the rules before
+// common/file.hpp's one, the prefix ".config.toml.tmp-" and ".gpufence-" took the user's files).
+TEST(InstallFlow, UninstallRemovesEveryWritersLeftoversAndNothingElse) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto expected = snapshot(n.host);
+  ASSERT_TRUE(run_install(n.options(), n.env()).ok());
+  const std::vector<std::string> leftovers = {
+      "etc/containerd/" + temp_name_for("config.toml", 0),
+      "etc/containerd/.config.toml.gpufence-123",  // the update-ldcache hook's old shape
+      "etc/gpufence/" + temp_name_for("install-state.json", 4),
+      "etc/gpufence/" + temp_name_for("runtime.toml", 0),
+      "etc/cdi/" + temp_name_for("nvidia.yaml", 1),
+      "usr/local/bin/.gpufence-runtime.tmp-4242",  // the link swap's old shape
+      "usr/local/bin/" + temp_name_for("gpufence-runtime", 2),
+      "usr/local/lib/gpufence/.gpufence-runtime-0123456789abcdef.gpufence-55-1",
+  };
+  const std::vector<std::string> decoys = {
+      "etc/containerd/.config.toml.tmp-backup", "etc/containerd/config.toml.tmp",
+      "etc/containerd/" + temp_name_for("other.toml", 0),
+      "usr/local/bin/.gpufence-runtime.tmp-mine", "usr/local/lib/gpufence/.gpufence-notes"};
+  for (const auto& rel : leftovers) n.dir.write("host/" + rel, "left by a killed run");
+  for (const auto& rel : decoys) {
+    n.dir.write("host/" + rel, "the user's");
+    expected[(n.host / rel).string()] = "the user's";
+  }
+  auto un = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(un.ok()) << render_install_report(un);
+  for (const auto& rel : leftovers) EXPECT_FALSE(fs::exists(n.host / rel)) << rel;
+  EXPECT_EQ(snapshot(n.host), expected) << render_install_report(un);
+}
+
 // containerd 2.x: version 3, where setup adds a drop-in and lists it in the main file's imports.
 const std::string kVersion3Config =
     "# the user's own file\nversion = 3\nimports = []\n"
@@ -933,6 +967,28 @@ TEST(InstallBinary, LinkSwapKeepsThePreviousVersionAndPrunesOlder) {
   auto same = install_binary(host, opt);
   ASSERT_TRUE(same);
   EXPECT_EQ(same->changed, Changed::no);
+}
+
+// The link swap makes its new link under the one temp-name rule and never removes what already
+// holds a name (before it, ".<link>.tmp-<pid>" was unlinked first, whatever it was).
+TEST(InstallBinary, LinkSwapTakesAFreeTempNameAndRemovesNothing) {
+  TempDir d;
+  HostFs host(d / "host");
+  BinaryInstallOptions opt;
+  opt.source = d.write("src", std::string("\x7f"
+                                          "ELF v",
+                                          6))
+                   .string();
+  const fs::path bin = host.resolve("/usr/local/bin");
+  const std::vector<std::string> taken = {temp_name_for("gpufence-runtime", 0),
+                                          ".gpufence-runtime.tmp-" + std::to_string(::getpid())};
+  for (const auto& name : taken) d.write("host/usr/local/bin/" + name, "not the swap's");
+  auto got = install_binary(host, opt);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(fs::read_symlink(bin / "gpufence-runtime").string(), got->target);
+  for (const auto& name : taken) EXPECT_EQ(slurp(bin / name), "not the swap's") << name;
+  EXPECT_FALSE(fs::exists(bin / temp_name_for("gpufence-runtime", 1)))
+      << "the swap's own temp name was renamed away";
 }
 
 TEST(InstallBinary, RefusesWhatIsNotAnExecutable) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <regex>
 
 #include "common/file.hpp"
 #include "nri/status.hpp"
@@ -34,6 +35,13 @@ NriStatus sample() {
 }
 
 }  // namespace
+
+// The status file's stamps: RFC 3339 in UTC, whole seconds.
+TEST(NriStatusFile, StampsAreWholeSecondsUtc) {
+  EXPECT_TRUE(
+      std::regex_match(utc_now_text(), std::regex(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z)")))
+      << utc_now_text();
+}
 
 TEST(NriStatusFile, RoundTrips) {
   auto parsed = parse_nri_status(render_nri_status(sample()), "status");

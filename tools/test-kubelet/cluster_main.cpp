@@ -38,15 +38,16 @@
 //   node <name> allocated <m> of <n>            (at the end)
 #include <CLI/CLI.hpp>
 
-#include <csignal>
+#include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include <unistd.h>
 
 #include "common/file.hpp"
+#include "common/stop_signals.hpp"
 #include "common/strings.hpp"
+#include "common/utc_time.hpp"
 #include "cri_client.hpp"
 #include "kube/object_ref.hpp"
 #include "pod_runner.hpp"
@@ -66,11 +67,6 @@ constexpr const char* kPods = "/api/v1/pods";
 constexpr const char* kNodes = "/api/v1/nodes";
 // The ReplicaSet's pod-template-hash: one template, one ReplicaSet.
 constexpr const char* kTemplateHash = "6b8f9c7d5";
-
-volatile std::sig_atomic_t g_stop = 0;  // SIGTERM/SIGINT: tear down as at the stop file
-void on_stop(int) {
-  g_stop = 1;
-}
 
 struct Options {
   std::string plugin_dir, endpoint, image, runtime_class, cgroup_parent, kubeconfig, stop_file;
@@ -106,13 +102,6 @@ long gpus_requested(const json& pod_spec) {
                                                  : limits.value(kResource, json()));
   }
   return sum;
-}
-
-std::string rfc3339_now() {
-  auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 // The one node, and the controllers and kubelet around it.
@@ -282,7 +271,8 @@ class Cluster {
                   {"namespace", m_ns},
                   {"uid", "uid-" + std::to_string(getpid()) + "-" + std::to_string(m_created)},
                   {"labels", labels},
-                  {"creationTimestamp", rfc3339_now()},
+                  {"creationTimestamp", gpufence::utc_rfc3339(std::chrono::system_clock::now(),
+                                                              gpufence::SubSecond::none)},
                   {"ownerReferences",
                    {{{"apiVersion", "apps/v1"},
                      {"kind", "ReplicaSet"},
@@ -480,6 +470,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // SIGTERM/SIGINT tear down as the stop file does; blocked before the first thread starts
+  // (common/stop_signals.hpp), so one that comes during set-up is seen by the loop in step 3.
+  auto stop = gpufence::StopSignals::block();
+  if (!stop) {
+    std::cerr << "gpufence-test-cluster: " << stop.error().message << "\n";
+    return 1;
+  }
+
   // Step 1: the device plugin registers with the kubelet stand-in; the runtime answers.
   TestKubelet kubelet(opt.plugin_dir);
   kubelet.start();
@@ -503,13 +501,11 @@ int main(int argc, char** argv) {
   std::cout << "api " << api.url() << std::endl;
 
   // Step 3: the controllers, scheduler and kubelet act on what clients change, until stopped.
-  std::signal(SIGTERM, on_stop);
-  std::signal(SIGINT, on_stop);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt.limit_s);
-  while (!g_stop && access(opt.stop_file.c_str(), F_OK) != 0 &&
+  while (!stop->stop_requested() && access(opt.stop_file.c_str(), F_OK) != 0 &&
          std::chrono::steady_clock::now() < deadline) {
     cluster.step();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stop->wait_for(std::chrono::milliseconds(50));
   }
 
   // Step 4: stop and remove every pod, as the kubelet does when they are deleted.

@@ -12,10 +12,10 @@
 //   <i> cdi <name>
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <iostream>
 
-#include <csignal>
-
+#include "common/stop_signals.hpp"
 #include "common/strings.hpp"
 #include "pod_resources_server.hpp"
 #include "test_kubelet.hpp"
@@ -63,19 +63,20 @@ int main(int argc, char** argv) {
       }
       allocations.push_back(std::move(a));
     }
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    // Before the server's threads start (common/stop_signals.hpp).
+    auto stop = gpufence::StopSignals::block();
+    if (!stop) {
+      std::cerr << "gpufence-test-kubelet: " << stop.error().message << "\n";
+      return 1;
+    }
     gpufence::test::PodResourcesServer server(pod_resources, "nvidia.com/gpu", allocations,
                                               allocatable);
     if (!server.start()) {
       std::cerr << "gpufence-test-kubelet: cannot serve " << pod_resources << "\n";
       return 1;
     }
-    int sig = 0;
-    sigwait(&set, &sig);
+    while (!stop->wait_for(std::chrono::hours(1))) {
+    }
     return 0;
   }
   if (plugin_dir.empty()) {
