@@ -569,6 +569,23 @@ Status plan_in_place(const SetupOptions& opt, const std::string& path, const Con
 
 // ---- version 3: a drop-in ----
 
+// Whether one of `cfg`'s imports names `path`, itself or by a glob (containerd's resolveImports:
+// filepath.Glob, relative entries against the root file's directory).
+bool imports_path(const ContainerdConfig& cfg, const std::string& path) {
+  const toml::array* imports = cfg.doc.get_as<toml::array>("imports");
+  if (!imports) return false;
+  const std::filesystem::path dir = std::filesystem::path(cfg.path).parent_path();
+  for (const auto& i : *imports) {
+    auto entry = i.value<std::string>();
+    if (!entry) continue;
+    std::string full =
+        std::filesystem::path(*entry).is_absolute() ? *entry : (dir / *entry).string();
+    auto match = go_path_match(full, path);
+    if (*entry == path || (match && *match)) return true;
+  }
+  return false;
+}
+
 Status plan_drop_in(const SetupOptions& opt, const std::string& path, const ContainerdConfig& cfg,
                     const std::string& old_text, bool existed, const ReadFile& read,
                     SetupPlan& plan) {
@@ -608,20 +625,7 @@ Status plan_drop_in(const SetupOptions& opt, const std::string& path, const Cont
   // default `imports = ['/etc/containerd/conf.d/*.toml']`; resolveImports expands globs with
   // filepath.Glob, relative entries against the root file's directory). Then the root file is
   // not touched at all.
-  const toml::array* imports = cfg.doc.get_as<toml::array>("imports");
-  bool listed = false;
-  if (imports) {
-    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    for (const auto& i : *imports) {
-      auto entry = i.value<std::string>();
-      if (!entry) continue;
-      std::string full =
-          std::filesystem::path(*entry).is_absolute() ? *entry : (dir / *entry).string();
-      auto match = go_path_match(full, drop_in);
-      listed |= *entry == drop_in || (match && *match);
-    }
-  }
-  if (listed) return {};
+  if (imports_path(cfg, drop_in)) return {};
   toml::table expected = cfg.doc;
   if (!expected.get_as<toml::array>("imports")) expected.insert_or_assign("imports", toml::array{});
   expected.get_as<toml::array>("imports")->push_back(drop_in);
@@ -657,22 +661,6 @@ bool k0s_managed(std::string_view text) {
   return false;
 }
 
-// Whether one of `cfg`'s imports names `path`, itself or by a glob (containerd's resolveImports:
-// filepath.Glob, relative entries against the root file's directory).
-bool imports_path(const ContainerdConfig& cfg, const std::string& path) {
-  const toml::array* imports = cfg.doc.get_as<toml::array>("imports");
-  if (!imports) return false;
-  const std::filesystem::path dir = std::filesystem::path(cfg.path).parent_path();
-  for (const auto& i : *imports) {
-    auto entry = i.value<std::string>();
-    if (!entry) continue;
-    std::string full =
-        std::filesystem::path(*entry).is_absolute() ? *entry : (dir / *entry).string();
-    auto match = go_path_match(full, path);
-    if (*entry == path || (match && *match)) return true;
-  }
-  return false;
-}
 
 // The runtimes the handler inherits from: containerd.toml with the imports it names by path
 // (k0s with containerd 1.x: /run/k0s/containerd-cri.toml, the CRI config k0s generated, runc
