@@ -569,6 +569,19 @@ Status plan_in_place(const SetupOptions& opt, const std::string& path, const Con
 
 // ---- version 3: a drop-in ----
 
+// Adds gpufence's handler to a drop-in of `version`, inheriting the options of the runtime
+// `base` (the config the drop-in joins) would otherwise run, and makes it the default when asked.
+void add_handler(toml::table& drop, int version, const ContainerdConfig& base,
+                 const SetupOptions& opt, std::vector<std::string>& notes) {
+  const std::string& name = opt.runtime_name;
+  std::string base_name;
+  const toml::table* inherit = inherit_base_runtime(base, name, &base_name);
+  ensure_table(cri_containerd(drop, version), "runtimes")
+      .insert_or_assign(name, handler_table(inherit, base_name, opt.binary, notes));
+  if (opt.set_as_default)
+    cri_containerd(drop, version).insert_or_assign("default_runtime_name", name);
+}
+
 // Whether one of `cfg`'s imports names `path`, itself or by a glob (containerd's resolveImports:
 // filepath.Glob, relative entries against the root file's directory).
 bool imports_path(const ContainerdConfig& cfg, const std::string& path) {
@@ -602,14 +615,7 @@ Status plan_drop_in(const SetupOptions& opt, const std::string& path, const Cont
   toml::table drop;
   drop.insert_or_assign("version", version);
   const bool write_handler = opt.handler == HandlerEdit::write;
-  if (write_handler) {
-    std::string base_name;
-    const toml::table* base = inherit_base_runtime(cfg, name, &base_name);
-    ensure_table(cri_containerd(drop, version), "runtimes")
-        .insert_or_assign(name, handler_table(base, base_name, opt.binary, plan.notes));
-    if (opt.set_as_default)
-      cri_containerd(drop, version).insert_or_assign("default_runtime_name", name);
-  }
+  if (write_handler) add_handler(drop, version, cfg, opt, plan.notes);
   if (opt.nri.enable) apply_nri(drop, cfg, opt.nri);
   std::string drop_text = cat("# Written by gpufence setup containerd (listed in ", path,
                               "'s imports).\n", serialize(drop));
@@ -660,7 +666,6 @@ bool k0s_managed(std::string_view text) {
   }
   return false;
 }
-
 
 // The runtimes the handler inherits from: containerd.toml with the imports it names by path
 // (k0s with containerd 1.x: /run/k0s/containerd-cri.toml, the CRI config k0s generated, runc
@@ -775,12 +780,7 @@ Result<SetupPlan> plan_k0s(const SetupOptions& opt, const ReadFile& read) {
   const std::string& name = opt.runtime_name;
   toml::table drop;
   drop.insert_or_assign("version", version);
-  std::string base_name;
-  const toml::table* inherit = inherit_base_runtime(base, name, &base_name);
-  ensure_table(cri_containerd(drop, version), "runtimes")
-      .insert_or_assign(name, handler_table(inherit, base_name, opt.binary, plan.notes));
-  if (opt.set_as_default)
-    cri_containerd(drop, version).insert_or_assign("default_runtime_name", name);
+  add_handler(drop, version, base, opt, plan.notes);
   std::string text =
       cat("# gpufence's runtime handler for k0s (gpufence install, or setup containerd --flavor "
           "k0s).\n# ",
