@@ -164,15 +164,19 @@ gf_runc_preflight() {
 
 # gf_cgroupfs_swapper DIR: the race a pod that can write DIR's parent runs against a volume whose
 # source is DIR: swaps DIR, forever, between the directory and a link to /sys/fs/cgroup, each state
-# held 0-4 ms. Run it in the background and kill it.
+# held 0-4 ms. Each swap is one renameat2(RENAME_EXCHANGE), as a careful attacker would make it,
+# so DIR is never missing (containerd would create a missing source, and the race would stop).
+# It exits, saying why, if a swap fails: callers check it is still running before they kill it.
 gf_cgroupfs_swapper() {
   exec python3 - "$1" <<'PY'  # exec: killing the background job kills the swapper
-import os, random, sys, time
-path = sys.argv[1]
+import ctypes, os, random, sys, time
+path = sys.argv[1]; link = path + ".swap"
+os.symlink("/sys/fs/cgroup", link)
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
 while True:
-    os.rename(path, path + ".d"); os.symlink("/sys/fs/cgroup", path)
-    time.sleep(random.uniform(0, 0.004))
-    os.unlink(path); os.rename(path + ".d", path)
+    if libc.renameat2(AT_FDCWD, path.encode(), AT_FDCWD, link.encode(), RENAME_EXCHANGE) != 0:
+        sys.exit("cgroupfs swapper: renameat2 " + path + ": " + os.strerror(ctypes.get_errno()))
     time.sleep(random.uniform(0, 0.004))
 PY
 }

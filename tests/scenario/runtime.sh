@@ -572,8 +572,9 @@ case $case_name in  # gf:cases
       elif grep -q "cgroup filesystem: a container could move" "$work/race.err"; then path=$((path + 1))
       else other=$((other + 1)); fi
     done
+    check "the swapper raced to the end" kill -0 "$swapper"
     kill "$swapper" 2>/dev/null; wait "$swapper" 2>/dev/null
-    echo "race: $tries tries: $started started, $wins with the host's cgroupfs, $path refused by the path check, $hook refused by the cgroup-mounts hook, $other failed otherwise (source missing mid-swap)"
+    echo "race: $tries tries: $started started, $wins with the host's cgroupfs, $path refused by the path check, $hook refused by the cgroup-mounts hook, $other failed otherwise"
     check "no container started holding the host's cgroup filesystem" test "$wins" -eq 0
     check "the race was hit: the hook refused what the path check had passed" test "$hook" -gt 0
     # Honest containers with a volume that nobody swaps: never refused.
