@@ -60,8 +60,9 @@ app_says() { awk -v p="$2" '$1=="pod" && $2==p && $3=="exec" && $4=="deepstream-
 smi_lines() { awk -v p="$2" '$1=="pod" && $2==p && $3=="exec" && $4=="GPU" {c++} END {print c+0}' "$work/$1.out"; }
 smi_uuid() { awk -v p="$2" '$1=="pod" && $2==p && $3=="exec" && $4=="GPU" {print $NF}' "$work/$1.out" | tr -d '()' | head -1; }
 # Inside each pod: the nvidia-smi -L stand-in, and the app's own line (its stdout is the
-# container log; the app also wrote it where the exec can read it back).
-seed_exec='gpufence-smi; cat /tmp/app.out 2>/dev/null'
+# container log; the app also wrote it where the exec can read it back). The exec runs as soon
+# as every pod runs, maybe before the app has written its line: it waits for it (20 s at most).
+seed_exec='gpufence-smi; i=0; while [ $i -lt 200 ] && ! grep -q "running on" /tmp/app.out 2>/dev/null; do sleep 0.1; i=$((i + 1)); done; cat /tmp/app.out 2>/dev/null'
 seed_shell() { echo "$1 > /tmp/app.out 2>&1"; }
 
 

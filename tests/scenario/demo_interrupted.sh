@@ -13,7 +13,7 @@ before=$(ls -d /tmp/gpufence-demo-* 2>/dev/null)
 setsid bash "$src/scripts/demo.sh" > "$log" 2>&1 &
 pid=$!
 # Wait until the device plugin is up and the first containers run, then interrupt the group.
-for _ in $(seq 100); do grep -q "Running two DeepStream" "$log" && break; sleep 0.05; done
+for _ in $(seq 1200); do grep -q "Running two DeepStream" "$log" && break; sleep 0.05; done
 dir=$(ls -d /tmp/gpufence-demo-* 2>/dev/null | grep -vxF -- "$before" | head -1)  # this run's
 # A background job of a non-interactive shell ignores SIGINT, so interrupt with SIGTERM, which
 # the demo traps the same way.
@@ -24,7 +24,7 @@ fail=0
 [ "$rc" -ne 0 ] || { echo "FAIL: an interrupted demo should not exit 0"; fail=1; }
 [ -n "$dir" ] || { echo "FAIL: the demo never created its work dir"; cat "$log"; fail=1; }
 [ -n "$dir" ] && [ -e "$dir" ] && { echo "FAIL: $dir left behind"; fail=1; }
-sleep 0.2
+for _ in $(seq 100); do { [ -n "$dir" ] && pgrep -f "$dir" >/dev/null; } || break; sleep 0.05; done  # killed shims may lag
 if [ -n "$dir" ] && pgrep -f "$dir" >/dev/null; then echo "FAIL: processes of $dir still run:"; pgrep -af "$dir"; fail=1; fi
 [ "$fail" = 0 ] && echo "ok - interrupted demo (exit $rc) cleaned up $dir"
 exit $fail

@@ -84,7 +84,7 @@ export MOCK_NVML_CONFIG=$work/nvml.json
 "$build/bin/gpufence-test-kubelet" --pod-resources "$work/pod-resources.sock" \
   --pod "video/ds-a/deepstream=$GPU0" --pod "video/ds-b/deepstream=$GPU1" --allocatable "$GPU0" --allocatable "$GPU1" &
 pr_pid=$!
-for _ in $(seq 50); do [ -S "$work/pod-resources.sock" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -S "$work/pod-resources.sock" ] && break; sleep 0.1; done
 
 # The probe's temporary nodes go under $TMPDIR: this run's own, so other tests' probes are not
 # counted by the check that it left none.

@@ -69,7 +69,7 @@ check "control: runc's labels name the pod's bundle first" \
 "$build/bin/gpufence-test-kubelet" --pod-resources "$work/pod-resources.sock" \
   --pod "video/evil/app=" --allocatable "$GPU0" --allocatable "$GPU1" &
 pr_pid=$!
-for _ in $(seq 50); do [ -S "$work/pod-resources.sock" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -S "$work/pod-resources.sock" ] && break; sleep 0.1; done
 : > "$work/containerd.toml"
 doctor() {
   "$build/bin/gpufence" doctor --pod-resources-socket "$work/pod-resources.sock" --runc-root "$state" \

@@ -70,7 +70,8 @@ c run -d "${snapflag[@]}" \
   --env MOCK_NVML_CONFIG=/driver/two-rtx3080.json \
   --log-uri "file://$work/plugin.log" "$ref" gfdp /usr/local/bin/gpufence-device-plugin --plugin-dir=/var/lib/kubelet/device-plugins \
   --host-root=/node --nvml-library=/driver/libnvidia-ml.so.1 > "$work/run.out" 2>&1
-check "ctr run starts the device plugin from the image" c task ls -q | grep -qx gfdp 2>/dev/null || c task ls | grep -q gfdp
+plugin_task_runs() { c task ls -q | grep -qx gfdp; }
+check "ctr run starts the device plugin from the image" plugin_task_runs
 "$build/bin/gpufence-test-kubelet" --plugin-dir "$work/device-plugins" --admit 2 --timeout 20 > "$work/alloc" 2> "$work/kubelet.err"
 check "it registers and answers Allocate for two containers" test $? = 0
 cat "$work/alloc"

@@ -179,7 +179,7 @@ case $case_name in  # gf:cases
     # answered Synchronize (containerd v2.3.4's log, nri@v0.12.0 pkg/adaptation/adaptation.go:
     # startPlugins, syncFn), and it still runs as containerd's child.
     synced='pre-installed NRI plugin \"10-gpufence-nri\" synchronization success'
-    for _ in $(seq 50); do grep -qF "$synced" "$work/containerd.log" && break; sleep 0.1; done
+    for _ in $(seq 300); do grep -qF "$synced" "$work/containerd.log" && break; sleep 0.1; done
     grep -F "10-gpufence-nri" "$work/containerd.log" | tail -4
     check "containerd launched 10-gpufence-nri and it synchronized" grep -qF "$synced" "$work/containerd.log"
     # containerd's child that runs the versioned gpufence-nri (exec'd through the plugin_path link).
@@ -512,16 +512,17 @@ SH
   watch)
     # install --watch: /healthz follows the handler; a containerd restarted on a config without
     # it (the old file put back by hand) is noticed and the handler put back.
-    port=$((20000 + RANDOM % 20000))
+    port=$((20000 + RANDOM % 12000))  # below the kernel's ephemeral ports (32768-60999)
     "${install[@]}" --ready-timeout $ready --watch --interval 0.5 --healthz-address 127.0.0.1:$port > "$work/watch.log" 2>&1 &
     wpid=$!
     healthz() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz"; }
-    wait_for() { for _ in $(seq 100); do [ "$(healthz)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
+    # 60 s: the first answer comes after a whole install, containerd's restart included.
+    wait_for() { for _ in $(seq 600); do [ "$(healthz)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
     check "/healthz answers 200 once installed" wait_for 200
     check "after one restart" test "$(restarts)" = 1
     cp "$work/original.toml" "$cfg"
     sh "$work/restart.sh"   # someone restarts containerd on a config without the handler
-    for _ in $(seq 100); do [ "$(restarts)" -ge 3 ] && break; sleep 0.1; done
+    for _ in $(seq 600); do [ "$(restarts)" -ge 3 ] && break; sleep 0.1; done
     check "the watcher re-installed and restarted containerd" test "$(restarts)" = 3
     check "/healthz is 200 again" wait_for 200
     check "the handler is back in the config" grep -q 'runtimes.nvidia.options\]' "$cfg"

@@ -101,7 +101,10 @@ case $case_name in  # gf:cases
     check "B does not see GPU 0" has_line "$pb" "/dev/nvidia0 ENOENT"
     check "kill passes through" "$shim" --root "$state" kill two-a KILL
     check "kill B" "$shim" --root "$state" kill two-b KILL
-    sleep 0.3
+    for _ in $(seq 200); do
+      runc --root "$state" state two-a | grep -q '"status": "stopped"' && runc --root "$state" state two-b | grep -q '"status": "stopped"' && break
+      sleep 0.05
+    done
     check "delete passes through" "$shim" --root "$state" delete two-a
     check "delete B" "$shim" --root "$state" delete two-b
     check "deleted container is gone" bash -c "! runc --root '$state' state two-a >/dev/null 2>&1"
@@ -596,16 +599,26 @@ case $case_name in  # gf:cases
     # that receives host mounts (rslave, HostToContainer) is refused, and one without a
     # propagation option is made rprivate, so nothing mounted later reaches the container.
     hp=$work/hp; mkdir -p "$hp"; mount --bind "$hp" "$hp" && mount --make-shared "$hp" || skip "cannot make a shared mount here"
-    args='["/bin/sh","-c","i=0; while [ ! -e /vol/cg/devices ] && [ $i -lt 25 ]; do sleep 0.2; i=$((i+1)); done; if echo $$ > /vol/cg/devices/cgroup.procs 2>/dev/null; then echo MOVED; fi; ls /vol/cg/devices >/dev/null 2>&1 && echo SEES-HOST-CGROUPFS; echo DONE"]'
+    # The host's mount comes once the container runs (it marks /vol/.up), not after a guessed
+    # delay; a container that never runs (refused) is not waited for past the create.
+    mount_when_up() {
+      local _
+      for _ in $(seq 600); do
+        [ -e "$hp/.up" ] && { mkdir -p "$hp/cg"; mount --rbind /sys/fs/cgroup "$hp/cg"; return; }
+        [ -e "$work/stop-mounter" ] && return
+        sleep 0.05
+      done
+    }
+    args='["/bin/sh","-c",": > /vol/.up 2>/dev/null; i=0; while [ ! -e /vol/cg/devices ] && [ $i -lt 25 ]; do sleep 0.2; i=$((i+1)); done; if echo $$ > /vol/cg/devices/cgroup.procs 2>/dev/null; then echo MOVED; fi; ls /vol/cg/devices >/dev/null 2>&1 && echo SEES-HOST-CGROUPFS; echo DONE"]'
     for opts in '"rbind","rslave","ro"' '"rbind","rw"'; do
       vol='{"destination":"/vol","type":"bind","source":"'"$hp"'","options":['"$opts"']}'
       name=prop-${opts:9:2}
       b=$(new_bundle "$name" unprivileged "" "$vol" "" "$args" 1)
       cp "$b/config.json" "$work/before.json"
-      ( sleep 1.5; mkdir -p "$hp/cg"; mount --rbind /sys/fs/cgroup "$hp/cg" ) &
+      mount_when_up &
       mounter=$!
       out=$(run_with "$shim" "$b" "$name")
-      wait "$mounter"; umount -R "$hp/cg" 2>/dev/null
+      : > "$work/stop-mounter"; wait "$mounter"; umount -R "$hp/cg" 2>/dev/null; rm -f "$work/stop-mounter" "$hp/.up"
       if [ "$opts" = '"rbind","rslave","ro"' ]; then
         check "rslave: create refused" bash -c "! grep -q DONE <<<'$out'"
         check "rslave: says why" grep -q "asks for rslave propagation" "$work/$name.err"
@@ -619,10 +632,10 @@ case $case_name in  # gf:cases
     # Control: plain runc with the same unpinned volume receives the host's mount.
     vol='{"destination":"/vol","type":"bind","source":"'"$hp"'","options":["rbind","rw"]}'
     b=$(new_bundle prop-ctl unprivileged "" "$vol" "" "$args" 1)
-    ( sleep 1.5; mkdir -p "$hp/cg"; mount --rbind /sys/fs/cgroup "$hp/cg" ) &
+    mount_when_up &
     mounter=$!
     out=$(run_with runc "$b" prop-ctl)
-    wait "$mounter"; umount -R "$hp/cg" 2>/dev/null
+    : > "$work/stop-mounter"; wait "$mounter"; umount -R "$hp/cg" 2>/dev/null; rm -f "$work/stop-mounter" "$hp/.up"
     check "control: through plain runc the later host mount does reach the container" grep -q SEES-HOST-CGROUPFS <<<"$out"
     umount "$hp"
     ;;

@@ -113,7 +113,7 @@ start_detached() {  # start_detached RUNTIME POD ID: create + start; its output 
 init_pid() { runc --root "$state" state "$1" | sed -n 's/.*"pid": \([0-9]*\).*/\1/p'; }
 wait_registered() {  # wait_registered N: until N apps registered (bounded; not a timing check)
   local _
-  for _ in $(seq 100); do [ "$(wc -l < "$MOCK_NVML_PROCESSES")" -ge "$1" ] && return 0; sleep 0.1; done
+  for _ in $(seq 300); do [ "$(wc -l < "$MOCK_NVML_PROCESSES")" -ge "$1" ] && return 0; sleep 0.1; done
   echo "  only $(wc -l < "$MOCK_NVML_PROCESSES") of $1 apps registered:"; cat "$work"/*.out "$work"/*.err 2>/dev/null | sed 's/^/    | /'
   return 1
 }
@@ -122,7 +122,7 @@ start_pod_resources() {
     --pod "video/ds-a/deepstream=$GPU0" --pod "video/ds-b/deepstream=$GPU1" --allocatable "$GPU0" --allocatable "$GPU1" &
   bg_pids+=($!)
   local _
-  for _ in $(seq 50); do [ -S "$work/pod-resources.sock" ] && return 0; sleep 0.1; done
+  for _ in $(seq 300); do [ -S "$work/pod-resources.sock" ] && return 0; sleep 0.1; done
   echo "  the test kubelet's PodResources socket did not appear"; return 1
 }
 doctor() {

@@ -85,7 +85,7 @@ class PluginScenario : public ::testing::Test {
             if (h != "Healthy") return false;
           return true;
         },
-        5s);
+        15s);  // the plugin's start included, on a loaded machine
   }
   std::string health_of(const std::string& id) {
     auto d = m_kubelet->devices();
@@ -496,7 +496,7 @@ TEST_F(PluginScenario, RegistersAgainWhenNoStreamIsOpenForTheConfiguredTime) {
   std::this_thread::sleep_for(2500ms);
   EXPECT_EQ(m_kubelet->registrations(), 1) << "an open stream is left alone";
   m_kubelet->drop_stream();
-  ASSERT_TRUE(m_kubelet->wait_registrations(2, 5s));
+  ASSERT_TRUE(m_kubelet->wait_registrations(2, 15s));
   EXPECT_TRUE(all_healthy(2));
   EXPECT_TRUE(log_has("event=plugin.no_stream"));
 }

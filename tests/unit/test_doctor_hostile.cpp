@@ -281,7 +281,7 @@ pid_t spawn_sleeper(const char* env, pid_t want_pid) {
 }
 
 bool wait_exec(pid_t pid, const std::string& marker) {
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 2000; ++i) {  // 20 s: the exec may wait for a loaded machine
     auto env = HostFs("/").read("/proc/" + std::to_string(pid) + "/environ");
     if (env && env->find(marker) != std::string::npos) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
