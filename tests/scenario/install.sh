@@ -76,7 +76,7 @@ cat > "$work/restart.sh" <<SH
 #!/bin/sh
 if [ -f "$work/pid" ]; then
   p=\$(cat "$work/pid"); kill "\$p" 2>/dev/null
-  for i in \$(seq 50); do kill -0 "\$p" 2>/dev/null || break; sleep 0.1; done
+  for i in \$(seq 300); do kill -0 "\$p" 2>/dev/null || break; sleep 0.1; done
 fi
 rm -f "$work/pid"
 echo restart >> "$work/restarts"
@@ -90,7 +90,7 @@ setsid containerd --config "$cfg" >> "$work/containerd.log" 2>&1 < /dev/null &
 echo \$! > "$work/pid"
 SH
 chmod +x "$work/restart.sh"
-start() { sh "$work/restart.sh"; : > "$work/restarts"; for _ in $(seq 100); do ctr --address "$sock" version >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+start() { sh "$work/restart.sh"; : > "$work/restarts"; for _ in $(seq 300); do ctr --address "$sock" version >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
 restarts() { [ -f "$work/restarts" ] && wc -l < "$work/restarts" || echo 0; }
 # The user's config: containerd's defaults with a private root, state and socket, and settings
 # of their own that must survive byte for byte.
@@ -422,7 +422,7 @@ SH
     chmod +x "$work/restart-k0s.sh"
     grep -q -- "--config=$k0s_cfg" "$work/restart-k0s.sh" || { check "restart-k0s.sh starts containerd as k0s does" false; exit 1; }
     sh "$work/restart-k0s.sh"
-    for _ in $(seq 100); do ctr --address "$ksock" version >/dev/null 2>&1 && break; sleep 0.1; done
+    for _ in $(seq 300); do ctr --address "$ksock" version >/dev/null 2>&1 && break; sleep 0.1; done
     k0s_install=("$gf" --host-root "$host" install --distribution k0s --host-exec direct
                  --restart-command "$work/restart-k0s.sh" --enforcement runtime)
     k0s_uninstall=("$gf" --host-root "$host" uninstall --host-exec direct
