@@ -1,6 +1,5 @@
 #include "containerd/config.hpp"
 
-#include <glob.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,6 +127,12 @@ std::vector<RuntimeHandler> runtimes_of(const toml::table* runtimes) {
 
 bool is_runc_option_key(std::string_view key) {
   return kRuncOptionKeys.contains(key);
+}
+
+bool defines_runtime_in_any_version(const ContainerdConfig& cfg, std::string_view name) {
+  for (const auto& row : config_version_table())
+    if (table_at(cfg.doc, {"plugins", row.cri_plugin, "containerd", "runtimes", name})) return true;
+  return false;
 }
 
 std::vector<RuntimeHandler> cri_runtimes(const ContainerdConfig& cfg) {
@@ -270,17 +275,53 @@ Result<ContainerdConfig> merge_imports(
 Result<ContainerdConfig> merge_imports_from_host(const ContainerdConfig& main, const HostFs& host) {
   return merge_imports(
       main, [&](const std::string& p) { return host.read(p); },
-      [&](const std::string& pattern) {
-        std::vector<std::string> out;
-        glob_t g{};
-        if (::glob(host.resolve(pattern).c_str(), 0, nullptr, &g) == 0) {
-          std::string root = host.root().native() == "/" ? "" : host.root().native();
-          for (size_t i = 0; i < g.gl_pathc; ++i)
-            out.push_back(std::string(g.gl_pathv[i]).substr(root.size()));
-        }
-        globfree(&g);
-        return out;
-      });
+      [&](const std::string& pattern) { return go_glob(host, pattern); });
+}
+
+namespace {
+
+bool has_glob_meta(std::string_view s) {
+  return s.find_first_of("*?[\\") != std::string_view::npos;  // filepath.hasMeta
+}
+
+// filepath.glob: the names of `dir` that match `file`, appended in sorted order.
+void glob_dir(const HostFs& host, const std::string& dir, std::string_view file,
+              std::vector<std::string>& out) {
+  auto names = host.list(dir);  // sorted; fails unless dir is a directory (Go: Stat, IsDir)
+  if (!names) return;
+  for (const auto& n : *names) {
+    auto match = go_path_match(file, n);
+    if (match && *match) out.push_back(dir == "/" ? "/" + n : dir + "/" + n);
+  }
+}
+
+// filepath.Glob on a pattern with a meta character.
+void glob_pattern(const HostFs& host, const std::string& pattern, std::vector<std::string>& out) {
+  const auto slash = pattern.rfind('/');
+  std::string dir = slash == std::string::npos ? "" : pattern.substr(0, slash + 1);
+  const std::string file = pattern.substr(slash == std::string::npos ? 0 : slash + 1);
+  if (dir.empty())
+    dir = ".";  // cleanGlobPath
+  else if (dir != "/")
+    dir.pop_back();
+  if (!has_glob_meta(dir)) return glob_dir(host, dir, file, out);
+  if (dir == pattern) return;  // ErrBadPattern
+  std::vector<std::string> dirs;
+  glob_pattern(host, dir, dirs);
+  for (const auto& d : dirs) glob_dir(host, d, file, out);
+}
+
+}  // namespace
+
+std::vector<std::string> go_glob(const HostFs& host, const std::string& pattern) {
+  if (pattern.find('*') == std::string::npos) {
+    if (host.exists(pattern)) return {pattern};
+    return {};
+  }
+  if (!go_path_match(pattern, "")) return {};  // Glob checks the whole pattern first
+  std::vector<std::string> out;
+  glob_pattern(host, pattern, out);
+  return out;
 }
 
 namespace {

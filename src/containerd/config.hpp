@@ -102,6 +102,10 @@ struct NriSettings {
 NriSettings nri_settings(const ContainerdConfig& cfg, std::optional<int> containerd_major = {});
 
 std::vector<RuntimeHandler> cri_runtimes(const ContainerdConfig& cfg);
+// Whether the file has a runtime table `name` under the CRI plugin of ANY config version, not
+// only its own: containerd 2.x migrates an older file's tables into its own names before it
+// merges imports, so a drop-in that declares no version (or another) still lands there.
+bool defines_runtime_in_any_version(const ContainerdConfig& cfg, std::string_view name);
 // A key of runc's Options (containerd runtime/v2/runc/options/oci.proto) as TOML spells it.
 bool is_runc_option_key(std::string_view key);
 // default_runtime_name, or "runc" when unset (containerd's default).
@@ -115,8 +119,15 @@ Result<ContainerdConfig> merge_imports(
     const std::function<Result<std::string>(const std::string&)>& read,
     const std::function<std::vector<std::string>(const std::string&)>& glob);
 
-// merge_imports with files read, and import globs expanded, under a HostFs root.
+// merge_imports with files read, and import globs expanded (go_glob), under a HostFs root.
 Result<ContainerdConfig> merge_imports_from_host(const ContainerdConfig& main, const HostFs& host);
+
+// The files an import names, as containerd (resolveImports) and k0s expand it on the host: a
+// path without '*' names itself when it exists; one with '*' is Go's filepath.Glob, each
+// directory's names sorted bytewise and matched with Go's Match, in which '*' matches a leading
+// dot (".toml" and ".x.toml" are drop-ins to containerd and k0s; glob(3) would skip them). A
+// malformed pattern matches nothing.
+std::vector<std::string> go_glob(const HostFs& host, const std::string& pattern);
 
 // The CRI runtime handler gpufence installs and RuntimeClasses name unless told otherwise:
 // "nvidia", the name GPU Operator's RuntimeClass and NVIDIA's docs use, so pods that name it keep

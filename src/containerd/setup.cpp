@@ -1008,21 +1008,19 @@ Result<std::vector<std::string>> apply_setup_plan(const SetupPlan& plan, const H
 Status check_k0s_runtime_name(const HostFs& host, const std::string& drop_in,
                               const std::string& name) {
   const std::filesystem::path dir = std::filesystem::path(drop_in).parent_path();
-  auto names = host.list(dir.string());
-  if (!names) {
-    if (names.error().code == Errc::not_found) return {};
-    return std::unexpected(names.error());
-  }
-  for (const auto& n : *names) {
-    const std::filesystem::path p = dir / n;
-    if (p.extension() != ".toml" || p.string() == drop_in) continue;
-    auto text = host.read(p.string());
+  if (auto names = host.list(dir.string()); !names && names.error().code != Errc::not_found)
+    return std::unexpected(names.error());  // unreadable: what k0s loads is unknown
+  // The files k0s loads: filepath.Glob("<dir>/*.toml"), dot-files such as ".toml" included.
+  for (const auto& p : go_glob(host, (dir / "*.toml").string())) {
+    if (p == drop_in) continue;
+    auto text = host.read(p);
     if (!text) return std::unexpected(text.error().wrap("k0s drop-in"));
-    auto cfg = parse_containerd_config(*text, p.string());
+    auto cfg = parse_containerd_config(*text, p);
     if (!cfg) return std::unexpected(cfg.error());
-    for (const auto& h : cri_runtimes(*cfg)) {
-      if (h.name != name) continue;
-      return fail(Errc::conflict, p.string(), " defines runtime '", name,
+    // Under any version's CRI table: containerd 2.x migrates a file of another version (or of
+    // none) before it merges it, and k0s merges what it finds.
+    if (defines_runtime_in_any_version(*cfg, name)) {
+      return fail(Errc::conflict, p, " defines runtime '", name,
                   "' too: k0s and containerd merge the drop-ins in ", dir.string(),
                   " into one table, so the handler would not be gpufence's alone (its BinaryName, "
                   "runtime_path or annotations could win): nothing written. Choose another "

@@ -1255,3 +1255,39 @@ TEST(ContainerdVersions, EachRowIsWhatTheDocsSay) {
   EXPECT_EQ(config_version_of_release("v0.9.1"), 2);
   EXPECT_EQ(config_version_of_release("garbage"), std::nullopt);
 }
+
+// Imports and k0s's drop-ins are expanded as Go's filepath.Glob does: '*' matches a leading dot
+// (".toml" is loaded by containerd and k0s; glob(3), which the doctor used before, skipped it and
+// judged a config without that file), names come sorted bytewise, meta characters in a directory
+// are globbed too, a path without '*' names itself only when it exists, and a malformed pattern
+// matches nothing.
+TEST(GoGlob, MatchesAsContainerdAndK0sExpandAnImport) {
+  test::TempDir d;
+  for (const char* f : {"etc/d/.toml", "etc/d/a.toml", "etc/d/B.toml", "etc/d/c.yml",
+                        "etc/d/sub/x.toml", "etc/e/x.toml", "etc/d/.hidden/x.toml"})
+    d.write(f, "version = 3\n");
+  const HostFs host(d.path());
+  EXPECT_EQ(go_glob(host, "/etc/d/*.toml"),
+            (std::vector<std::string>{"/etc/d/.toml", "/etc/d/B.toml", "/etc/d/a.toml"}));
+  EXPECT_EQ(go_glob(host, "/etc/*/x.toml"), (std::vector<std::string>{"/etc/e/x.toml"}));
+  EXPECT_EQ(go_glob(host, "/etc/d/*/x.toml"),
+            (std::vector<std::string>{"/etc/d/.hidden/x.toml", "/etc/d/sub/x.toml"}));
+  EXPECT_EQ(go_glob(host, "/etc/d/a.toml"), (std::vector<std::string>{"/etc/d/a.toml"}));
+  EXPECT_TRUE(go_glob(host, "/etc/d/missing.toml").empty());
+  EXPECT_TRUE(go_glob(host, "/etc/d/[*.toml").empty()) << "ErrBadPattern";
+  EXPECT_TRUE(go_glob(host, "/etc/missing/*.toml").empty());
+
+  // The doctor's view: a handler defined only in ".toml" is seen through the import.
+  d.write("etc/containerd/config.toml", "version = 3\nimports = [\"/etc/d/*.toml\"]\n");
+  d.write("etc/d/.toml",
+          "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.hidden]\n"
+          "  runtime_type = \"io.containerd.runc.v2\"\n");
+  auto main = parse_containerd_config(read_file(d / "etc/containerd/config.toml").value(),
+                                      "/etc/containerd/config.toml");
+  ASSERT_TRUE(main);
+  auto merged = merge_imports_from_host(*main, host);
+  ASSERT_TRUE(merged) << merged.error().message;
+  bool seen = false;
+  for (const auto& h : cri_runtimes(*merged)) seen |= h.name == "hidden";
+  EXPECT_TRUE(seen);
+}

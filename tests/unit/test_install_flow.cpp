@@ -418,21 +418,32 @@ TEST(InstallK0s, ALinkAtTheDropInOrItsDirectoryIsNotFollowed) {
 // k0s and containerd merge every containerd.d/*.toml into one CRI table, in name order: another
 // drop-in defining the same runtime (the GPU Operator's nvidia.toml) would win the merge after
 // gpufence.toml, or leave its keys (a runtime_path) in the handler before it. Refused before
-// anything changes; another --runtime-name installs.
+// anything changes; another --runtime-name installs. Also found: a file named ".toml" (Go's
+// filepath.Glob, which k0s and containerd use, matches dot-files; glob(3) does not) and a file
+// that declares no version, or version 2, around a version-3 table (containerd 2.x migrates it
+// before the merge). On the old code both passed, and containerd's `config dump` showed the
+// other file's pod_annotations in gpufence's handler.
 TEST(InstallK0s, AnotherDropInDefiningTheSameRuntimeIsRefused) {
-  for (std::string other : {"nvidia.toml", "00-shim.toml"}) {
+  const std::string v3_tables =
+      "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n"
+      "  runtime_type = \"io.containerd.runc.v2\"\n"
+      "  runtime_path = \"/opt/other/containerd-shim\"\n"
+      "  pod_annotations = [\"cdi.k8s.io/*\"]\n"
+      "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n"
+      "  BinaryName = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\"\n";
+  const std::pair<std::string, std::string> others[] = {
+      {"nvidia.toml", "version = 3\n" + v3_tables}, {"00-shim.toml", "version = 3\n" + v3_tables},
+      {".toml", "version = 3\n" + v3_tables},       {"no-version.toml", v3_tables},
+      {"v2.toml", "version = 2\n" + v3_tables},
+  };
+  for (const auto& [other, text] : others) {
     Node n;
     lay_out_k0s(n, kK0sV3, "v2.2.1");
-    n.dir.write("host/etc/k0s/containerd.d/" + other,
-                "version = 3\n"
-                "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n"
-                "  runtime_type = \"io.containerd.runc.v2\"\n"
-                "  runtime_path = \"/opt/other/containerd-shim\"\n"
-                "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\n"
-                "  BinaryName = \"/usr/local/nvidia/toolkit/nvidia-container-runtime\"\n");
+    n.dir.write("host/etc/k0s/containerd.d/" + other, text);
     const auto before = snapshot(n.host);
     auto report = run_install(n.options(), n.env());
-    ASSERT_FALSE(report.ok()) << other;
+    EXPECT_FALSE(report.ok()) << other << " was not seen";
+    if (report.ok()) continue;
     EXPECT_NE(report.failure->find(other), std::string::npos) << *report.failure;
     EXPECT_NE(report.failure->find("--runtime-name"), std::string::npos) << *report.failure;
     EXPECT_FALSE(report.changed_anything());
