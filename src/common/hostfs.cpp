@@ -43,14 +43,22 @@ Result<Fd> HostFs::open(std::string_view host_path, int flags) const {
 // Only regular files (procfs and sysfs files are): a FIFO or a device where a file was expected
 // would block the reader or act on open, so it is opened O_NONBLOCK|O_NOCTTY and refused after
 // fstat (docs/trust-model.md, "Files a pod controls").
-Result<std::string> HostFs::read(std::string_view host_path) const {
-  auto f = open(host_path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+Result<std::string> HostFs::read_regular(std::string_view host_path, int extra_flags) const {
+  auto f = open(host_path, O_RDONLY | O_NONBLOCK | O_NOCTTY | extra_flags);
   if (!f) return std::unexpected(f.error());
   struct stat st {};
   if (::fstat(f->fd, &st) != 0) return fail_errno("stat", resolve(host_path).native());
   if (!S_ISREG(st.st_mode))
     return fail(Errc::invalid_argument, resolve(host_path).native(), " is not a regular file");
-  return read_fd(f->fd, resolve(host_path).native());
+  return read_fd(f->fd, resolve(host_path).native(), kMaxReadBytes);
+}
+
+Result<std::string> HostFs::read(std::string_view host_path) const {
+  return read_regular(host_path, 0);
+}
+
+Result<std::string> HostFs::read_own(std::string_view host_path) const {
+  return read_regular(host_path, O_NOFOLLOW);
 }
 
 bool HostFs::exists(std::string_view host_path) const {

@@ -33,7 +33,13 @@ class HostFs {
   // The real path of a host path: "/dev/nvidia0" under root "/host" is "/host/dev/nvidia0".
   std::filesystem::path resolve(std::string_view host_path) const;
 
+  // A regular file's bytes (a FIFO or device is refused after an O_NONBLOCK open); links are
+  // followed as the host's programs follow them. More than kMaxReadBytes is an error.
   Result<std::string> read(std::string_view host_path) const;
+  // The same, but a link as the last component is refused (ELOOP), never followed: for files
+  // that are gpufence's own (its backups), where a link can only be planted.
+  Result<std::string> read_own(std::string_view host_path) const;
+  static constexpr size_t kMaxReadBytes = size_t{64} << 20;
   bool exists(std::string_view host_path) const;
   // lstat: a symlink is reported as one.
   Result<FileInfo> stat(std::string_view host_path) const;
@@ -43,6 +49,7 @@ class HostFs {
 
  private:
   Result<Fd> open(std::string_view host_path, int flags) const;
+  Result<std::string> read_regular(std::string_view host_path, int extra_flags) const;
   std::filesystem::path m_root;
 };
 

@@ -39,11 +39,20 @@ struct Run {
 };
 
 // A host file's text; nullopt when absent.
-Result<std::optional<std::string>> read_host(const HostFs& host, const std::string& path) {
-  auto text = host.read(path);
+Result<std::optional<std::string>> absent_is_empty(Result<std::string> text) {
   if (text) return std::optional<std::string>(std::move(*text));
   if (text.error().code == Errc::not_found) return std::optional<std::string>{};
   return std::unexpected(text.error());
+}
+
+Result<std::optional<std::string>> read_host(const HostFs& host, const std::string& path) {
+  return absent_is_empty(host.read(path));
+}
+
+// A backup is gpufence's own file, written O_EXCL beside the config: a link at its name was
+// planted, and restoring through it would copy whatever it names into the config. Refused.
+Result<std::optional<std::string>> read_backup(const HostFs& host, const std::string& path) {
+  return absent_is_empty(host.read_own(path));
 }
 
 // Writes through a symlinked file as setup does (docs/containerd-setup.md): the link stays a
@@ -144,7 +153,7 @@ Result<Holds> classify(const HostFs& host, const InstallState::ManagedFile& f) {
     if (f.written.empty()) return Holds::ours;  // an older record: the file install created
     return ours ? Holds::ours : Holds::edited;
   }
-  auto backup = read_host(host, f.backup);
+  auto backup = read_backup(host, f.backup);
   if (!backup) return std::unexpected(backup.error());
   if (backup->has_value()) {
     if (cur->has_value() && **cur == **backup) return Holds::user;
@@ -1020,7 +1029,7 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
         continue;
       }
       if (f.existed) {
-        auto backup = read_host(env.host, f.backup);
+        auto backup = read_backup(env.host, f.backup);
         Status w = !backup     ? Status(std::unexpected(backup.error()))
                    : own_files ? write_own_file(env.host, f.path, backup->value_or(""))
                                : write_host(env.host, f.path, backup->value_or(""));
@@ -1087,7 +1096,7 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
     auto h = classify(env.host, f);
     if (h && *h == Holds::ours) {
       auto backup =
-          f.existed ? read_host(env.host, f.backup) : Result<std::optional<std::string>>{};
+          f.existed ? read_backup(env.host, f.backup) : Result<std::optional<std::string>>{};
       if (f.existed && backup && backup->has_value()) {
         (void)write_host(env.host, f.path, **backup);
         r.step("CDI spec", Outcome::changed, f.path + " restored from " + f.backup);

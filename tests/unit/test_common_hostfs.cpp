@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 #include <cstring>
 
 #include "common/hostfs.hpp"
@@ -86,6 +87,27 @@ TEST(HostFs, AbsoluteLinksOfTheHostResolveUnderItsRoot) {
   EXPECT_EQ(*fs.read_link("/var/run"), "/run");
   EXPECT_FALSE(fs.read("/etc/elsewhere.json")) << "read a file outside the root";
   EXPECT_FALSE(fs.exists("/var/run/../../../../../../" + (outside / "run/cdi/spec.json").string()));
+}
+
+// A file planted where a config is read cannot take the node's memory: past kMaxReadBytes (a
+// sparse file costs the planter nothing) the read is a clear error, not std::bad_alloc. read_own
+// refuses a link as the last component; read follows it, as the host's programs do.
+TEST(HostFs, ReadsAreBoundedAndReadOwnFollowsNoLink) {
+  test::TempDir d;
+  d.write("etc/big.toml", "");
+  ASSERT_EQ(::truncate((d / "etc/big.toml").c_str(), HostFs::kMaxReadBytes + 1), 0);
+  d.write("etc/real.toml", "x = 1\n");
+  std::filesystem::create_symlink("real.toml", d / "etc/link.toml");
+  for (const std::string& root : {d.path().string(), std::string("/")}) {
+    const HostFs host(root);
+    const std::string base = root == "/" ? d.path().string() : "";
+    auto big = host.read(base + "/etc/big.toml");
+    ASSERT_FALSE(big) << root;
+    EXPECT_NE(big.error().message.find("larger than"), std::string::npos) << big.error().message;
+    EXPECT_EQ(host.read(base + "/etc/link.toml").value_or(""), "x = 1\n") << root;
+    EXPECT_EQ(host.read_own(base + "/etc/real.toml").value_or(""), "x = 1\n") << root;
+    EXPECT_FALSE(host.read_own(base + "/etc/link.toml")) << root << ": a link was followed";
+  }
 }
 
 TEST(HostPathArg, RelativePathsAreTheCurrentDirectoryOnlyWhenTheHostIsThisMachine) {

@@ -482,6 +482,30 @@ TEST(InstallK0s, UninstallDoesNotWriteThroughALinkPlantedSinceInstall) {
   EXPECT_EQ(slurp(drop_in), "# the user's own, by hand\n");
 }
 
+// The backup install made is gpufence's own file: a link planted at its name (to a root-only
+// file) is refused, and nothing it names is copied into the config. On the old code uninstall
+// "restored" the config from the link's target and left it readable by everyone.
+TEST(InstallFlow, UninstallDoesNotRestoreFromALinkPlantedAtTheBackup) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  auto report = run_install(n.options(), n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  fs::path backup;
+  for (const auto& e : fs::directory_iterator(n.host / "etc/containerd"))
+    if (e.path().filename().string().starts_with("config.toml.bak")) backup = e.path();
+  ASSERT_FALSE(backup.empty()) << "install kept no backup";
+  n.dir.write("host/root/secret", "SECRET=1\n");
+  fs::permissions(n.host / "root/secret", fs::perms::owner_read | fs::perms::owner_write);
+  const std::string installed = slurp(n.host / "etc/containerd/config.toml");
+  fs::remove(backup);
+  fs::create_symlink("/root/secret", backup);
+  auto un = run_uninstall(n.options(), n.env());
+  EXPECT_FALSE(un.ok()) << render_install_report(un);
+  EXPECT_EQ(slurp(n.host / "etc/containerd/config.toml"), installed) << "restored through a link";
+  EXPECT_EQ(slurp(n.host / "root/secret"), "SECRET=1\n");
+}
+
 TEST(InstallFlow, PlainContainerdInstallsRestartsOnceAndVerifies) {
   Node n;
   n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
