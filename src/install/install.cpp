@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "common/escape.hpp"
 #include "common/file.hpp"
 #include "common/strings.hpp"
 #include "containerd/setup.hpp"
@@ -638,6 +639,40 @@ bool has_handler(const std::vector<LoadedRuntime>& loaded, const std::string& na
   });
 }
 
+// What, in the handler the running containerd loaded, would make gpufence-runtime not run or
+// trust what a pod wrote (the doctor's containerd.handler-bypasses-binary and
+// containerd.pod-annotations-cdi), judged on CRI status: containerd merges every file it imports
+// into one table, so another drop-in's keys land in gpufence's handler even when install's own
+// file is right. nullopt when there is none.
+std::optional<std::string> handler_weakness(const std::vector<LoadedRuntime>& loaded,
+                                            const std::string& name) {
+  for (const auto& l : loaded) {
+    if (l.name != name) continue;
+    if (!l.runtime_type.empty() && l.runtime_type != "io.containerd.runc.v2" &&
+        l.runtime_type != "io.containerd.runc.v1")
+      return cat("its runtime_type is \"", escape_text(l.runtime_type),
+                 "\", so BinaryName is never run");
+    if (!l.runtime_path.empty())
+      return cat(
+          "its runtime_path \"", escape_text(l.runtime_path),
+          "\" makes containerd start that shim instead of runc's, so BinaryName is never run");
+    for (const auto& pattern : l.pod_annotations)
+      if (pod_annotation_pattern_admits_cdi(pattern))
+        return cat("its pod_annotations pattern \"", escape_text(pattern),
+                   "\" copies a pod's cdi.k8s.io/ annotations into its containers' specs: any pod "
+                   "could name devices the kubelet never allocated");
+  }
+  return std::nullopt;
+}
+
+// The verify failure for such a handler: where its keys come from is another file.
+std::string weakness_text(const Run& r, const std::string& why) {
+  return cat("containerd at ", r.layout.socket, " loaded runtime ", r.opt.runtime_name, ", but ",
+             why, ". The key comes from a file containerd merges into ", r.layout.config_path,
+             " (an import or drop-in): remove it there (`gpufence setup check-containerd` names "
+             "it), or choose another --runtime-name");
+}
+
 bool nri_listening(const Run& r) {
   return r.env.probe.nri_listening(r.env.host.resolve(r.opt.nri_socket).string());
 }
@@ -863,6 +898,11 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     r.step("containerd config", Outcome::unchanged, already_configured(r));
     auto now_loaded = probe_once(r, milliseconds(2000));
     if (now_loaded && enforced(r, *now_loaded)) {
+      if (auto weak = uses_handler(r.choice.mode) ? handler_weakness(*now_loaded, opt.runtime_name)
+                                                  : std::nullopt) {
+        r.failed("verify", weakness_text(r, *weak));
+        return finish();
+      }
       r.step("restart", Outcome::unchanged, "not needed: containerd already runs it");
       r.step("verify", Outcome::unchanged, enforced_text(r));
       return finish();
@@ -925,6 +965,11 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     r.failed("verify", cat("containerd at ", r.layout.socket, " has no runtime ", opt.runtime_name,
                            " with BinaryName ", opt.binary.link, " (it has: ", join(names, ", "),
                            "); is ", r.layout.config_path, " the file it reads?"));
+    return undo(changed);
+  }
+  if (auto weak = uses_handler(r.choice.mode) ? handler_weakness(*running, opt.runtime_name)
+                                              : std::nullopt) {
+    r.failed("verify", weakness_text(r, *weak));
     return undo(changed);
   }
   if (uses_nri(r.choice.mode)) {

@@ -47,6 +47,10 @@ Result<std::vector<LoadedRuntime>> parse_cri_config_runtimes(std::string_view co
       continue;
     }
     if (auto t = rt.find("runtimeType"); t != rt.end() && t->is_string()) r.runtime_type = *t;
+    if (auto p = rt.find("runtimePath"); p != rt.end() && p->is_string()) r.runtime_path = *p;
+    if (auto a = rt.find("PodAnnotations"); a != rt.end() && a->is_array())
+      for (const auto& pattern : *a)
+        if (pattern.is_string()) r.pod_annotations.push_back(pattern.get<std::string>());
     if (auto o = rt.find("options"); o != rt.end() && o->is_object()) {
       if (auto b = o->find("BinaryName"); b != o->end() && b->is_string())
         r.binary_name = b->get<std::string>();

@@ -41,7 +41,9 @@ std::vector<std::string> host_command(HostExec how, const std::vector<std::strin
 struct LoadedRuntime {
   std::string name;
   std::string runtime_type;
-  std::optional<std::string> binary_name;  // options.BinaryName
+  std::optional<std::string> binary_name;    // options.BinaryName
+  std::string runtime_path;                  // runtimePath: a shim run instead of runc's
+  std::vector<std::string> pod_annotations;  // PodAnnotations: copied from the pod into specs
 };
 
 class RuntimeProbe {

@@ -150,6 +150,27 @@ case $case_name in  # gf:cases
     check "and the running containerd no longer has the handler" grep -q "containerd no longer has handler nvidia" <<<"$out"
     check "the host is as it was, byte for byte" test "$before" = "$(snap)"
     ;;
+  weak-handler)
+    # Another conf.d file (sorting after gpufence's) adds pod_annotations admitting cdi.k8s.io/
+    # to the handler: containerd merges it into gpufence's handler, BinaryName still gpufence's.
+    # Install reads the merged handler from CRI status and fails, the host put back.
+    grep -q "conf.d/\*.toml" "$cfg" || skip "containerd $line's default config does not import conf.d/*.toml"
+    other=$host/etc/containerd/conf.d/99-z-other.toml
+    mkdir -p "$(dirname "$other")"
+    printf 'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]\n  pod_annotations = ["cdi.k8s.io/*"]\n' > "$other"
+    before=$(snap)
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    echo "$out"
+    check "install fails" test "$rc" = 1
+    check "naming the pattern containerd loaded into the handler" grep -q 'pod_annotations pattern "cdi.k8s.io/\*"' <<<"$out"
+    check "the host is as it was, byte for byte" test "$before" = "$(snap)"
+    check "the running containerd does not have the handler" bash -c "! ctr --address '$sock' version >/dev/null 2>&1 || ! containerd --config '$cfg' config dump 2>/dev/null | grep -q gpufence-runtime"
+    rm "$other"
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    check "without that file, install succeeds" test "$rc" = 0 || echo "$out"
+    out=$("${uninstall[@]}" 2>&1); rc=$?
+    check "and uninstall too" test "$rc" = 0 || echo "$out"
+    ;;
   nri)
     # --enforcement nri on containerd 2.3.4 (NRI v0.12): NRI on and gpufence-nri required
     # (fail closed) in the drop-in, no handler; the running containerd listens on NRI's socket

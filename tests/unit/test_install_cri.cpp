@@ -12,7 +12,8 @@ TEST(InstallCri, ReadsRuntimesAndBinaryNames) {
   auto got = parse_cri_config_runtimes(R"({
     "containerd": {"snapshotter": "overlayfs", "defaultRuntimeName": "runc",
       "runtimes": {
-        "nvidia": {"runtimeType": "io.containerd.runc.v2",
+        "nvidia": {"runtimeType": "io.containerd.runc.v2", "runtimePath": "",
+                   "PodAnnotations": ["cdi.k8s.io/*", 7], "ContainerAnnotations": null,
                    "options": {"BinaryName": "/usr/local/bin/gpufence-runtime", "SystemdCgroup": false}},
         "runc": {"runtimeType": "io.containerd.runc.v2", "options": {"BinaryName": ""}},
         "kata": {"runtimeType": "io.containerd.kata.v2", "options": null}}},
@@ -22,6 +23,8 @@ TEST(InstallCri, ReadsRuntimesAndBinaryNames) {
   std::map<std::string, LoadedRuntime> by_name;
   for (const auto& r : *got) by_name[r.name] = r;
   EXPECT_EQ(by_name["nvidia"].binary_name, "/usr/local/bin/gpufence-runtime");
+  EXPECT_EQ(by_name["nvidia"].pod_annotations, std::vector<std::string>{"cdi.k8s.io/*"});
+  EXPECT_EQ(by_name["nvidia"].runtime_path, "");
   EXPECT_EQ(by_name["runc"].binary_name, "");
   EXPECT_EQ(by_name["kata"].runtime_type, "io.containerd.kata.v2");
   EXPECT_FALSE(by_name["kata"].binary_name);

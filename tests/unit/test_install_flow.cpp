@@ -109,7 +109,7 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
 
  private:
   void load() {
-    m_loaded = {{"runc", "io.containerd.runc.v2", std::nullopt}};
+    m_loaded = {{"runc", "io.containerd.runc.v2", std::nullopt, "", {}}};
     std::optional<int> major;
     if (!release.empty()) major = release.starts_with("v2") || release.starts_with("2") ? 2 : 1;
     nri = nri_settings(ContainerdConfig{}, major);
@@ -139,10 +139,11 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
     m_nri = nri.enabled;
     m_loaded.clear();
     for (const auto& h : cri_runtimes(*cfg))
-      m_loaded.push_back({h.name, h.runtime_type, h.binary_name});
+      m_loaded.push_back(
+          {h.name, h.runtime_type, h.binary_name, h.runtime_path, h.pod_annotations});
     if (std::none_of(m_loaded.begin(), m_loaded.end(),
                      [](const LoadedRuntime& l) { return l.name == "runc"; }))
-      m_loaded.push_back({"runc", "io.containerd.runc.v2", std::nullopt});
+      m_loaded.push_back({"runc", "io.containerd.runc.v2", std::nullopt, "", {}});
   }
   fs::path m_config;
   const HostFs* m_host;
@@ -1074,6 +1075,44 @@ TEST(InstallJournal, Version4DefaultGetsAVersion4DropInAndTheRootFileStaysAsItIs
   auto un = run_uninstall(n.options(), n.env());
   ASSERT_TRUE(un.ok()) << render_install_report(un);
   EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+}
+
+// containerd merges every file it imports into one runtime table: another conf.d file that adds
+// pod_annotations admitting cdi.k8s.io/, a runtime_path, or another runtime_type to gpufence's
+// handler leaves its BinaryName in place but lets pods name devices, or never runs it. Install
+// judges what containerd loaded (CRI status) and fails, naming the key, with the host put back;
+// on the old code it reported success. With the other file's key harmless, it installs.
+TEST(InstallJournal, AnotherDropInWeakeningTheHandlerFailsVerify) {
+  const std::pair<std::string, std::string> weak[] = {
+      {"pod_annotations = [\"cdi.k8s.io/*\"]", "pod_annotations pattern"},
+      {"pod_annotations = [\"cdi*/*\"]", "pod_annotations pattern"},
+      {"pod_annotations = [\"*\"]", ""},  // Go's * never matches the / of cdi.k8s.io/
+      {"runtime_path = \"/opt/other/containerd-shim\"", "runtime_path"},
+      {"runtime_type = \"io.containerd.kata.v2\"", "runtime_type"},
+      {"pod_annotations = [\"io.kubernetes.cri.*\"]", ""},
+  };
+  for (const auto& [key, named] : weak) {
+    Node n;
+    const std::string root = fixture("containerd-2.3-config-default.toml");
+    n.dir.write("host/etc/containerd/config.toml", root);
+    // Sorts after 99-gpufence.toml, so its keys win the merge.
+    n.dir.write(
+        "host/etc/containerd/conf.d/99-z-other.toml",
+        "version = 4\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]\n" +
+            key + "\n");
+    n.start_containerd("/etc/containerd/config.toml");
+    n.containerd->release = "v2.3.4";
+    auto before = snapshot(n.host);
+    auto report = run_install(n.options(), n.env());
+    if (named.empty()) {
+      EXPECT_TRUE(report.ok()) << key << "\n" << render_install_report(report);
+      continue;
+    }
+    EXPECT_FALSE(report.ok()) << key << ": reported installed";
+    if (report.ok()) continue;
+    EXPECT_NE(report.failure->find(named), std::string::npos) << *report.failure;
+    EXPECT_EQ(snapshot(n.host), before) << key << ": the host was not put back";
+  }
 }
 
 // A new config on a node whose containerd is 2.3 is written in version 4, on 2.1 in version 3.

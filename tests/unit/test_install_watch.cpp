@@ -35,10 +35,13 @@ class FakeCri final : public RuntimeProbe, public ProcessRunner {
     asks.push_back(m_clock.t);
     switch (script(asks.size())) {
       case Answer::loaded:
-        return std::vector<LoadedRuntime>{
-            {"nvidia", "io.containerd.runc.v2", std::string("/usr/local/bin/gpufence-runtime")}};
+        return std::vector<LoadedRuntime>{{"nvidia",
+                                           "io.containerd.runc.v2",
+                                           std::string("/usr/local/bin/gpufence-runtime"),
+                                           "",
+                                           {}}};
       case Answer::missing:
-        return std::vector<LoadedRuntime>{{"runc", "io.containerd.runc.v2", std::nullopt}};
+        return std::vector<LoadedRuntime>{{"runc", "io.containerd.runc.v2", std::nullopt, "", {}}};
       case Answer::down:
         break;
     }
