@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
+#include <variant>
 
 #include "common/strings.hpp"
 #include "runtime/hooks.hpp"
@@ -183,44 +185,31 @@ TEST(ContainerCgroupMounts, PodChosenPathsInTheReasonAreEscaped) {
   EXPECT_EQ(st.error().message.find('\x1b'), std::string::npos) << st.error().message;
 }
 
-// gpufence-nri keeps the host's cgroup mount points between decisions: a cgroup filesystem
-// mounted (or unmounted) after the first read must be seen at the next decision, and an
-// unchanged table is not read again. Run in a child with a private mount namespace.
-TEST(CgroupMountPoints, AMountMadeAfterTheFirstReadIsSeenAtTheNext) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a cgroup filesystem";
-  test::TempDir dir;
-  const std::string target = (dir / "cg").string();
-  std::filesystem::create_directories(target);
+namespace {
+
+// A child in a private mount namespace of its own runs `body`, which returns "" when every
+// check held, else what failed; a body that cannot set up (no namespace, no cgroup fs to mount)
+// returns Skip. Mounts made there never reach the host.
+struct Skip {
+  std::string why;
+};
+using ChildResult = std::variant<std::string, Skip>;
+
+void in_private_mount_namespace(const std::function<ChildResult()>& body) {
   int pipefd[2];
   ASSERT_EQ(::pipe(pipefd), 0);
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::close(pipefd[0]);
-    auto say = [&](const std::string& what, int code) {
-      (void)!::write(pipefd[1], what.data(), what.size());
-      ::_exit(code);
-    };
-    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr))
-      say("unshare/make-private failed", 77);
-    CgroupMountPoints kept;
-    auto has_target = [&](const std::vector<std::string>& points) {
-      return std::find(points.begin(), points.end(), target) != points.end();
-    };
-    auto first = kept.get();
-    if (!first || has_target(*first)) say("first read wrong", 1);
-    if (!kept.get() || kept.reads() != 1) say("an unchanged table was read again", 2);
-    if (::mount("cgroup2", target.c_str(), "cgroup2", 0, nullptr) != 0 &&
-        ::mount("cgroup", target.c_str(), "cgroup", 0, "devices") != 0)
-      say("no cgroup filesystem can be mounted here", 77);
-    auto after = kept.get();
-    if (!after || !has_target(*after))
-      say("the cgroupfs mounted after the first read was missed", 3);
-    if (::umount2(target.c_str(), MNT_DETACH) != 0) say("umount failed", 4);
-    auto gone = kept.get();
-    if (!gone || has_target(*gone)) say("the unmounted cgroupfs is still listed", 5);
-    if (kept.reads() != 3) say(cat("read ", kept.reads(), " times, not 3"), 6);
-    say("", 0);
+    ChildResult r = ::unshare(CLONE_NEWNS) != 0 ||
+                            ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0
+                        ? ChildResult(Skip{"unshare/make-private failed"})
+                        : body();
+    const Skip* skip = std::get_if<Skip>(&r);
+    const std::string& what = skip ? skip->why : std::get<std::string>(r);
+    (void)!::write(pipefd[1], what.data(), what.size());
+    ::_exit(skip ? 77 : what.empty() ? 0 : 1);
   }
   ::close(pipefd[1]);
   char buf[256] = {};
@@ -234,6 +223,42 @@ TEST(CgroupMountPoints, AMountMadeAfterTheFirstReadIsSeenAtTheNext) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << why;
 }
 
+bool mount_cgroupfs(const std::string& target) {
+  return ::mount("cgroup2", target.c_str(), "cgroup2", 0, nullptr) == 0 ||
+         ::mount("cgroup", target.c_str(), "cgroup", 0, "devices") == 0;
+}
+
+bool lists(const std::vector<std::string>& points, const std::string& p) {
+  return std::find(points.begin(), points.end(), p) != points.end();
+}
+
+}  // namespace
+
+// gpufence-nri keeps the host's cgroup mount points between decisions: a cgroup filesystem
+// mounted (or unmounted) after the first read must be seen at the next decision, and an
+// unchanged table is not read again.
+TEST(CgroupMountPoints, AMountMadeAfterTheFirstReadIsSeenAtTheNext) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a cgroup filesystem";
+  test::TempDir dir;
+  const std::string target = (dir / "cg").string();
+  std::filesystem::create_directories(target);
+  in_private_mount_namespace([&]() -> ChildResult {
+    CgroupMountPoints kept;
+    auto first = kept.get();
+    if (!first || lists(*first, target)) return "first read wrong";
+    if (!kept.get() || kept.reads() != 1) return "an unchanged table was read again";
+    if (!mount_cgroupfs(target)) return Skip{"no cgroup filesystem can be mounted here"};
+    auto after = kept.get();
+    if (!after || !lists(*after, target))
+      return "the cgroupfs mounted after the first read was missed";
+    if (::umount2(target.c_str(), MNT_DETACH) != 0) return "umount failed";
+    auto gone = kept.get();
+    if (!gone || lists(*gone, target)) return "the unmounted cgroupfs is still listed";
+    if (kept.reads() != 3) return cat("read ", kept.reads(), " times, not 3");
+    return "";
+  });
+}
+
 // A rename of a directory above a cgroupfs mount point moves the mount but is no mount or unmount:
 // the kernel marks nothing, so the kept table would name the old place and a bind of the new one
 // would pass the early refusal (the cgroup-mounts hook still judges what was mounted). Each kept
@@ -243,44 +268,18 @@ TEST(CgroupMountPoints, AMountMovedByARenameAboveItIsSeenAtTheNext) {
   test::TempDir dir;
   const std::string before = (dir / "a/b/cg").string(), after = (dir / "a/c/cg").string();
   std::filesystem::create_directories(before);
-  int pipefd[2];
-  ASSERT_EQ(::pipe(pipefd), 0);
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(pipefd[0]);
-    auto say = [&](const std::string& what, int code) {
-      (void)!::write(pipefd[1], what.data(), what.size());
-      ::_exit(code);
-    };
-    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr))
-      say("unshare/make-private failed", 77);
-    if (::mount("cgroup2", before.c_str(), "cgroup2", 0, nullptr) != 0 &&
-        ::mount("cgroup", before.c_str(), "cgroup", 0, "devices") != 0)
-      say("no cgroup filesystem can be mounted here", 77);
-    auto has = [](const std::vector<std::string>& points, const std::string& p) {
-      return std::find(points.begin(), points.end(), p) != points.end();
-    };
+  in_private_mount_namespace([&]() -> ChildResult {
+    if (!mount_cgroupfs(before)) return Skip{"no cgroup filesystem can be mounted here"};
     CgroupMountPoints kept;
     auto first = kept.get();
-    if (!first || !has(*first, before)) say("first read wrong", 1);
-    if (::rename((dir / "a/b").c_str(), (dir / "a/c").c_str()) != 0) say("rename failed", 2);
+    if (!first || !lists(*first, before)) return "first read wrong";
+    if (::rename((dir / "a/b").c_str(), (dir / "a/c").c_str()) != 0) return "rename failed";
     auto moved = kept.get();
-    if (!moved || has(*moved, before) || !has(*moved, after))
-      say("the moved cgroupfs is kept at its old place", 3);
-    if (kept.reads() != 2) say(cat("read ", kept.reads(), " times, not 2"), 4);
-    if (!kept.get() || kept.reads() != 2) say("an unchanged table was read again", 5);
+    if (!moved || lists(*moved, before) || !lists(*moved, after))
+      return "the moved cgroupfs is kept at its old place";
+    if (kept.reads() != 2) return cat("read ", kept.reads(), " times, not 2");
+    if (!kept.get() || kept.reads() != 2) return "an unchanged table was read again";
     ::umount2(after.c_str(), MNT_DETACH);
-    say("", 0);
-  }
-  ::close(pipefd[1]);
-  char buf[256] = {};
-  ssize_t n = ::read(pipefd[0], buf, sizeof buf - 1);
-  ::close(pipefd[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  std::string why(buf, n > 0 ? static_cast<size_t>(n) : 0);
-  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << why;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << why;
+    return "";
+  });
 }
