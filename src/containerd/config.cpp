@@ -125,6 +125,11 @@ std::vector<RuntimeHandler> runtimes_of(const toml::table* runtimes) {
 
 }  // namespace
 
+bool is_runc_shim_type(std::string_view runtime_type) {
+  return runtime_type == "io.containerd.runc.v2" || runtime_type == "io.containerd.runc.v1" ||
+         runtime_type.empty();
+}
+
 bool is_runc_option_key(std::string_view key) {
   return kRuncOptionKeys.contains(key);
 }
@@ -392,8 +397,7 @@ void for_each_gpu_runtime(const ConfigUnderCheck& in, F&& f) {
 }
 
 bool runs_under_runc_shim(const RuntimeHandler& h) {
-  return h.runtime_type == "io.containerd.runc.v2" || h.runtime_type == "io.containerd.runc.v1" ||
-         h.runtime_type.empty();
+  return is_runc_shim_type(h.runtime_type);
 }
 
 // A runtimes table under the old linux runtime plugin: the CRI plugin never reads it.

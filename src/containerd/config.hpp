@@ -108,6 +108,9 @@ std::vector<RuntimeHandler> cri_runtimes(const ContainerdConfig& cfg);
 bool defines_runtime_in_any_version(const ContainerdConfig& cfg, std::string_view name);
 // A key of runc's Options (containerd runtime/v2/runc/options/oci.proto) as TOML spells it.
 bool is_runc_option_key(std::string_view key);
+// A runtime_type whose shim is runc's, which runs options.BinaryName ("" is containerd's default,
+// runc v2).
+bool is_runc_shim_type(std::string_view runtime_type);
 // default_runtime_name, or "runc" when unset (containerd's default).
 std::string default_runtime_name(const ContainerdConfig& cfg);
 

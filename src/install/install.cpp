@@ -648,8 +648,7 @@ std::optional<std::string> handler_weakness(const std::vector<LoadedRuntime>& lo
                                             const std::string& name) {
   for (const auto& l : loaded) {
     if (l.name != name) continue;
-    if (!l.runtime_type.empty() && l.runtime_type != "io.containerd.runc.v2" &&
-        l.runtime_type != "io.containerd.runc.v1")
+    if (!is_runc_shim_type(l.runtime_type))
       return cat("its runtime_type is \"", escape_text(l.runtime_type),
                  "\", so BinaryName is never run");
     if (!l.runtime_path.empty())
