@@ -4,17 +4,16 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <thread>
 
 #include "common/hostfs.hpp"
 #include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "nri/adjust.hpp"
-#include "nri/session.hpp"
+#include "nri/fence.hpp"
+#include "nri/run.hpp"
 
 using namespace gpufence;
 namespace gnri = gpufence::nri;
@@ -56,22 +55,35 @@ int run(int argc, char** argv) {
       "gpufence-runtime, applied as an NRI adjustment inside containerd's CreateContainer.\n"
       "Configuration: /etc/gpufence/runtime.toml or $GPUFENCE_RUNTIME_CONFIG (deploy/"
       "runtime.toml). Started by containerd from its plugin_path (NN-name, fd 3 in "
-      "$NRI_PLUGIN_SOCKET), it serves that one connection; started on its own, it connects to "
-      "--socket and reconnects whenever containerd restarts. Its status for `gpufence doctor` "
-      "(connected, and the containers containerd created without it) goes to [nri] status_file "
+      "$NRI_PLUGIN_SOCKET), it serves that one connection and starts a keeper that brings it "
+      "back through --socket whenever it is gone; started on its own, it connects to --socket "
+      "and reconnects whenever containerd restarts. Launched as NN-gpufence-fence (or with "
+      "--fence) it is the fence: a validator (containerd 2.2+) that rejects every container "
+      "gpufence-nri did not decide. Its status for `gpufence doctor` goes to [nri] status_file "
       "(default /var/lib/gpufence/nri-status.json). docs/nri.md"};
-  std::string socket_path = "/var/run/nri/nri.sock";
-  gnri::SessionOptions options;
+  gnri::ServeOptions serve;
+  std::string socket_path;
   std::string hook_binary;
-  app.add_option("--socket", socket_path, "containerd's NRI socket (socket_path)")
-      ->capture_default_str();
-  app.add_option("--name", options.name, "plugin name")->capture_default_str();
-  app.add_option("--index", options.index, "two-digit plugin index (order among plugins)")
-      ->capture_default_str();
+  bool fence = false, once = false, keeper = false;
+  app.add_option("--socket", socket_path,
+                 "containerd's NRI socket (socket_path; default [nri] socket, "
+                 "/var/run/nri/nri.sock)");
+  app.add_option("--name", serve.session.name,
+                 "plugin name (default gpufence-nri, the fence: "
+                 "gpufence-fence)");
+  app.add_option("--index", serve.session.index,
+                 "two-digit plugin index (order among plugins; default 10, the fence: 20)");
   app.add_option(
       "--hook-binary", hook_binary,
       "gpufence-runtime as the host sees it, for the OCI hooks the decision adds "
       "(default: gpufence-runtime beside this binary, or beside a link on the way to it)");
+  app.add_flag("--fence", fence, "run as the fence (validator) instead of the decider");
+  app.add_flag("--once", once,
+               "serve one connection through --socket, then exit (a keeper "
+               "starts these)");
+  app.add_flag("--keeper", keeper,
+               "keep the role served: start --once servers whenever none "
+               "holds the role's lock in [nri] keeper_dir");
   CLI11_PARSE(app, argc, argv);
 
   auto config = load_runtime_config();
@@ -86,57 +98,51 @@ int run(int argc, char** argv) {
       log.warn("nri.log_file_unavailable", {{"error", st.error().message}});
     }
   }
+
+  // Launched by containerd: fd 3, name and index from the environment (nri@v0.12.0:
+  // pkg/adaptation/plugin.go newLaunchedPlugin).
+  const char* launched_fd = std::getenv("NRI_PLUGIN_SOCKET");
+  if (launched_fd) {
+    if (const char* n = std::getenv("NRI_PLUGIN_NAME")) serve.session.name = n;
+    if (const char* i = std::getenv("NRI_PLUGIN_IDX")) serve.session.index = i;
+    serve.mode = gnri::ServeMode::launched;
+    serve.launched_fd = std::atoi(launched_fd);
+    if (serve.launched_fd < 3) {
+      log.error("nri.bad_socket_fd", {{"NRI_PLUGIN_SOCKET", launched_fd}});
+      return 1;
+    }
+  } else {
+    serve.mode = keeper ? gnri::ServeMode::keeper
+                 : once ? gnri::ServeMode::once
+                        : gnri::ServeMode::external;
+  }
+  if (fence || serve.session.name == gnri::kFencePluginName) {
+    serve.role = gnri::Role::fence;
+    if (serve.session.name == "gpufence-nri") serve.session.name = gnri::kFencePluginName;
+    if (!launched_fd && app.count("--index") == 0) serve.session.index = "20";
+  }
+  serve.socket = socket_path.empty() ? config->nri_socket : socket_path;
+  serve.files.dir = config->nri_keeper_dir;
+  serve.self_exe = self_exe();
+
+  if (serve.role == gnri::Role::fence) {
+    log.info("nri.started", {{"role", "fence"}});
+    gnri::FenceHandler handler(log, "gpufence-nri");
+    return gnri::serve(
+        serve, handler, [](gnri::NriState) {}, log);
+  }
   if (hook_binary.empty()) hook_binary = default_hook_binary(argc > 0 ? argv[0] : nullptr);
-  log.info("nri.started", {{"hook_binary", hook_binary}});
+  if (serve.mode != gnri::ServeMode::keeper)
+    log.info("nri.started", {{"role", "decider"}, {"hook_binary", hook_binary}});
   CgroupMountPoints cgroup_mounts;  // read again only after the host's mount table changed
   ShimContext ctx{*config, log, host_nvml_inventory(config->nvml_library), hook_binary,
                   CdiEdits::already_injected};
   ctx.cgroup_mounts = &cgroup_mounts;
-  const char* launched_fd = std::getenv("NRI_PLUGIN_SOCKET");
   gnri::GpufenceHandler handler(
-      ctx, launched_fd ? cat("launched by containerd (fd ", launched_fd, ")") : socket_path);
-
-  // Launched by containerd: fd 3, name and index from the environment (nri@v0.12.0:
-  // pkg/adaptation/plugin.go newLaunchedPlugin); the connection is the plugin's life.
-  if (const char* fd_text = launched_fd) {
-    if (const char* n = std::getenv("NRI_PLUGIN_NAME")) options.name = n;
-    if (const char* i = std::getenv("NRI_PLUGIN_IDX")) options.index = i;
-    int fd = std::atoi(fd_text);
-    if (fd < 3) {
-      log.error("nri.bad_socket_fd", {{"NRI_PLUGIN_SOCKET", fd_text}});
-      return 1;
-    }
-    auto st = gnri::run_session(fd, options, handler, log);
-    if (!st) log.error("nri.session_failed", {{"error", st.error().message}});
-    handler.disconnected(gnri::NriState::exited);
-    return st ? 0 : 1;
-  }
-
-  // External: connect, serve, and reconnect when containerd goes away (it never reconnects a
-  // plugin itself, docs/nri.md).
-  bool announced_wait = false;
-  handler.disconnected(gnri::NriState::waiting);
-  for (;;) {
-    auto fd = gnri::connect_nri_socket(socket_path);
-    if (!fd) {
-      if (!announced_wait)
-        log.warn("nri.waiting_for_runtime",
-                 {{"socket", socket_path}, {"error", fd.error().message}});
-      announced_wait = true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      continue;
-    }
-    announced_wait = false;
-    log.info("nri.connected", {{"socket", socket_path}});
-    auto st = gnri::run_session(*fd, options, handler, log);
-    ::close(*fd);
-    handler.disconnected(gnri::NriState::waiting);
-    if (!st)
-      log.error("nri.session_failed", {{"error", st.error().message}});
-    else
-      log.info("nri.disconnected", {{"socket", socket_path}});
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+      ctx, launched_fd ? cat("launched by containerd (fd ", launched_fd, ")") : serve.socket);
+  handler.inventory_for = [](const std::string& library) { return host_nvml_inventory(library); };
+  return gnri::serve(
+      serve, handler, [&handler](gnri::NriState state) { handler.disconnected(state); }, log);
 }
 
 }  // namespace

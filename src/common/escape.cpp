@@ -1,5 +1,6 @@
 #include "common/escape.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace gpufence {
@@ -32,15 +33,15 @@ size_t utf8_sequence(std::string_view in, size_t i) {
   return ok ? len : 0;
 }
 
-}  // namespace
-
-std::string escape_text(std::string_view in, std::string_view also) {
-  std::string out;
-  out.reserve(in.size());
-  for (size_t i = 0; i < in.size();) {
+// The one escaping loop: stops once the output holds `limit` bytes and returns how many input
+// bytes it consumed.
+size_t escape_into(std::string& out, std::string_view in, std::string_view also, bool backslash,
+                   size_t limit) {
+  size_t i = 0;
+  while (i < in.size() && out.size() < limit) {
     auto b = static_cast<unsigned char>(in[i]);
     if (b == '\\') {
-      out += "\\\\";
+      out += backslash ? "\\\\" : "\\";
       ++i;
     } else if (b < 0x80) {
       if (b < 0x20 || b == 0x7f || also.find(static_cast<char>(b)) != std::string_view::npos)
@@ -56,7 +57,32 @@ std::string escape_text(std::string_view in, std::string_view also) {
       ++i;
     }
   }
+  return i;
+}
+
+std::string bounded(std::string_view in, size_t max_bytes, std::string_view also, bool backslash) {
+  std::string out;
+  out.reserve(std::min(in.size(), max_bytes) + 32);
+  size_t used = escape_into(out, in, also, backslash, max_bytes);
+  if (used < in.size()) out += "...(" + std::to_string(in.size()) + " bytes)";
   return out;
+}
+
+}  // namespace
+
+std::string escape_text(std::string_view in, std::string_view also) {
+  std::string out;
+  out.reserve(in.size());
+  escape_into(out, in, also, true, std::string::npos);
+  return out;
+}
+
+std::string escape_excerpt(std::string_view in, size_t max_bytes, std::string_view also) {
+  return bounded(in, max_bytes, also, true);
+}
+
+std::string bounded_line(std::string_view escaped, size_t max_bytes) {
+  return bounded(escaped, max_bytes, {}, false);
 }
 
 std::string log_value(std::string_view value) {

@@ -14,6 +14,21 @@ namespace gpufence {
 // byte listed in `also` (\xNN). Other UTF-8 passes unchanged.
 std::string escape_text(std::string_view in, std::string_view also = {});
 
+// How much of one pod-controlled string a refusal quotes (docs/trust-model.md): a mountPath or an
+// annotation can be megabytes, and an answer to containerd must stay small.
+inline constexpr size_t kExcerptBytes = 256;
+
+// escape_text, stopped once the output holds `max_bytes` (a character more at most), then
+// "...(N bytes)" with the input's length: a pod string quoted in a message, bounded.
+std::string escape_excerpt(std::string_view in, size_t max_bytes = kExcerptBytes,
+                           std::string_view also = {});
+
+// A message whose pod bytes were already escaped once (escape_text/escape_excerpt), made one
+// bounded printable line: controls and bytes that are not UTF-8 become \xNN, a backslash stays
+// as it is (escaping it again would double every escape), and the text is cut at `max_bytes`
+// with its length named as escape_excerpt does.
+std::string bounded_line(std::string_view escaped, size_t max_bytes);
+
 // A log field's value: escape_text with quotes, '$', backtick, ';', '&', '|', '<' and '>' escaped
 // too (no command substitution, no second command, no redirection even if a shell read the line),
 // then wrapped

@@ -1,6 +1,7 @@
 #include "nri/adjust.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 
 #include <unistd.h>
 
@@ -70,10 +72,33 @@ const Json& list_at(const Json& spec, std::initializer_list<const char*> path) {
   return at->is_array() ? *at : empty;
 }
 
-const Json* find_by(const Json& list, const char* key, const std::string& value) {
-  for (const auto& item : list)
-    if (item.value(key, "") == value) return &item;
-  return nullptr;
+// Each item of a list by its `key` field, the first of equal ones (as a linear search finds it):
+// a lookup per item keeps a diff linear in the list's length.
+class IndexBy {
+ public:
+  IndexBy(const Json& list, const char* key) {
+    m_items.reserve(list.size());
+    for (const auto& item : list) {
+      auto it = item.find(key);
+      if (it != item.end() && it->is_string())
+        m_items.emplace(it->get_ref<const std::string&>(), &item);
+      else
+        m_items.emplace(std::string_view(), &item);
+    }
+  }
+  const Json* find(std::string_view value) const {
+    auto it = m_items.find(value);
+    return it == m_items.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::unordered_map<std::string_view, const Json*> m_items;
+};
+
+std::string_view string_at(const Json& item, const char* key) {
+  auto it = item.find(key);
+  return it != item.end() && it->is_string() ? std::string_view(it->get_ref<const std::string&>())
+                                             : std::string_view();
 }
 
 api::LinuxDevice device_message(const Json& d) {
@@ -164,15 +189,16 @@ std::vector<std::string> diff_devices(const Json& before, const Json& after,
                                       api::ContainerAdjustment& adjust) {
   const Json& old_devs = list_at(before, {"linux", "devices"});
   const Json& new_devs = list_at(after, {"linux", "devices"});
+  const IndexBy old_by_path(old_devs, "path"), new_by_path(new_devs, "path");
   std::vector<std::string> removed;
   for (const auto& d : new_devs) {
-    const Json* was = find_by(old_devs, "path", d.value("path", ""));
+    const Json* was = old_by_path.find(string_at(d, "path"));
     if (was && *was == d) continue;
     *adjust.mutable_linux()->add_devices() = device_message(d);
   }
   for (const auto& d : old_devs) {
-    std::string path = d.value("path", "");
-    if (find_by(new_devs, "path", path)) continue;
+    std::string path(string_at(d, "path"));
+    if (new_by_path.find(path)) continue;
     adjust.mutable_linux()->add_devices()->set_path("-" + path);
     removed.push_back(path);
   }
@@ -182,14 +208,15 @@ std::vector<std::string> diff_devices(const Json& before, const Json& after,
 void diff_mounts(const Json& before, const Json& after, api::ContainerAdjustment& adjust) {
   const Json& old_mounts = list_at(before, {"mounts"});
   const Json& new_mounts = list_at(after, {"mounts"});
+  const IndexBy old_by_dest(old_mounts, "destination"), new_by_dest(new_mounts, "destination");
   for (const auto& m : new_mounts) {
-    const Json* was = find_by(old_mounts, "destination", m.value("destination", ""));
+    const Json* was = old_by_dest.find(string_at(m, "destination"));
     if (was && *was == m) continue;
     *adjust.add_mounts() = mount_message(m);
   }
   for (const auto& m : old_mounts) {
-    std::string dest = m.value("destination", "");
-    if (!find_by(new_mounts, "destination", dest)) adjust.add_mounts()->set_destination("-" + dest);
+    std::string_view dest = string_at(m, "destination");
+    if (!new_by_dest.find(dest)) adjust.add_mounts()->set_destination(cat("-", dest));
   }
 }
 
@@ -243,6 +270,59 @@ bool rules_narrowed(const std::vector<DeviceRule>& before, const std::vector<Dev
 
 }  // namespace
 
+Status check_request_limits(const api::PodSandbox& pod, const api::Container& container,
+                            const RequestLimits& limits) {
+  auto over = [](std::string_view what, size_t n, size_t limit) -> Status {
+    return fail(Errc::denied, "the container has ", n, " ", what,
+                ", above gpufence-nri's limit of ", limit, " (docs/nri.md, \"Limits\")");
+  };
+  const auto& c = container;
+  if (size_t n = c.mounts_size(); n > limits.mounts) return over("mounts", n, limits.mounts);
+  if (size_t n = c.linux().devices_size(); n > limits.devices)
+    return over("device nodes", n, limits.devices);
+  if (size_t n = c.linux().resources().devices_size(); n > limits.device_rules)
+    return over("device cgroup rules", n, limits.device_rules);
+  if (size_t n = c.env_size(); n > limits.env) return over("env entries", n, limits.env);
+  const auto& h = c.hooks();
+  size_t hooks = h.prestart_size() + h.create_runtime_size() + h.create_container_size() +
+                 h.start_container_size() + h.poststart_size() + h.poststop_size();
+  if (hooks > limits.hooks) return over("hooks", hooks, limits.hooks);
+  size_t annotation_bytes = 0;
+  for (const auto* map : {&pod.annotations(), &c.annotations()})
+    for (const auto& [k, v] : *map) annotation_bytes += k.size() + v.size();
+  if (annotation_bytes > limits.annotation_bytes)
+    return over("bytes of annotations (the pod's and its own)", annotation_bytes,
+                limits.annotation_bytes);
+  auto long_path = [&](std::string_view what, const std::string& path) -> Status {
+    if (path.size() <= limits.path_bytes) return {};
+    return fail(Errc::denied, what, " ", escape_excerpt(path), " is longer than ",
+                limits.path_bytes, " bytes (PATH_MAX)");
+  };
+  for (const auto& m : c.mounts()) {
+    if (auto st = long_path("mount destination", m.destination()); !st) return st;
+    if (auto st = long_path("mount source", m.source()); !st) return st;
+  }
+  for (const auto& d : c.linux().devices())
+    if (auto st = long_path("device", d.path()); !st) return st;
+  return {};
+}
+
+Status refuse_shared_trusted_annotations(const api::PodSandbox& pod,
+                                         const api::Container& container,
+                                         const std::vector<std::string>& trusted_prefixes) {
+  for (const auto& [key, value] : container.annotations()) {
+    if (!pod.annotations().contains(key)) continue;
+    bool read = key == kDecidedAnnotation ||
+                std::any_of(trusted_prefixes.begin(), trusted_prefixes.end(),
+                            [&](const std::string& p) { return key.starts_with(p); });
+    if (read)
+      return fail(Errc::denied, "annotation ", escape_excerpt(key),
+                  " is set on the pod and on the container: a pod annotation containerd copied "
+                  "into the container (pod_annotations) cannot be told from the device plugin's");
+  }
+  return {};
+}
+
 Json container_spec(const api::PodSandbox& pod, const api::Container& container) {
   Json spec = Json::object();
   Json annotations = Json::object();
@@ -284,11 +364,25 @@ Json container_spec(const api::PodSandbox& pod, const api::Container& container)
 }
 
 Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Container& container,
-                                     const RuntimeInfo& runtime, ShimContext& ctx) {
+                                     const RuntimeInfo& runtime, ShimContext& ctx,
+                                     std::optional<SteadyTime> deadline) {
   NriDecision out;
   out.shim.container_id = container.id();
-  const std::string where = cat("container ", escape_text(container.name()), " of pod ",
-                                escape_text(pod.namespace_()), "/", escape_text(pod.name()));
+  const std::string where = cat("container ", escape_excerpt(container.name()), " of pod ",
+                                escape_excerpt(pod.namespace_()), "/", escape_excerpt(pod.name()));
+  // Between steps: a decision past its budget stops and frees what it holds (its answer would
+  // come after the runtime gave up on it).
+  auto out_of_time = [&](std::string_view step) -> Status {
+    if (!deadline || std::chrono::steady_clock::now() < *deadline) return {};
+    return fail(Errc::denied, where, ": no decision within the budget (stopped before ", step, ")");
+  };
+
+  // 0. Bounded before anything is copied, and no trusted key the pod also sets.
+  if (auto st = check_request_limits(pod, container); !st)
+    return std::unexpected(st.error().wrap(where));
+  if (auto st = refuse_shared_trusted_annotations(pod, container, ctx.config.annotation_prefixes);
+      !st)
+    return std::unexpected(st.error().wrap(where));
 
   // 1. The spec as the shim would read it. A device rule or node of a type NRI cannot mean
   //    (containerd builds these from the OCI spec) is refused as the shim refuses it.
@@ -298,15 +392,24 @@ Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Cont
   if (!before_rules) return std::unexpected(before_rules.error().wrap(where));
 
   // 2. The shim's decision and edit.
+  if (auto st = out_of_time("the isolation edit"); !st) return std::unexpected(st.error());
   Json after = before;
   auto changed = edit_spec(after, ctx, out.shim, where);
   if (!changed)
     return std::unexpected(
         changed.error().message.starts_with(where) ? changed.error() : changed.error().wrap(where));
   out.rules = "unchanged";
-  if (!*changed) return out;
+  const auto mark = [&] {
+    (*out.adjust.mutable_annotations())[std::string(kDecidedAnnotation)] = container.id();
+  };
+  if (!*changed) {
+    mark();
+    return out;
+  }
 
   // 3. The edit as an adjustment.
+  out.edited = true;
+  if (auto st = out_of_time("the adjustment"); !st) return std::unexpected(st.error());
   if (without_carried_fields(before) != without_carried_fields(after))
     return fail(Errc::internal, where, ": the isolation edit changed a field NRI cannot adjust");
   diff_env(before, after, out.adjust, out.gaps);
@@ -346,17 +449,18 @@ Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Cont
     out.gaps.push_back(gap);
   }
 
-  // 6. The mark a later Synchronize reads (judge_synchronized).
-  if (out.adjust.ByteSizeLong() > 0)
-    (*out.adjust.mutable_annotations())[std::string(kDecidedAnnotation)] = "true";
+  // 6. The mark the fence checks and a later Synchronize reads (judge_synchronized).
+  mark();
   return out;
 }
 
 namespace {
 
-bool carries_decision(const api::PodSandbox* pod, const api::Container& c) {
-  const std::string key(kDecidedAnnotation);
-  return c.annotations().contains(key) && !(pod && pod->annotations().contains(key));
+// Decided by gpufence-nri: its mark holds this container's id, which containerd generated after
+// the pod was written (no pod annotation can carry it).
+bool carries_decision(const api::Container& c) {
+  auto it = c.annotations().find(std::string(kDecidedAnnotation));
+  return it != c.annotations().end() && !c.id().empty() && it->second == c.id();
 }
 
 // What a decision would change as far as GPUs go; "" when nothing.
@@ -385,7 +489,7 @@ SyncJudgement judge_synchronized(const std::vector<api::PodSandbox>& pods,
     if (c.state() == api::CONTAINER_STOPPED) continue;
     auto it = by_id.find(c.pod_sandbox_id());
     const api::PodSandbox* pod = it == by_id.end() ? nullptr : it->second;
-    if (carries_decision(pod, c)) continue;
+    if (carries_decision(c)) continue;
     UnenforcedContainer u{c.id(), pod ? cat(pod->namespace_(), "/", pod->name()) : std::string(),
                           c.name(), pod ? pod->runtime_handler() : std::string(), ""};
     auto d = decide_container(pod ? *pod : none, c, runtime, ctx);
@@ -394,7 +498,7 @@ SyncJudgement judge_synchronized(const std::vector<api::PodSandbox>& pods,
     } else if (std::string effect = gpu_effect(*d); !effect.empty()) {
       u.why = cat("created without gpufence-nri, which would ", effect);
     } else {
-      if (d->adjust.ByteSizeLong() > 0) ++out.without_gpu_edit;
+      if (d->edited) ++out.without_gpu_edit;
       continue;
     }
     out.unenforced.push_back(std::move(u));
@@ -413,6 +517,8 @@ Status GpufenceHandler::configured(const RuntimeInfo& runtime) {
       m_ctx.log.error("nri.bad_config", {{"error", config.error().message}});
       return std::unexpected(config.error());
     }
+    if (inventory_for && config->nvml_library != m_ctx.config.nvml_library)
+      m_ctx.open_inventory = inventory_for(config->nvml_library);
     m_ctx.config = *config;
     if (!m_ctx.config.log_file.empty()) {
       if (auto st = m_ctx.log.open_file(m_ctx.config.log_file); !st)
@@ -547,6 +653,9 @@ struct GpufenceHandler::Worker {
   std::condition_variable wake, done;
   std::shared_ptr<Job> job;  // the one pending or running
   bool abandoned = false;
+  // Workers abandoned in a decision that has not returned yet (a hung NVML call or filesystem),
+  // shared by every worker of one handler.
+  std::shared_ptr<std::atomic<int>> hung;
 
   static void run(std::shared_ptr<Worker> self) {
     std::unique_lock lock(self->mutex);
@@ -560,9 +669,17 @@ struct GpufenceHandler::Worker {
       job->result = std::move(result);
       job->done = true;
       self->done.notify_all();
+      if (self->abandoned) {
+        --*self->hung;
+        return;
+      }
     }
   }
 };
+
+// At most this many decisions left hanging at once; past it every creation is refused at once
+// rather than starting one more thread that would hang too (each holds its copies).
+inline constexpr int kMaxHungDecisions = 4;
 
 GpufenceHandler::~GpufenceHandler() {
   if (!m_worker) return;
@@ -572,9 +689,24 @@ GpufenceHandler::~GpufenceHandler() {
 }
 
 Result<NriDecision> GpufenceHandler::decide_within_budget(const api::PodSandbox& pod,
-                                                          const api::Container& container) {
+                                                          const api::Container& container,
+                                                          SteadyTime received) {
+  const std::string who = cat("container ", escape_excerpt(container.name()), " of pod ",
+                              escape_excerpt(pod.namespace_()), "/", escape_excerpt(pod.name()));
+  // The budget counts from the request's arrival: the runtime's clock started before ours.
+  const auto budget =
+      std::chrono::milliseconds(std::max<int64_t>(m_runtime.request_timeout_ms * 3 / 4, 100));
+  const SteadyTime deadline = received + budget;
+  // Bounded before the copies below are made.
+  if (auto st = check_request_limits(pod, container); !st)
+    return std::unexpected(st.error().wrap(who));
+  if (*m_hung >= kMaxHungDecisions)
+    return fail(Errc::denied, who, ": ", m_hung->load(),
+                " earlier decisions are still hung (NVML or a filesystem does not answer); "
+                "refused at once");
   if (!m_worker) {
     m_worker = std::make_shared<Worker>();
+    m_worker->hung = m_hung;
     try {
       std::thread(Worker::run, m_worker).detach();
     } catch (const std::system_error& e) {
@@ -585,31 +717,30 @@ Result<NriDecision> GpufenceHandler::decide_within_budget(const api::PodSandbox&
   auto job = std::make_shared<Worker::Job>();
   // The job owns copies of what it reads (the Logger is thread-safe): one left hanging shares
   // nothing mutable with later calls.
-  job->decide = [pod, container, runtime = m_runtime,
+  job->decide = [pod, container, runtime = m_runtime, deadline,
                  ctx = std::make_shared<ShimContext>(m_ctx)]() {
-    return decide_container(pod, container, runtime, *ctx);
+    return decide_container(pod, container, runtime, *ctx, deadline);
   };
-  const auto budget =
-      std::chrono::milliseconds(std::max<int64_t>(m_runtime.request_timeout_ms * 3 / 4, 100));
   std::unique_lock lock(m_worker->mutex);
   m_worker->job = job;
   m_worker->wake.notify_one();
-  if (!m_worker->done.wait_for(lock, budget, [&] { return job->done; })) {
-    m_worker->abandoned = true;  // it exits once its decision returns, if ever
+  if (!m_worker->done.wait_until(lock, deadline, [&] { return job->done; })) {
+    m_worker->abandoned = true;  // it stops at its next step, or once its call returns
+    ++*m_hung;
     lock.unlock();
     m_worker.reset();
-    return fail(Errc::denied, "container ", escape_text(container.name()), " of pod ",
-                escape_text(pod.namespace_()), "/", escape_text(pod.name()),
-                ": no decision within ", budget.count(),
-                " ms (the runtime would create it unadjusted after its request timeout)");
+    return fail(Errc::denied, who, ": no decision within ", budget.count(),
+                " ms of the request (the runtime would create it unadjusted after its request "
+                "timeout)");
   }
   return std::move(job->result);
 }
 
-Result<api::ContainerAdjustment> GpufenceHandler::create_container(
-    const api::PodSandbox& pod, const api::Container& container) {
+Result<api::ContainerAdjustment> GpufenceHandler::create_container(const api::PodSandbox& pod,
+                                                                   const api::Container& container,
+                                                                   SteadyTime received) {
   const auto start = std::chrono::steady_clock::now();
-  auto decision = decide_within_budget(pod, container);
+  auto decision = decide_within_budget(pod, container, received);
   const auto took_us = std::chrono::duration_cast<std::chrono::microseconds>(
                            std::chrono::steady_clock::now() - start)
                            .count();
@@ -624,22 +755,21 @@ Result<api::ContainerAdjustment> GpufenceHandler::create_container(
   const ShimDecision& d = decision->shim;
   if (!d.ignored.empty())
     m_ctx.log.info("nri.ignored", {{"container", d.container_id}, {"what", join(d.ignored, "; ")}});
-  m_ctx.log.info("nri.decision",
-                 {{"container", d.container_id},
-                  {"pod", cat(pod.namespace_(), "/", pod.name())},
-                  {"name", container.name()},
-                  {"channel", std::string(channel_name(d.channel))},
-                  {"privileged", d.admits_all_devices ? "true" : "false"},
-                  {"passthrough", d.passthrough ? "true" : "false"},
-                  {"granted", join(d.granted, ",")},
-                  {"removed", join(d.removed_nodes, ",")},
-                  {"whitelist", d.whitelisted ? "true" : "false"},
-                  {"rules", decision->rules},
-                  {"adjusted", decision->adjust.ByteSizeLong() > 0 ? "true" : "false"},
-                  {"gpus_from", d.inventory_source},
-                  {"nodes", join(d.granted_nodes, ",")},
-                  {"gaps", join(decision->gaps, "; ")},
-                  {"took_us", std::to_string(took_us)}});
+  m_ctx.log.info("nri.decision", {{"container", d.container_id},
+                                  {"pod", cat(pod.namespace_(), "/", pod.name())},
+                                  {"name", container.name()},
+                                  {"channel", std::string(channel_name(d.channel))},
+                                  {"privileged", d.admits_all_devices ? "true" : "false"},
+                                  {"passthrough", d.passthrough ? "true" : "false"},
+                                  {"granted", join(d.granted, ",")},
+                                  {"removed", join(d.removed_nodes, ",")},
+                                  {"whitelist", d.whitelisted ? "true" : "false"},
+                                  {"rules", decision->rules},
+                                  {"adjusted", decision->edited ? "true" : "false"},
+                                  {"gpus_from", d.inventory_source},
+                                  {"nodes", join(d.granted_nodes, ",")},
+                                  {"gaps", join(decision->gaps, "; ")},
+                                  {"took_us", std::to_string(took_us)}});
   if (m_ctx.log.enabled(LogLevel::debug))
     m_ctx.log.debug("nri.adjustment", {{"container", d.container_id},
                                        {"adjust", decision->adjust.ShortDebugString()}});

@@ -21,6 +21,8 @@
 // (the installer pairs gpufence-nri with the shim for those on runtimes below NRI v0.10).
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +37,30 @@ namespace gpufence::nri {
 inline constexpr std::string_view kCriCdiDevicesAnnotation =
     "cdi.k8s.io/gpufence-nri.cri-cdi-devices";
 
+// The most a container may hold for gpufence-nri to decide it; above any, the creation is refused
+// before anything is copied (docs/nri.md, "Limits"). Real pods stay far below: these bound the
+// work and memory one pod spec can cost the plugin every other pod waits on.
+struct RequestLimits {
+  size_t mounts = 1024;
+  size_t devices = 1024;
+  size_t device_rules = 1024;
+  size_t env = 16384;
+  size_t hooks = 256;
+  size_t annotation_bytes = 1u << 20;  // keys and values, the pod's and the container's
+  size_t path_bytes = 4096;  // a mount's destination or source, a device's path (PATH_MAX)
+};
+
+// Why the request is over a limit (the limit named), or ok.
+Status check_request_limits(const api::PodSandbox& pod, const api::Container& container,
+                            const RequestLimits& limits = {});
+
+// A key the decision reads (a trusted annotation prefix, or gpufence-nri's own mark) that the pod
+// also carries: containerd's pod_annotations may have copied the pod's value into the
+// container, and the two cannot be told apart, so the creation is refused (never a key dropped).
+Status refuse_shared_trusted_annotations(const api::PodSandbox& pod,
+                                         const api::Container& container,
+                                         const std::vector<std::string>& trusted_prefixes);
+
 // The OCI-spec-shaped JSON of what NRI shows about a container.
 Json container_spec(const api::PodSandbox& pod, const api::Container& container);
 
@@ -43,12 +69,17 @@ struct NriDecision {
   api::ContainerAdjustment adjust;
   std::string rules;  // "unchanged", "appended" or "not-applied" (runtime below NRI v0.10)
   std::vector<std::string> gaps;  // promises this runtime cannot keep for this container
+  bool edited = false;  // the adjustment changes the container (beyond gpufence-nri's mark)
 };
 
-// Decides for one container; an error means the creation must fail. A non-empty adjustment also
-// sets kDecidedAnnotation, so the container shows at the next Synchronize that it was decided.
+// Decides for one container; an error means the creation must fail. Every adjustment (an empty
+// decision too) sets kDecidedAnnotation to the container's id: the fence lets through only
+// containers that carry it, and a later Synchronize reads it (a pod cannot know the id that
+// containerd generates, so no pod annotation can stand for it). Past `deadline` the decision
+// stops between steps and refuses.
 Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Container& container,
-                                     const RuntimeInfo& runtime, ShimContext& ctx);
+                                     const RuntimeInfo& runtime, ShimContext& ctx,
+                                     std::optional<SteadyTime> deadline = std::nullopt);
 
 // What a Synchronize shows: containerd's containers that carry no decision of gpufence-nri's
 // (created while it was down, or before it was installed), judged by deciding each again as if
@@ -81,8 +112,12 @@ class GpufenceHandler : public PluginHandler {
   Status configured(const RuntimeInfo& runtime) override;
   void synchronized(const api::SynchronizeRequest& request) override;
   Result<api::ContainerAdjustment> create_container(const api::PodSandbox& pod,
-                                                    const api::Container& container) override;
+                                                    const api::Container& container,
+                                                    SteadyTime received) override;
   const RuntimeInfo& runtime() const { return m_runtime; }
+  // How a config's nvml_library becomes the inventory factory; set: a launched plugin's .conf
+  // that names another library takes effect (unset in tests, which inject their inventory).
+  std::function<InventoryFactory(const std::string&)> inventory_for;
   // The connection ended: `waiting` for the runtime to come back, or `exited` for good.
   void disconnected(NriState state);
   // Blocks until the judgement of the last complete Synchronize is in the status file.
@@ -91,11 +126,12 @@ class GpufenceHandler : public PluginHandler {
  private:
   struct StatusState;
   Result<NriDecision> decide_within_budget(const api::PodSandbox& pod,
-                                           const api::Container& container);
+                                           const api::Container& container, SteadyTime received);
   struct Worker;
   ShimContext& m_ctx;
   RuntimeInfo m_runtime;
   std::shared_ptr<Worker> m_worker;
+  std::shared_ptr<std::atomic<int>> m_hung = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<StatusState> m_status;
   std::vector<api::PodSandbox> m_sync_pods;  // a split Synchronize, gathered until its last chunk
   std::vector<api::Container> m_sync_containers;

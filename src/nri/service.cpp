@@ -15,8 +15,9 @@ TtrpcMessage response_message(uint32_t stream, StatusCode code, std::string_view
   // ttrpc's Go server omits the status on success (ttrpc@v1.2.8:services.go unaryCall).
   if (code != StatusCode::ok) {
     response.mutable_status()->set_code(static_cast<int32_t>(code));
-    // proto3 strings must be UTF-8 or the whole response fails to decode in Go.
-    response.mutable_status()->set_message(escape_text(message));
+    // proto3 strings must be UTF-8 or the whole response fails to decode in Go. Pod bytes in
+    // the message were escaped where they were quoted: escaped once, never again here.
+    response.mutable_status()->set_message(bounded_line(message, kMaxStatusMessageBytes));
   }
   response.set_payload(payload);
   TtrpcMessage out{stream, static_cast<uint8_t>(TtrpcType::response), 0, {}};
@@ -50,6 +51,17 @@ StatusCode code_of(const Error& e) {
       return StatusCode::internal;
   }
 }
+
+// An answer ttrpc could not carry (its data over kTtrpcMaxData: a huge adjustment) fails only
+// that request; the connection stays up.
+TtrpcMessage sendable(TtrpcMessage answer) {
+  if (answer.data.size() <= kTtrpcMaxData) return answer;
+  return error(answer.stream, StatusCode::internal,
+               cat("gpufence-nri: the answer is ", answer.data.size(),
+                   " bytes, above ttrpc's limit of ", kTtrpcMaxData, "; refused"));
+}
+
+TtrpcMessage answer_one(const TtrpcMessage& message, PluginHandler& handler);
 
 }  // namespace
 
@@ -116,6 +128,19 @@ uint32_t subscribed_events() {
 }
 
 TtrpcMessage answer_request(const TtrpcMessage& message, PluginHandler& handler) {
+  try {
+    return sendable(answer_one(message, handler));
+  } catch (const std::exception& e) {
+    // A broken invariant or exhausted memory fails this request (closed: a creation fails), not
+    // the session every later container needs.
+    return error(message.stream, StatusCode::internal,
+                 cat("gpufence-nri: internal error: ", e.what()));
+  }
+}
+
+namespace {
+
+TtrpcMessage answer_one(const TtrpcMessage& message, PluginHandler& handler) {
   const uint32_t stream = message.stream;
   ::ttrpc::Request request;
   if (!request.ParseFromString(message.data))
@@ -131,7 +156,7 @@ TtrpcMessage answer_request(const TtrpcMessage& message, PluginHandler& handler)
     if (auto st = handler.configured(runtime_info(in)); !st)
       return error(stream, StatusCode::failed_precondition, st.error().message);
     api::ConfigureResponse out;
-    out.set_events(static_cast<int32_t>(subscribed_events()));
+    out.set_events(static_cast<int32_t>(handler.events()));
     return ok(stream, out);
   }
   if (method == "Synchronize") {
@@ -148,7 +173,9 @@ TtrpcMessage answer_request(const TtrpcMessage& message, PluginHandler& handler)
     api::CreateContainerRequest in;
     if (!decode(payload, in))
       return error(stream, StatusCode::invalid_argument, "malformed CreateContainer request");
-    auto adjustment = handler.create_container(in.pod(), in.container());
+    const SteadyTime received =
+        message.received == SteadyTime{} ? std::chrono::steady_clock::now() : message.received;
+    auto adjustment = handler.create_container(in.pod(), in.container(), received);
     if (!adjustment) return error(stream, code_of(adjustment.error()), adjustment.error().message);
     api::CreateContainerResponse out;
     *out.mutable_adjust() = std::move(*adjustment);
@@ -175,11 +202,16 @@ TtrpcMessage answer_request(const TtrpcMessage& message, PluginHandler& handler)
   for (std::string_view known : kKnown)
     if (method == known) return response_message(stream, StatusCode::ok, "", "");
   if (method == "ValidateContainerAdjustment") {
-    api::ValidateContainerAdjustmentResponse out;  // not subscribed; never rejects
-    return ok(stream, out);
+    api::ValidateContainerAdjustmentRequest in;
+    if (!decode(payload, in))
+      return error(stream, StatusCode::invalid_argument,
+                   "malformed ValidateContainerAdjustment request");
+    return ok(stream, handler.validate(in));
   }
   return error(stream, StatusCode::unimplemented, cat("method ", method));
 }
+
+}  // namespace
 
 TtrpcMessage register_request(uint32_t stream, std::string_view name, std::string_view index) {
   api::RegisterPluginRequest payload;

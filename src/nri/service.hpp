@@ -5,6 +5,7 @@
 // reads a mask of 0 as "all events" (nri@v0.12.0:pkg/adaptation/plugin.go `configure`).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -62,22 +63,40 @@ inline constexpr uint32_t event_bit(api::Event e) {
   return 1u << (static_cast<int>(e) - 1);
 }
 
-// What the plugin decides; implemented by the gpufence-nri adjuster and by fakes in tests.
+// The most a refusal's message carries to containerd: it reaches the user through the kubelet's
+// event, and an answer must stay far below ttrpc's 4 MiB whatever a pod put into it.
+inline constexpr size_t kMaxStatusMessageBytes = 4096;
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// What the plugin decides; implemented by the gpufence-nri adjuster (decider), the fence, and by
+// fakes in tests.
 class PluginHandler {
  public:
   virtual ~PluginHandler() = default;
+  // The events to subscribe to on this runtime (ConfigureResponse.events).
+  virtual uint32_t events() const { return subscribed_events(); }
   // An error fails Configure: the runtime drops the plugin (and kills a launched one).
   virtual Status configured(const RuntimeInfo& runtime) = 0;
   virtual void synchronized(const api::SynchronizeRequest& request) = 0;
   // The adjustment for a container being created; an error fails the creation (containerd:
   // "failed to get NRI adjustment for container"), its message is what the user sees.
+  // `received`: when the request arrived; the decision's budget counts from there.
   virtual Result<api::ContainerAdjustment> create_container(const api::PodSandbox& pod,
-                                                            const api::Container& container) = 0;
+                                                            const api::Container& container,
+                                                            SteadyTime received) = 0;
+  // ValidateContainerAdjustment (NRI >= v0.10), sent only to a plugin that subscribed to it.
+  virtual api::ValidateContainerAdjustmentResponse validate(
+      const api::ValidateContainerAdjustmentRequest&) {
+    return {};
+  }
 };
 
 // The response to one ttrpc message received on conn 1 (the plugin's service). Requests for the
 // plugin service's other methods get their empty OK answer; a method NRI does not define gets
 // Unimplemented (as ttrpc's server does); a payload that does not decode gets InvalidArgument.
+// Every answer can be sent: an error's message is one bounded line (kMaxStatusMessageBytes), and
+// an answer over ttrpc's limit becomes a short error for that request, never a broken session.
 TtrpcMessage answer_request(const TtrpcMessage& request, PluginHandler& handler);
 
 // The RegisterPlugin call (conn 2): the ttrpc request the plugin sends first.

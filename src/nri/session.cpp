@@ -68,6 +68,7 @@ Status run_session(int fd, const SessionOptions& options, PluginHandler& handler
       return fail_errno("read", "the NRI socket");
     }
     if (n == 0) return {};  // the runtime closed (or restarted): the caller reconnects
+    const auto received = std::chrono::steady_clock::now();
     mux.feed(std::string_view(buf.data(), static_cast<size_t>(n)));
     for (;;) {
       auto frame = mux.next();
@@ -87,6 +88,7 @@ Status run_session(int fd, const SessionOptions& options, PluginHandler& handler
       if ((*message)->type != static_cast<uint8_t>(TtrpcType::request))
         return fail(Errc::parse, "runtime sent ttrpc type ", +(*message)->type,
                     " on the plugin's service");
+      (*message)->received = received;
       auto reply = answer_request(**message, handler);
       if (auto st = send_message(fd, ConnId::plugin_service, reply); !st) return st;
     }

@@ -9,6 +9,7 @@
 // reads, and refuse what upstream would never send: a peer that does is dropped (fail closed).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -59,6 +60,9 @@ struct TtrpcMessage {
   uint8_t type = 0;
   uint8_t flags = 0;
   std::string data;
+  // When the socket read that completed it returned (a decision's budget counts from there);
+  // unset (epoch) in messages built here or in tests: "now".
+  std::chrono::steady_clock::time_point received{};
 };
 
 std::string encode_ttrpc_header(uint32_t length, uint32_t stream, uint8_t type, uint8_t flags);

@@ -114,8 +114,9 @@ Status read_env(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& 
     if (other != named.end() || all_last) {
       const std::string& second = all_last ? values.back() : *other;
       return fail(Errc::denied, "NVIDIA_VISIBLE_DEVICES is set ", values.size(),
-                  " times with values that disagree (\"", escape_text(named.front(), "\""),
-                  "\", then \"", escape_text(second, "\""),
+                  " times with values that disagree (\"",
+                  escape_excerpt(named.front(), kExcerptBytes, "\""), "\", then \"",
+                  escape_excerpt(second, kExcerptBytes, "\""),
                   "\"): the pod's env overrides the device plugin's, and with trusted_channels "
                   "\"envvar\" that would choose the GPU; remove NVIDIA_VISIBLE_DEVICES from the "
                   "pod's env (docs/trust-model.md)");

@@ -169,13 +169,18 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
                          return {};
                        });
     } else if (section == "nri") {
-      st = apply_table(*table, "nri", {"status_file"},
-                       [&](std::string_view, const toml::node& n) -> Status {
+      st = apply_table(*table, "nri", {"status_file", "keeper_dir", "socket"},
+                       [&](std::string_view key, const toml::node& n) -> Status {
                          auto v = string_value(n, "value");
                          if (!v) return std::unexpected(v.error());
-                         if (!v->empty() && v->front() != '/')
-                           return fail(Errc::parse, "must be an absolute path or \"\"");
-                         cfg.nri_status_file = *v;
+                         if (key == "socket" ? v->empty() || v->front() != '/'
+                                             : !v->empty() && v->front() != '/')
+                           return fail(Errc::parse, key == "socket"
+                                                        ? "must be an absolute path"
+                                                        : "must be an absolute path or \"\"");
+                         (key == "status_file"  ? cfg.nri_status_file
+                          : key == "keeper_dir" ? cfg.nri_keeper_dir
+                                                : cfg.nri_socket) = *v;
                          return {};
                        });
     } else {

@@ -52,6 +52,10 @@ struct RuntimeConfig {
   // gpufence-nri's status for the doctor (nri/status.hpp); "" writes none. Beside the log, in
   // gpufence's own directory.
   std::string nri_status_file = std::string(kNriStatusFile);
+  // Where gpufence-nri's keepers hold their locks ([nri] keeper_dir; "" starts no keeper) and the
+  // NRI socket a keeper reconnects through ([nri] socket): nri/keeper.hpp.
+  std::string nri_keeper_dir = "/run/gpufence/nri";
+  std::string nri_socket = "/var/run/nri/nri.sock";
 
   bool trusts(Channel c) const;
 };

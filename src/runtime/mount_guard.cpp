@@ -79,8 +79,8 @@ Result<bool> pin_private_propagation(Json& spec) {
       std::string opt = o.get<std::string>();
       bind |= opt == "bind" || opt == "rbind";
       if (opt == "shared" || opt == "rshared" || opt == "slave" || opt == "rslave") {
-        return fail(Errc::denied, "mount ", escape_text(m.value("destination", "?")), " asks for ",
-                    opt,
+        return fail(Errc::denied, "mount ", escape_excerpt(m.value("destination", "?")),
+                    " asks for ", opt,
                     " propagation: a mount made later on the host below its source (a cgroup "
                     "filesystem among them) would appear in the container after its mounts were "
                     "checked; use mountPropagation: None (docs/trust-model.md)");
@@ -135,8 +135,8 @@ Status check_container_cgroup_mounts(std::string_view mountinfo, const std::stri
                       : foreign_root   ? "the cgroup hierarchy's " + m.root + " at " + where
                                        : "";
     if (why.empty()) continue;
-    return fail(Errc::denied, "the container's mounts hold ", escape_text(why), " (", m.fstype, " ",
-                escape_text(m.root),
+    return fail(Errc::denied, "the container's mounts hold ", escape_excerpt(why), " (", m.fstype,
+                " ", escape_excerpt(m.root),
                 "): it could move itself out of its devices cgroup and open every GPU, so it does "
                 "not start (docs/trust-model.md)");
   }
@@ -162,8 +162,8 @@ Status refuse_cgroupfs_binds(const Json& spec, const std::vector<std::string>& c
     for (const auto& cg : cgroup_mounts) {
       if (within(host, cg) || (recursive && within(cg, host))) {
         return fail(
-            Errc::denied, "mount ", escape_text(m.value("destination", "?")), " binds ",
-            escape_text(source),
+            Errc::denied, "mount ", escape_excerpt(m.value("destination", "?")), " binds ",
+            escape_excerpt(source),
             within(host, cg) ? ", a cgroup filesystem" : ", which holds a cgroup filesystem",
             ": a container could move itself out of its devices cgroup and open every "
             "GPU (docs/trust-model.md)");

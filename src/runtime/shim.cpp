@@ -108,7 +108,7 @@ Status refuse_foreign_gpu_nodes(const std::vector<DeviceNode>& nodes,
       }
     }
     if (!what.empty())
-      return fail(Errc::denied, "CDI spec gives ", escape_text(node.path), " (char ", node.major,
+      return fail(Errc::denied, "CDI spec gives ", escape_excerpt(node.path), " (char ", node.major,
                   ":", node.minor, ", ", what, ") for ", join(from, ", "),
                   ", which is not a GPU allocated to this container");
   }

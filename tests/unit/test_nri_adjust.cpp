@@ -216,15 +216,26 @@ TEST_F(NriDecide, UnprivilegedThatWouldKeepAForeignNodeIsRefusedBelowV010) {
 TEST_F(NriDecide, PodAnnotationsAndEnvNeverAllocate) {
   api::Container c = unprivileged(-1);
   std::string forged = std::string("nvidia.com/gpu=") + kUuid1;
-  (*c.mutable_annotations())["cdi.k8s.io/forged"] = forged;  // let in by pod_annotations
   (*m_pod.mutable_annotations())["cdi.k8s.io/forged"] = forged;
   c.add_env("NVIDIA_VISIBLE_DEVICES=all");
+  // On the pod alone: nothing.
   auto d = decide(c, "v0.12.0");
   ASSERT_TRUE(d) << d.error().message;
   EXPECT_TRUE(d->shim.granted.empty());
   EXPECT_EQ(env_of(d->adjust)["NVIDIA_VISIBLE_DEVICES"], "void");
-  // The same annotation on the container alone is the device plugin's: it counts.
+  // On both (pod_annotations let it in, or the pod copied the device plugin's key): the two
+  // cannot be told apart, so the creation is refused, never the key silently dropped.
+  (*c.mutable_annotations())["cdi.k8s.io/forged"] = forged;
+  d = decide(c, "v0.12.0");
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("cdi.k8s.io/forged is set on the pod and on the container"),
+            std::string::npos)
+      << d.error().message;
+  // A key the decision does not read may be on both: left alone.
   m_pod.mutable_annotations()->clear();
+  (*m_pod.mutable_annotations())["example.com/team"] = "a";
+  (*c.mutable_annotations())["example.com/team"] = "a";
+  // The same annotation on the container alone is the device plugin's: it counts.
   d = decide(c, "v0.12.0");
   ASSERT_TRUE(d) << d.error().message;
   EXPECT_EQ(d->shim.granted, (std::vector<std::string>{kUuid1}));
@@ -248,11 +259,16 @@ TEST_F(NriDecide, UnknownGpuIdsAreRefused) {
   EXPECT_NE(d.error().message.find("container app"), std::string::npos) << d.error().message;
 }
 
-TEST_F(NriDecide, APlainContainerIsLeftAlone) {
-  auto d = decide(unprivileged(-1), "v0.12.0");
+TEST_F(NriDecide, APlainContainerIsLeftAloneButMarked) {
+  api::Container c = unprivileged(-1);
+  auto d = decide(c, "v0.12.0");
   ASSERT_TRUE(d) << d.error().message;
   EXPECT_EQ(d->rules, "unchanged");
-  EXPECT_EQ(d->adjust.ByteSizeLong(), 0u);
+  EXPECT_FALSE(d->edited);
+  // Only the mark the fence checks: the container's own id.
+  api::ContainerAdjustment only_mark;
+  (*only_mark.mutable_annotations())[std::string(kDecidedAnnotation)] = c.id();
+  EXPECT_EQ(d->adjust.SerializeAsString(), only_mark.SerializeAsString());
 }
 
 TEST_F(NriDecide, AnAllowRuleForAnotherGpuIsDeniedOnV010AndRefusedBelow) {
@@ -320,7 +336,7 @@ TEST_F(NriDecide, ADecisionThatHangsIsARefusalBeforeTheRuntimeGivesUp) {
   api::Container c = unprivileged(-1);
   (*c.mutable_annotations())["cdi.k8s.io/x"] = "nvidia.com/gpu=0";
   auto start = std::chrono::steady_clock::now();
-  auto adjust = handler.create_container(m_pod, c);
+  auto adjust = handler.create_container(m_pod, c, std::chrono::steady_clock::now());
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_FALSE(adjust);
   if (!adjust) {
@@ -329,7 +345,7 @@ TEST_F(NriDecide, ADecisionThatHangsIsARefusalBeforeTheRuntimeGivesUp) {
   }
   EXPECT_LT(took, std::chrono::milliseconds(750 + 2000)) << "the runtime's timeout is 1000 ms";
   // The next container gets a fresh worker and its decision.
-  auto next = handler.create_container(m_pod, unprivileged(0));
+  auto next = handler.create_container(m_pod, unprivileged(0), std::chrono::steady_clock::now());
   EXPECT_TRUE(next) << (next ? "" : next.error().message);
   // Let the hung decision end before the fixture it reads goes away.
   std::unique_lock lock(gate->mu);
@@ -342,9 +358,9 @@ TEST_F(NriDecide, ADecisionThatHangsIsARefusalBeforeTheRuntimeGivesUp) {
 
 namespace {
 
-bool marked(const api::ContainerAdjustment& a) {
+bool marked(const api::ContainerAdjustment& a, const std::string& id) {
   auto it = a.annotations().find(std::string(kDecidedAnnotation));
-  return it != a.annotations().end() && it->second == "true";
+  return it != a.annotations().end() && it->second == id;
 }
 
 std::vector<std::string> ids_of(const std::vector<UnenforcedContainer>& list) {
@@ -358,14 +374,15 @@ std::vector<std::string> ids_of(const std::vector<UnenforcedContainer>& list) {
 TEST_F(NriDecide, AnAdjustedContainerCarriesTheDecidedMark) {
   auto gpu = decide(unprivileged(0), "v0.12.0");
   ASSERT_TRUE(gpu) << gpu.error().message;
-  EXPECT_TRUE(marked(gpu->adjust));
+  EXPECT_TRUE(marked(gpu->adjust, unprivileged(0).id()));
   auto priv = decide(privileged(-1), "v0.8.0");  // the gap below v0.10: still decided
   ASSERT_TRUE(priv) << priv.error().message;
-  EXPECT_TRUE(marked(priv->adjust));
-  // Nothing to change: the adjustment stays empty, no mark (a plain container is untouched).
+  EXPECT_TRUE(marked(priv->adjust, privileged(-1).id()));
+  // Nothing to change: marked all the same (the fence lets through only what carries it).
   auto plain = decide(unprivileged(-1), "v0.12.0");
   ASSERT_TRUE(plain) << plain.error().message;
-  EXPECT_EQ(plain->adjust.ByteSizeLong(), 0u);
+  EXPECT_TRUE(marked(plain->adjust, unprivileged(-1).id()));
+  EXPECT_FALSE(plain->edited);
 }
 
 TEST_F(NriDecide, SynchronizeNamesWhatWasCreatedWithoutThePlugin) {
@@ -382,6 +399,9 @@ TEST_F(NriDecide, SynchronizeNamesWhatWasCreatedWithoutThePlugin) {
   api::PodSandbox forging = pod;  // a pod that sets the mark itself (pod_annotations copies it)
   forging.set_id("p2");
   (*forging.mutable_annotations())[mark] = "true";
+  api::PodSandbox noisy = pod;  // a pod that sets the mark on itself, to look undecided
+  noisy.set_id("p3");
+  (*noisy.mutable_annotations())[mark] = "decided-by-pod";
   auto in = [](api::Container c, std::string id, std::string pod_id) {
     c.set_id(std::move(id));
     c.set_pod_sandbox_id(std::move(pod_id));
@@ -390,7 +410,9 @@ TEST_F(NriDecide, SynchronizeNamesWhatWasCreatedWithoutThePlugin) {
   };
   std::vector<api::Container> cs;
   cs.push_back(in(unprivileged(0), "decided", "p1"));
-  (*cs.back().mutable_annotations())[mark] = "true";
+  (*cs.back().mutable_annotations())[mark] = "decided";  // the mark is the container's id
+  cs.push_back(in(unprivileged(0), "decided-noisy-pod", "p3"));
+  (*cs.back().mutable_annotations())[mark] = "decided-noisy-pod";
   cs.push_back(in(unprivileged(1), "gpu-while-down", "p1"));
   cs.push_back(in(privileged(-1), "privileged-while-down", "p1"));
   cs.push_back(in(unprivileged(-1), "plain", "p1"));
@@ -402,8 +424,8 @@ TEST_F(NriDecide, SynchronizeNamesWhatWasCreatedWithoutThePlugin) {
   (*cs.back().mutable_annotations())["cdi.k8s.io/x"] =
       "nvidia.com/gpu=GPU-00000000-0000-0000-0000-00000000dead";
 
-  auto j = judge_synchronized({pod, forging}, cs, runtime("v0.12.0"), ctx);
-  EXPECT_EQ(j.containers, 7);
+  auto j = judge_synchronized({pod, forging, noisy}, cs, runtime("v0.12.0"), ctx);
+  EXPECT_EQ(j.containers, 8);
   EXPECT_EQ(ids_of(j.unenforced),
             (std::vector<std::string>{"gpu-while-down", "privileged-while-down", "forged-mark",
                                       "unknown-gpu"}));
@@ -463,4 +485,80 @@ TEST_F(NriDecide, TheHandlerKeepsItsStatusForTheDoctor) {
   s = read_status();
   EXPECT_EQ(s.state, NriState::waiting);
   EXPECT_EQ(ids_of(s.unenforced), (std::vector<std::string>{"while-down"}));  // kept, with its date
+}
+
+// Security round 4, item 1: the ~1 MB mountPath of C1 controls (2 bytes each, 4x when escaped,
+// 5x when escaped twice) that made the answer exceed ttrpc's 4 MiB. Now refused before anything
+// is copied, with a short message, and the next container is decided.
+TEST_F(NriDecide, AMegabyteMountPathIsRefusedWithABoundedMessage) {
+  std::string path;
+  while (path.size() < 930'000) {
+    path += "/";
+    for (int i = 0; i < 127; ++i) path += "\xc2\x80";
+    path += "/..";
+  }
+  path += "/data";
+  api::Container c = unprivileged(0);
+  auto* m = c.add_mounts();
+  m->set_destination(path);
+  m->set_source("/sys/fs/cgroup");
+  m->set_type("bind");
+  m->add_options("rbind");
+  m->add_options("rslave");
+  auto d = decide(c, "v0.12.0");
+  ASSERT_FALSE(d);
+  EXPECT_LT(d.error().message.size(), 2048u);
+  EXPECT_NE(d.error().message.find("longer than 4096 bytes"), std::string::npos)
+      << d.error().message.substr(0, 300);
+  EXPECT_NE(d.error().message.find("bytes)"), std::string::npos);
+  // Under PATH_MAX, the propagation guard refuses it, quoting a bounded excerpt.
+  std::string shorter(path.substr(0, 4000));
+  c.mutable_mounts(0)->set_destination(shorter);
+  d = decide(c, "v0.12.0");
+  ASSERT_FALSE(d);
+  EXPECT_LT(d.error().message.size(), 2048u) << d.error().message;
+  EXPECT_TRUE(decide(unprivileged(0), "v0.12.0"));
+}
+
+TEST_F(NriDecide, RequestsOverALimitAreRefusedNamingIt) {
+  api::Container c = unprivileged(0);
+  for (int i = 0; i < 24'000; ++i) {
+    auto* m = c.add_mounts();
+    m->set_destination("/m/" + std::to_string(i));
+    m->set_source("/tmp");
+    m->set_type("bind");
+  }
+  auto d = decide(c, "v0.12.0");
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("24000 mounts, above gpufence-nri's limit of 1024"),
+            std::string::npos)
+      << d.error().message;
+  // At the limit, decided (each mount looked up once: linear).
+  c.mutable_mounts()->DeleteSubrange(1024, c.mounts_size() - 1024);
+  d = decide(c, "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  api::Container e = unprivileged(0);
+  for (int i = 0; i < 20'000; ++i) e.add_env("K" + std::to_string(i) + "=v");
+  EXPECT_FALSE(decide(e, "v0.12.0"));
+  api::Container a = unprivileged(0);
+  (*a.mutable_annotations())["example.com/big"] = std::string(2u << 20, 'a');
+  d = decide(a, "v0.12.0");
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("bytes of annotations"), std::string::npos);
+}
+
+TEST_F(NriDecide, ADecisionPastItsDeadlineStopsBetweenSteps) {
+  ShimContext ctx{m_config, m_log,
+                  []() -> Result<std::unique_ptr<GpuInventory>> {
+                    return fail(Errc::nvml, "no NVML in this test");
+                  },
+                  "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
+  RuntimeInfo rt;
+  rt.name = "containerd";
+  rt.nri = parse_nri_version("v0.12.0");
+  rt.device_rules = true;
+  auto d = decide_container(m_pod, unprivileged(0), rt, ctx,
+                            std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("no decision within the budget"), std::string::npos);
 }

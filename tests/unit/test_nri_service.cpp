@@ -6,7 +6,10 @@
 
 #include <thread>
 
+#include "common/escape.hpp"
+#include "nri/fence.hpp"
 #include "nri/session.hpp"
+#include "nri/status.hpp"
 #include "ttrpc/request.pb.h"
 
 using namespace gpufence;
@@ -22,9 +25,18 @@ class FakeHandler : public PluginHandler {
     return {};
   }
   void synchronized(const api::SynchronizeRequest& r) override { synced += r.containers_size(); }
-  Result<api::ContainerAdjustment> create_container(const api::PodSandbox&,
-                                                    const api::Container& c) override {
+  Result<api::ContainerAdjustment> create_container(const api::PodSandbox&, const api::Container& c,
+                                                    SteadyTime) override {
     if (c.name() == "refuse") return fail(Errc::denied, "not this one");
+    if (c.name() == "huge-refusal") return fail(Errc::denied, std::string(8u << 20, 'x'));
+    if (c.name() == "huge-answer") {
+      api::ContainerAdjustment a;
+      auto* kv = a.add_env();
+      kv->set_key("BIG");
+      kv->set_value(std::string(5u << 20, 'y'));
+      return a;
+    }
+    if (c.name() == "throws") throw std::runtime_error("broken invariant");
     api::ContainerAdjustment a;
     auto* kv = a.add_env();
     kv->set_key("CUDA_VISIBLE_DEVICES");
@@ -239,4 +251,100 @@ TEST(NriSession, ARefusedRegistrationAndGarbageEndTheSessionWithAnError) {
     ::close(sv[0]);
     ::close(sv[1]);
   }
+}
+
+// Security round 4: no pod input ends the session. A refusal quoting megabytes, an answer past
+// ttrpc's 4 MiB and a handler that throws each fail their one request with a short answer.
+TEST(NriService, EveryAnswerIsBoundedAndSendable) {
+  FakeHandler h;
+  api::CreateContainerRequest req;
+  for (const char* name : {"huge-refusal", "huge-answer", "throws"}) {
+    req.mutable_container()->set_name(name);
+    auto reply = answer_request(call(7, kPluginService, "CreateContainer", req), h);
+    EXPECT_EQ(reply.stream, 7u);
+    EXPECT_LT(reply.data.size(), kMaxStatusMessageBytes + 256) << name;
+    auto r = response_of(reply);
+    EXPECT_NE(r.status().code(), 0) << name;
+    EXPECT_LT(r.status().message().size(), kMaxStatusMessageBytes + 64) << name;
+    auto frames = encode_ttrpc_frames(1, reply);
+    EXPECT_TRUE(frames) << name;
+  }
+  // The cut names the length it cut.
+  req.mutable_container()->set_name("huge-refusal");
+  auto r = response_of(answer_request(call(9, kPluginService, "CreateContainer", req), h));
+  EXPECT_NE(r.status().message().find("(8388608 bytes)"), std::string::npos);
+}
+
+TEST(NriService, PodBytesInARefusalAreEscapedOnce) {
+  // The handler's message quotes pod bytes escaped (escape_excerpt); the answer does not escape
+  // them a second time (a backslash is not doubled), but a raw control still cannot pass.
+  class Quoting : public FakeHandler {
+    Result<api::ContainerAdjustment> create_container(const api::PodSandbox&,
+                                                      const api::Container& c,
+                                                      SteadyTime) override {
+      return fail(Errc::denied, "mount ", escape_excerpt(c.name()), " refused\x1b[2J");
+    }
+  } h;
+  api::CreateContainerRequest req;
+  req.mutable_container()->set_name("a\\b\x01");
+  auto r = response_of(answer_request(call(3, kPluginService, "CreateContainer", req), h));
+  EXPECT_EQ(r.status().message(), "mount a\\\\b\\x01 refused\\x1b[2J");
+}
+
+TEST(NriFence, LetsThroughOnlyWhatTheDeciderMarked) {
+  api::ValidateContainerAdjustmentRequest req;
+  req.mutable_container()->set_id("c-123");
+  req.mutable_container()->set_name("app");
+  const std::string key(kDecidedAnnotation);
+  // Nothing from the decider: it timed out, crashed, or was never there.
+  auto why = fence_rejection(req, "gpufence-nri");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("did not decide"), std::string::npos) << *why;
+  // A mark that is not this container's id (a pod cannot know the id containerd generates).
+  (*req.mutable_adjust()->mutable_annotations())[key] = "true";
+  EXPECT_TRUE(fence_rejection(req, "gpufence-nri"));
+  (*req.mutable_adjust()->mutable_annotations())[key] = "c-123";
+  // The right value, but no owner recorded, or another plugin's stamp.
+  EXPECT_TRUE(fence_rejection(req, "gpufence-nri"));
+  auto& owners =
+      (*(*req.mutable_owners()->mutable_owners())["c-123"].mutable_compound())[kFieldAnnotations];
+  (*owners.mutable_owners())[key] = "05-other-plugin";
+  why = fence_rejection(req, "gpufence-nri");
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("05-other-plugin"), std::string::npos) << *why;
+  (*owners.mutable_owners())[key] = "10-gpufence-nri-evil";
+  EXPECT_TRUE(fence_rejection(req, "gpufence-nri"));
+  (*owners.mutable_owners())[key] = "10-gpufence-nri";
+  EXPECT_FALSE(fence_rejection(req, "gpufence-nri"));
+}
+
+TEST(NriFence, SubscribesToValidationOnlyAndRefusesARuntimeWithout) {
+  Logger log(LogLevel::error);
+  FenceHandler fence(log, "gpufence-nri");
+  EXPECT_EQ(fence.events(), 1u << 13);  // VALIDATE_CONTAINER_ADJUSTMENT = 14
+  api::ConfigureRequest c;
+  c.set_runtime_name("containerd");
+  c.set_runtime_version("v2.1.9");
+  auto reply = answer_request(call(1, kPluginService, "Configure", c), fence);
+  EXPECT_NE(response_of(reply).status().code(), 0);  // the runtime drops it, saying why
+  c.set_runtime_version("v2.3.7");
+  c.set_nri_version("v0.12.0");
+  reply = answer_request(call(1, kPluginService, "Configure", c), fence);
+  api::ConfigureResponse out;
+  ASSERT_TRUE(out.ParseFromString(response_of(reply).payload()));
+  EXPECT_EQ(out.events(), static_cast<int32_t>(1u << 13));
+  // Through the service: a rejection with a bounded reason naming the pod.
+  api::ValidateContainerAdjustmentRequest v;
+  v.mutable_pod()->set_namespace_("tenant");
+  std::string c1;
+  for (int i = 0; i < 50'000; ++i) c1 += "\xc2\x80";  // U+0080: valid UTF-8, a C1 control
+  v.mutable_pod()->set_name(c1);
+  v.mutable_container()->set_id("c1");
+  v.mutable_container()->set_name("app");
+  reply = answer_request(call(5, kPluginService, "ValidateContainerAdjustment", v), fence);
+  api::ValidateContainerAdjustmentResponse vr;
+  ASSERT_TRUE(vr.ParseFromString(response_of(reply).payload()));
+  EXPECT_TRUE(vr.reject());
+  EXPECT_LT(vr.reason().size(), kMaxStatusMessageBytes + 64);
+  EXPECT_NE(vr.reason().find("tenant/"), std::string::npos) << vr.reason();
 }

@@ -1,0 +1,207 @@
+#include "nri/keeper.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <thread>
+#include <vector>
+
+#include "common/file.hpp"
+#include "common/strings.hpp"
+
+namespace gpufence::nri {
+
+std::string_view role_name(Role role) {
+  return role == Role::fence ? "fence" : "decider";
+}
+
+std::string KeeperFiles::serving(Role role) const {
+  return cat(dir, "/", role_name(role), ".lock");
+}
+
+std::string KeeperFiles::keeper(Role role) const {
+  return cat(dir, "/", role_name(role), "-keeper.lock");
+}
+
+Result<std::optional<Fd>> take_lock(const std::string& path, LockWait wait,
+                                    std::chrono::milliseconds timeout) {
+  auto fd = open_append_checked(path, Symlinks::none, 0600, MakeDir::yes);
+  if (!fd) return std::unexpected(fd.error());
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (::flock(fd->fd, LOCK_EX | LOCK_NB) == 0) break;
+    if (errno != EWOULDBLOCK && errno != EINTR) return fail_errno("flock", path);
+    if (wait == LockWait::no || std::chrono::steady_clock::now() >= until)
+      return std::optional<Fd>();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // The holder's pid, for the keeper's stopped-process check (the file is ours: O_APPEND, so
+  // truncate first).
+  std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd->fd, 0) != 0 || ::write(fd->fd, pid.data(), pid.size()) < 0)
+    return fail_errno("write", path);
+  return std::optional<Fd>(std::move(*fd));
+}
+
+std::optional<pid_t> lock_holder(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.fd < 0) return std::nullopt;
+  if (::flock(fd.fd, LOCK_SH | LOCK_NB) == 0) return std::nullopt;  // nobody holds it
+  auto text = read_fd(fd.fd, path, 64);
+  if (!text) return std::nullopt;
+  try {
+    long pid = std::stol(*text);
+    return pid > 1 ? std::optional<pid_t>(static_cast<pid_t>(pid)) : std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool process_stopped(pid_t pid) {
+  auto text = read_file(cat("/proc/", pid, "/stat"));
+  if (!text) return false;
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
+  auto close = text->rfind(')');
+  if (close == std::string::npos || close + 2 >= text->size()) return false;
+  char state = (*text)[close + 2];
+  return state == 'T' || state == 't';
+}
+
+namespace {
+
+std::vector<std::string> role_args(Role role) {
+  if (role == Role::fence) return {"--fence"};
+  return {};
+}
+
+// fork + exec of self with `args`, environment reduced to what the plugin reads; `detach`: in a
+// session of its own, reparented to init (double fork), so neither containerd's SIGKILL of the
+// launched plugin nor its exit takes it along.
+pid_t spawn(const std::string& self_exe, const std::vector<std::string>& args, bool detach) {
+  std::vector<std::string> argv_s{self_exe};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s{
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
+  if (const char* c = std::getenv("GPUFENCE_RUNTIME_CONFIG"))
+    env_s.push_back(cat("GPUFENCE_RUNTIME_CONFIG=", c));
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid != 0) {
+    if (pid > 0 && detach) ::waitpid(pid, nullptr, 0);  // the middle child exits at once
+    return pid;
+  }
+  // Child: only 0-2 stay open (containerd's fd 3 and any lock are not the keeper's).
+  for (int fd = 3; fd < 1024; ++fd) ::close(fd);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (detach) {
+    ::setsid();
+    if (::fork() != 0) ::_exit(0);
+    int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      if (null > 2) ::close(null);
+    }
+  }
+  ::execve(self_exe.c_str(), argv.data(), envp.data());
+  ::_exit(127);
+}
+
+bool binary_replaced(const std::string& self_exe) {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return true;
+  std::string_view now(buf, static_cast<size_t>(n));
+  return now.ends_with(" (deleted)") || now != self_exe;
+}
+
+}  // namespace
+
+void ensure_keeper(const KeeperFiles& files, Role role, const std::string& self_exe,
+                   const std::string& socket, Logger& log) {
+  if (files.dir.empty()) return;
+  auto held = take_lock(files.keeper(role), LockWait::no);
+  if (!held) {
+    log.warn("nri.keeper_unavailable", {{"error", held.error().message}});
+    return;
+  }
+  if (!*held) return;  // a keeper runs
+  held->reset();       // released: the keeper takes it itself
+  std::vector<std::string> args{"--keeper", "--socket", socket};
+  for (auto& a : role_args(role)) args.push_back(a);
+  if (spawn(self_exe, args, true) < 0)
+    log.warn("nri.keeper_unavailable", {{"error", "fork failed"}});
+  else
+    log.info("nri.keeper_started", {{"role", std::string(role_name(role))}});
+}
+
+int run_keeper(const KeeperFiles& files, Role role, const std::string& self_exe,
+               const std::string& socket, Logger& log) {
+  auto held = take_lock(files.keeper(role), LockWait::no);
+  if (!held) {
+    log.error("nri.keeper_failed", {{"error", held.error().message}});
+    return 1;
+  }
+  if (!*held) return 0;  // another keeper won the race
+  const std::string role_text(role_name(role));
+  log.info("nri.keeper",
+           {{"role", role_text}, {"socket", socket}, {"pid", std::to_string(::getpid())}});
+  using Clock = std::chrono::steady_clock;
+  pid_t child = -1;
+  Clock::time_point last_spawn{}, last_served = Clock::now();
+  Clock::time_point stopped_since{};  // epoch: the holder is not stopped
+  std::vector<std::string> args{"--once", "--socket", socket};
+  for (auto& a : role_args(role)) args.push_back(a);
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (binary_replaced(self_exe)) {
+      log.info("nri.keeper_exit", {{"role", role_text}, {"why", "its binary was replaced"}});
+      return 0;
+    }
+    if (child > 0 && ::waitpid(child, nullptr, WNOHANG) == child) child = -1;
+    auto holder = lock_holder(files.serving(role));
+    const auto now = Clock::now();
+    if (holder) {
+      last_served = now;
+      // A server that cannot answer (stopped) is as gone as a dead one, but holds the lock.
+      if (process_stopped(*holder)) {
+        if (stopped_since == Clock::time_point{}) stopped_since = now;
+        if (now - stopped_since > kStoppedGrace) {
+          log.warn("nri.keeper_kills_stopped",
+                   {{"role", role_text}, {"pid", std::to_string(*holder)}});
+          ::kill(*holder, SIGKILL);
+          stopped_since = {};
+        }
+      } else {
+        stopped_since = {};
+      }
+      continue;
+    }
+    stopped_since = {};
+    if (now - last_served > kIdleExit) {
+      log.info("nri.keeper_exit",
+               {{"role", role_text}, {"why", "containerd's NRI socket stayed away"}});
+      return 0;
+    }
+    if (child > 0 || now - last_spawn < kRespawnEvery) continue;
+    last_spawn = now;
+    child = spawn(self_exe, args, false);
+    if (child > 0)
+      log.info("nri.keeper_respawn", {{"role", role_text}, {"pid", std::to_string(child)}});
+  }
+}
+
+}  // namespace gpufence::nri
