@@ -479,7 +479,8 @@ std::string gpu_effect(const NriDecision& d) {
 
 SyncJudgement judge_synchronized(const std::vector<api::PodSandbox>& pods,
                                  const std::vector<api::Container>& containers,
-                                 const RuntimeInfo& runtime, ShimContext& ctx) {
+                                 const RuntimeInfo& runtime, ShimContext& ctx,
+                                 std::chrono::milliseconds budget) {
   SyncJudgement out;
   std::map<std::string, const api::PodSandbox*> by_id;
   for (const auto& p : pods) by_id[p.id()] = &p;
@@ -492,8 +493,13 @@ SyncJudgement judge_synchronized(const std::vector<api::PodSandbox>& pods,
     if (carries_decision(c)) continue;
     UnenforcedContainer u{c.id(), pod ? cat(pod->namespace_(), "/", pod->name()) : std::string(),
                           c.name(), pod ? pod->runtime_handler() : std::string(), ""};
-    auto d = decide_container(pod ? *pod : none, c, runtime, ctx);
-    if (!d) {
+    std::optional<SteadyTime> deadline;
+    if (budget.count() > 0) deadline = std::chrono::steady_clock::now() + budget;
+    auto d = decide_container(pod ? *pod : none, c, runtime, ctx, deadline);
+    if (!d && deadline && std::chrono::steady_clock::now() >= *deadline) {
+      u.why = cat("created without gpufence-nri; not judged (too slow: over ", budget.count(),
+                  " ms), so what it can open is unknown");
+    } else if (!d) {
       u.why = cat("created without gpufence-nri; it would have been refused: ", d.error().message);
     } else if (std::string effect = gpu_effect(*d); !effect.empty()) {
       u.why = cat("created without gpufence-nri, which would ", effect);
@@ -545,8 +551,13 @@ struct GpufenceHandler::StatusState {
   std::mutex mutex;
   std::condition_variable judged;
   NriStatus status;
-  uint64_t session = 0;  // a judgement of an earlier session is dropped
-  int judging = 0;
+  uint64_t session = 0;         // bumped by every Synchronize and every disconnection
+  uint64_t judged_session = 0;  // the session whose judgement the file holds
+  // One judging thread at a time; a newer Synchronize replaces one still waiting (the older
+  // list is out of date), never one running (its result is kept, marked stale).
+  std::function<void()> pending;
+  bool running = false;
+  int judging = 0;  // Synchronizes whose judgement is not in the file yet
 };
 
 GpufenceHandler::GpufenceHandler(ShimContext& ctx, std::string socket)
@@ -567,16 +578,25 @@ void write_status(const std::string& path, const NriStatus& status, Logger& log)
 }  // namespace
 
 void GpufenceHandler::disconnected(NriState state) {
+  // A split Synchronize broken off before its last chunk is forgotten: no ghost of it in the
+  // next connection's list.
+  m_sync_pods.clear();
+  m_sync_containers.clear();
   std::lock_guard lock(m_status->mutex);
   ++m_status->session;
   m_status->status.state = state;
   m_status->status.since = utc_now_text();
+  if (m_status->judged_session != 0) m_status->status.judgement_stale = true;
   write_status(m_ctx.config.nri_status_file, m_status->status, m_ctx.log);
 }
 
 void GpufenceHandler::wait_for_judgement() {
   std::unique_lock lock(m_status->mutex);
   m_status->judged.wait(lock, [&] { return m_status->judging == 0; });
+}
+
+std::chrono::milliseconds GpufenceHandler::decision_budget() const {
+  return std::chrono::milliseconds(std::max<int64_t>(m_runtime.request_timeout_ms * 3 / 4, 100));
 }
 
 void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
@@ -589,24 +609,23 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
   if (request.more()) return;
 
   // Connected: said at once; what the containers show, once judged off the runtime's clock.
-  uint64_t session;
-  {
-    std::lock_guard lock(m_status->mutex);
-    session = ++m_status->session;
-    NriStatus& s = m_status->status;
-    s.state = NriState::connected;
-    s.since = utc_now_text();
-    s.runtime = m_runtime.name;
-    s.runtime_version = m_runtime.version;
-    s.nri_version = m_runtime.nri_text();
-    s.device_rules = m_runtime.device_rules;
-    ++m_status->judging;
-    write_status(m_ctx.config.nri_status_file, s, m_ctx.log);
-  }
-  auto job = [state = m_status, session, path = m_ctx.config.nri_status_file,
-              pods = std::move(m_sync_pods), containers = std::move(m_sync_containers),
-              runtime = m_runtime, ctx = std::make_shared<ShimContext>(m_ctx)]() {
-    auto judgement = judge_synchronized(pods, containers, runtime, *ctx);
+  std::unique_lock lock(m_status->mutex);
+  const uint64_t session = ++m_status->session;
+  NriStatus& s = m_status->status;
+  s.state = NriState::connected;
+  s.since = utc_now_text();
+  s.runtime = m_runtime.name;
+  s.runtime_version = m_runtime.version;
+  s.nri_version = m_runtime.nri_text();
+  s.device_rules = m_runtime.device_rules;
+  if (m_status->judged_session != 0) s.judgement_stale = true;
+  write_status(m_ctx.config.nri_status_file, s, m_ctx.log);
+  if (!m_status->pending) ++m_status->judging;  // a replaced pending one was counted already
+  m_status->pending = [state = m_status, session, path = m_ctx.config.nri_status_file,
+                       pods = std::move(m_sync_pods), containers = std::move(m_sync_containers),
+                       runtime = m_runtime, budget = decision_budget(),
+                       ctx = std::make_shared<ShimContext>(m_ctx)]() {
+    auto judgement = judge_synchronized(pods, containers, runtime, *ctx, budget);
     for (const auto& u : judgement.unenforced)
       ctx->log.warn("nri.unenforced", {{"container", u.id},
                                        {"pod", u.pod},
@@ -614,25 +633,45 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
                                        {"handler", u.runtime_handler},
                                        {"why", u.why}});
     std::lock_guard lock(state->mutex);
-    if (state->session == session) {
-      NriStatus& s = state->status;
-      s.synchronized_at = utc_now_text();
-      s.containers = judgement.containers;
-      s.without_gpu_edit = judgement.without_gpu_edit;
-      s.unenforced = std::move(judgement.unenforced);
-      write_status(path, s, ctx->log);
+    // Kept even when a reconnection came meanwhile (then marked stale): reconnecting often must
+    // not keep the list empty.
+    if (session >= state->judged_session) {
+      NriStatus& st = state->status;
+      state->judged_session = session;
+      st.synchronized_at = utc_now_text();
+      st.containers = judgement.containers;
+      st.without_gpu_edit = judgement.without_gpu_edit;
+      st.unenforced = std::move(judgement.unenforced);
+      st.judgement_stale = state->session != session;
+      write_status(path, st, ctx->log);
     }
-    --state->judging;
-    state->judged.notify_all();
   };
   m_sync_pods.clear();
   m_sync_containers.clear();
+  if (m_status->running) return;  // the running thread takes it next
+  m_status->running = true;
+  lock.unlock();
   try {
-    std::thread(std::move(job)).detach();
+    std::thread([state = m_status] {
+      std::unique_lock lock(state->mutex);
+      while (state->pending) {
+        auto job = std::move(state->pending);
+        state->pending = nullptr;
+        lock.unlock();
+        job();
+        lock.lock();
+        --state->judging;
+        state->judged.notify_all();
+      }
+      state->running = false;
+    }).detach();
   } catch (const std::system_error& e) {
     m_ctx.log.error("nri.unjudged", {{"error", e.what()}});
-    std::lock_guard lock(m_status->mutex);
+    std::lock_guard relock(m_status->mutex);
+    m_status->pending = nullptr;
+    m_status->running = false;
     --m_status->judging;
+    m_status->judged.notify_all();
   }
 }
 

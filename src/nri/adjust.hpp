@@ -89,9 +89,12 @@ struct SyncJudgement {
   int64_t without_gpu_edit = 0;  // undecided, but the decision changes no GPU access
   std::vector<UnenforcedContainer> unenforced;
 };
+// Each container's judgement gets `budget` (0: none), as a creation does; one that runs out is
+// listed as not judged (never dropped).
 SyncJudgement judge_synchronized(const std::vector<api::PodSandbox>& pods,
                                  const std::vector<api::Container>& containers,
-                                 const RuntimeInfo& runtime, ShimContext& ctx);
+                                 const RuntimeInfo& runtime, ShimContext& ctx,
+                                 std::chrono::milliseconds budget = {});
 
 }  // namespace gpufence::nri
 
@@ -122,6 +125,8 @@ class GpufenceHandler : public PluginHandler {
   void disconnected(NriState state);
   // Blocks until the judgement of the last complete Synchronize is in the status file.
   void wait_for_judgement();
+  // The budget of one decision, counted from a request's arrival: 3/4 of the runtime's timeout.
+  std::chrono::milliseconds decision_budget() const;
 
  private:
   struct StatusState;

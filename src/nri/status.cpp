@@ -42,6 +42,7 @@ std::string render_nri_status(const NriStatus& s) {
             {"synchronized_at", s.synchronized_at},
             {"containers", s.containers},
             {"without_gpu_edit", s.without_gpu_edit},
+            {"judgement", s.judgement_stale ? "stale" : "current"},
             {"unenforced", unenforced}};
   // Pod-controlled names are JSON strings here (escaped by the encoder; invalid UTF-8 replaced);
   // the doctor escapes them again for its report.
@@ -69,6 +70,7 @@ Result<NriStatus> parse_nri_status(std::string_view text, std::string_view origi
     s.synchronized_at = j.value("synchronized_at", "");
     s.containers = j.value("containers", int64_t{0});
     s.without_gpu_edit = j.value("without_gpu_edit", int64_t{0});
+    s.judgement_stale = j.value("judgement", "current") == "stale";
     for (const auto& c : j.value("unenforced", Json::array()))
       s.unenforced.push_back({c.at("id").get<std::string>(), c.value("pod", ""),
                               c.value("name", ""), c.value("runtime_handler", ""),

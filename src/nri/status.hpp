@@ -14,9 +14,9 @@
 
 namespace gpufence::nri {
 
-// The annotation every container gpufence-nri adjusted carries (set by its adjustment, so it is in
-// the spec containerd keeps and shows again at Synchronize). It is read, like the device plugin's
-// annotations, only when the pod sandbox does not carry the same key: a pod cannot forge it.
+// The annotation every container gpufence-nri decided carries, its value the container's id (set
+// by its adjustment, so it is in the spec containerd keeps and shows again at Synchronize, and
+// checked by the fence). A pod cannot forge it: it cannot know the id containerd generates.
 inline constexpr std::string_view kDecidedAnnotation = "gpufence.io/nri-decided";
 
 enum class NriState { connected, waiting, exited };
@@ -45,6 +45,9 @@ struct NriStatus {
   int64_t containers = 0;        // containers containerd listed then
   int64_t without_gpu_edit = 0;  // created without it, but the decision changes no GPU access
   std::vector<UnenforcedContainer> unenforced;
+  // The list is from an earlier connection's Synchronize: the current one's judgement has not
+  // finished yet (reconnects never empty the list; docs/nri.md).
+  bool judgement_stale = false;
   bool operator==(const NriStatus&) const = default;
 };
 

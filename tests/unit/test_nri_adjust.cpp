@@ -562,3 +562,61 @@ TEST_F(NriDecide, ADecisionPastItsDeadlineStopsBetweenSteps) {
   ASSERT_FALSE(d);
   EXPECT_NE(d.error().message.find("no decision within the budget"), std::string::npos);
 }
+
+// Security round 4, item 5: the created-while-down list cannot be starved. A slow container is
+// listed as not judged (never dropped); reconnects while judging keep the list (marked stale);
+// a split Synchronize broken off leaves no ghost.
+TEST_F(NriDecide, TheCreatedWhileDownListCannotBeStarved) {
+  ShimContext ctx{m_config, m_log,
+                  []() -> Result<std::unique_ptr<GpuInventory>> {
+                    // NVML answering slower than the budget (a GPU index needs it).
+                    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+                    return fail(Errc::nvml, "slow NVML");
+                  },
+                  "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
+  GpufenceHandler handler(ctx, "/run/nri/nri.sock");
+  api::ConfigureRequest configure;
+  configure.set_runtime_name("containerd");
+  configure.set_nri_version("v0.12.0");
+  configure.set_request_timeout(200);  // a budget of 150 ms
+  ASSERT_TRUE(handler.configured(runtime_info(configure)));
+  auto running = [](api::Container c, std::string id) {
+    c.set_id(std::move(id));
+    c.set_state(api::CONTAINER_RUNNING);
+    return c;
+  };
+  api::Container slow = running(unprivileged(-1), "slow");
+  (*slow.mutable_annotations())["cdi.k8s.io/x"] = "nvidia.com/gpu=0";
+  api::SynchronizeRequest sync;
+  *sync.add_containers() = slow;
+  *sync.add_containers() = running(privileged(-1), "privileged-both-gpus");
+  // Reconnects come faster than the judgement: each is a new Synchronize of the same node.
+  for (int i = 0; i < 3; ++i) {
+    handler.synchronized(sync);
+    handler.disconnected(NriState::waiting);
+  }
+  handler.wait_for_judgement();
+  auto text = read_file(m_config.nri_status_file);
+  ASSERT_TRUE(text) << text.error().message;
+  auto s = parse_nri_status(*text, "status");
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(ids_of(s->unenforced), (std::vector<std::string>{"slow", "privileged-both-gpus"}));
+  ASSERT_FALSE(s->unenforced.empty());
+  EXPECT_NE(s->unenforced[0].why.find("not judged (too slow"), std::string::npos)
+      << s->unenforced[0].why;
+  EXPECT_TRUE(s->judgement_stale);  // judged for a connection that has gone since
+
+  // A split Synchronize broken after its first chunk: its containers are not in the next list.
+  api::SynchronizeRequest first, last;
+  *first.add_containers() = running(privileged(-1), "ghost");
+  first.set_more(true);
+  handler.synchronized(first);
+  handler.disconnected(NriState::waiting);
+  *last.add_containers() = running(privileged(-1), "present");
+  handler.synchronized(last);
+  handler.wait_for_judgement();
+  s = parse_nri_status(*read_file(m_config.nri_status_file), "status");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(ids_of(s->unenforced), (std::vector<std::string>{"present"}));
+  EXPECT_FALSE(s->judgement_stale);
+}
