@@ -39,7 +39,7 @@ struct InstallArgs {
               enforcement = "auto", nri_socket = "/var/run/nri/nri.sock",
               nri_plugin_name = "gpufence-nri",
               nri_tolerate_annotation = "gpufence.io/tolerate-missing-nri";
-  double ready_timeout = 60, interval = 30;
+  double ready_timeout = 60, interval = 30, lock_timeout = 60;
   int host_pid = 1;
   int config_version = 0;
   bool watch = false;
@@ -69,6 +69,10 @@ void add_common_flags(CLI::App* c, InstallArgs& a) {
       ->capture_default_str();
   c->add_option("--ready-timeout", a.ready_timeout,
                 "Seconds containerd may take to answer after a restart")
+      ->capture_default_str();
+  c->add_option("--lock-timeout", a.lock_timeout,
+                "Seconds to wait for another install or uninstall on this node to finish (one "
+                "runs at a time: a lock file beside --state-file); then fail, changing nothing")
       ->capture_default_str();
 }
 
@@ -115,6 +119,8 @@ Result<InstallOptions> to_options(const InstallArgs& a, const Context& ctx) {
   if (a.config_version) o.config_version = a.config_version;
   if (a.ready_timeout <= 0) return fail(Errc::invalid_argument, "--ready-timeout must be > 0");
   o.ready_timeout = std::chrono::milliseconds(static_cast<long>(a.ready_timeout * 1000));
+  if (a.lock_timeout < 0) return fail(Errc::invalid_argument, "--lock-timeout must be >= 0");
+  o.lock_timeout = std::chrono::milliseconds(static_cast<long>(a.lock_timeout * 1000));
   return o;
 }
 
@@ -134,13 +140,17 @@ CdiSpecSource nvml_cdi_source(const Context& ctx, const HostFs& host, std::strin
 }
 
 InstallEnv make_env(const HostFs& host, ProcessRunner& runner, RuntimeProbe& probe,
-                    CdiSpecSource cdi) {
-  return InstallEnv{host,
-                    runner,
-                    probe,
-                    std::move(cdi),
-                    [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); },
-                    [] { return std::chrono::steady_clock::now(); }};
+                    CdiSpecSource cdi, std::string_view command) {
+  InstallEnv env{host,
+                 runner,
+                 probe,
+                 std::move(cdi),
+                 [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); },
+                 [] { return std::chrono::steady_clock::now(); }};
+  env.progress = [command](std::string_view line) {
+    std::cerr << "gpufence " << command << ": " << line << "\n" << std::flush;
+  };
+  return env;
 }
 
 // `install --watch`: the loop is install/watch.cpp's; here it gets stdout, stderr and SIGTERM.
@@ -235,6 +245,8 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
       "(k0s: its unit) only if needed;\n"
       "verify the running containerd has the handler (CRI status). Any failure: exit 1, this\n"
       "run's changes taken back. After a kill, the next install finishes, uninstall undoes.\n"
+      "One install or uninstall at a time: a second one waits for the first (--lock-timeout,\n"
+      "default 60 s), then fails without changing anything.\n"
       "Examples:\n"
       "  gpufence install\n"
       "  gpufence --host-root /host install --distribution microk8s --watch   # in a DaemonSet");
@@ -246,7 +258,8 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
   uninstall->footer(
       "Restores the config from the backup install made (only if unedited since), restarts\n"
       "containerd, checks the handler is gone, removes the binary, the CDI spec and the\n"
-      "runtime.toml install wrote (if unedited).");
+      "runtime.toml install wrote (if unedited). Waits for an install still running on the\n"
+      "node (--lock-timeout), then fails without changing anything.");
 
   Runner run_install_cmd = [in, &ctx] {
     auto opt = to_options(*in, ctx);
@@ -269,7 +282,8 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
     HostFs host(ctx.host_root);
     SystemProcessRunner runner;
     auto probe = make_cri_probe();
-    auto env = make_env(host, runner, *probe, nvml_cdi_source(ctx, host, in->driver_root));
+    auto env =
+        make_env(host, runner, *probe, nvml_cdi_source(ctx, host, in->driver_root), "install");
     auto report = run_install(*opt, env);
     std::cout << render_install_report(report) << std::flush;
     if (stop) return watch(*opt, env, *in, report, *stop);
@@ -284,7 +298,7 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
     HostFs host(ctx.host_root);
     SystemProcessRunner runner;
     auto probe = make_cri_probe();
-    auto env = make_env(host, runner, *probe, nullptr);
+    auto env = make_env(host, runner, *probe, nullptr, "uninstall");
     auto report = run_uninstall(*opt, env);
     std::cout << render_install_report(report) << std::flush;
     return report.ok() ? 0 : 1;

@@ -10,6 +10,7 @@
 #include "common/strings.hpp"
 #include "containerd/setup.hpp"
 #include "install/default_runtime_toml.hpp"
+#include "install/lock.hpp"
 #include "install/state.hpp"
 
 namespace gpufence {
@@ -837,7 +838,35 @@ bool nri_enabled(const InstallEnv& env, const std::string& nri_socket) {
   return env.probe.nri_listening(env.host.resolve(nri_socket).string());
 }
 
-InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
+namespace {
+
+// One run under the node's install lock (install/lock.hpp), taken before the record is read and
+// held until the report is done. A run that cannot get it in time changes nothing.
+template <class Body>
+InstallReport under_lock(std::string_view command, const InstallOptions& opt, const InstallEnv& env,
+                         Body body) {
+  LockWait wait{opt.lock_timeout, env.sleep, env.now, env.progress};
+  auto lock = InstallLock::acquire(env.host, install_lock_path(opt.state_file), wait);
+  if (!lock) {
+    InstallReport report;
+    report.command = std::string(command);
+    report.steps.push_back({"lock", Outcome::failed, lock.error().message});
+    report.failure = "lock: " + lock.error().message;
+    return report;
+  }
+  std::vector<std::string> dirs_after;  // to remove once the lock file is gone
+  InstallReport report = body(*lock, dirs_after);
+  if (lock->waited().count() > 0)
+    report.notes.insert(report.notes.begin(),
+                        cat("waited ", lock->waited().count() / 1000.0, " s for another run",
+                            lock->waited_for() ? cat(" (pid ", *lock->waited_for(), ")") : "",
+                            " to finish (", lock->path(), ")"));
+  lock->release(!env.host.stat(opt.state_file), dirs_after);
+  return report;
+}
+
+InstallReport install_locked(const InstallOptions& opt, const InstallEnv& env,
+                             const InstallLock& lock) {
   InstallReport report;
   report.command = "install";
   auto started = env.now();
@@ -868,6 +897,9 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
     return finish();
   }
   InstallPlan plan;
+  // The directories made for the lock file are this install's too: recorded, so uninstall
+  // takes them back.
+  plan.new_dirs = lock.made_dirs();
   if (!plan_install(r, state, plan)) return finish();
 
   // Nothing to write (a second install): no journal either, only the running containerd's check.
@@ -996,7 +1028,8 @@ InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
   return finish();
 }
 
-InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
+InstallReport uninstall_locked(const InstallOptions& opt, const InstallEnv& env,
+                               std::vector<std::string>& dirs_after) {
   InstallReport report;
   report.command = "uninstall";
   auto started = env.now();
@@ -1014,7 +1047,7 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
     // An install killed while writing its very first record leaves only that record's
     // temporary file.
     remove_stale_temps(env.host, opt.state_file);
-    ::rmdir(env.host.resolve(fs::path(opt.state_file).parent_path().string()).c_str());
+    dirs_after.push_back(fs::path(opt.state_file).parent_path().string());
     r.step("state", Outcome::unchanged, cat("no ", opt.state_file, ": nothing installed"));
     return finish();
   }
@@ -1194,8 +1227,25 @@ InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
          removed->empty() ? "nothing to remove" : join(*removed, ", ") + " removed");
   ::unlink(env.host.resolve(opt.state_file).c_str());
   remove_created_dirs(env.host, state.created_dirs);
-  ::rmdir(env.host.resolve(fs::path(opt.state_file).parent_path().string()).c_str());
+  // The state directory holds the lock file until the run ends: removed after it, when empty.
+  dirs_after = state.created_dirs;
+  dirs_after.push_back(fs::path(opt.state_file).parent_path().string());
   return finish();
+}
+
+}  // namespace
+
+InstallReport run_install(const InstallOptions& opt, const InstallEnv& env) {
+  return under_lock("install", opt, env, [&](const InstallLock& lock, std::vector<std::string>&) {
+    return install_locked(opt, env, lock);
+  });
+}
+
+InstallReport run_uninstall(const InstallOptions& opt, const InstallEnv& env) {
+  return under_lock("uninstall", opt, env,
+                    [&](const InstallLock&, std::vector<std::string>& dirs_after) {
+                      return uninstall_locked(opt, env, dirs_after);
+                    });
 }
 
 std::string render_install_report(const InstallReport& report) {

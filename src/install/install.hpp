@@ -53,6 +53,8 @@ struct InstallOptions {
   std::string nri_plugin_index = "10";
   // How long containerd may take to answer CRI after a restart.
   std::chrono::milliseconds ready_timeout{60'000};
+  // How long a run waits for another install or uninstall to finish (install/lock.hpp).
+  std::chrono::milliseconds lock_timeout{60'000};
 };
 
 // The CDI spec text for this node's GPUs; `hook_path` is gpufence-runtime's host path.
@@ -68,6 +70,9 @@ struct InstallEnv {
   std::function<std::chrono::steady_clock::time_point()> now;
   // Called after each journal write with the step just recorded (tests kill the process there).
   std::function<void(std::string_view step)> checkpoint = {};
+  // A line to show while the run goes on (that it waits for another run's lock), before the
+  // report; nothing when empty.
+  std::function<void(std::string_view line)> progress = {};
 };
 
 enum class Outcome { changed, unchanged, skipped, failed };

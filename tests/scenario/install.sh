@@ -467,6 +467,52 @@ SH
     check "and the running containerd no longer has the handler" grep -q "containerd no longer has handler nvidia" <<<"$out"
     umount /etc/k0s 2>/dev/null
     ;;
+  concurrent)
+    # Two runs at once (docs/install.md, "One run at a time"): the first install is held inside
+    # a slowed restart; a second install and an uninstall with a short --lock-timeout fail,
+    # naming its pid, and undo nothing of it; the node ends installed once. Then an install
+    # started while an uninstall restarts waits for it and installs afresh; the last uninstall
+    # gives the user's bytes back.
+    before=$(snap)
+    touch "$work/slow"
+    "${install[@]}" --ready-timeout $ready > "$work/first.out" 2>&1 &
+    first=$!
+    for _ in $(seq 200); do [ -f "$work/restarting" ] && break; sleep 0.05; done
+    check "the first install is inside its restart" test -f "$work/restarting"
+    out=$("${install[@]}" --ready-timeout $ready --lock-timeout 0.5 2>&1); rc=$?
+    echo "$out"
+    check "a second install fails" test "$rc" = 1
+    check "naming the first one's pid" grep -q "FAILED: lock: another gpufence install or uninstall (pid $first) holds /etc/gpufence/install.lock" <<<"$out"
+    check "after saying that it waits" grep -q "gpufence install: waiting for another gpufence install or uninstall (pid $first)" <<<"$out"
+    out=$("${uninstall[@]}" --lock-timeout 0.5 2>&1); rc=$?
+    echo "$out"
+    check "an uninstall meanwhile fails the same way" bash -c "test $rc = 1 && grep -q 'FAILED: lock: .*(pid $first)' <<<\"\$1\"" _ "$out"
+    rm -f "$work/slow"
+    wait "$first"; rc=$?
+    cat "$work/first.out"
+    check "the first install succeeds" test "$rc" = 0
+    check "with one restart, its own" test "$(restarts)" = 1
+    check "the running containerd has the handler" grep -q "containerd runs handler nvidia -> /usr/local/bin/gpufence-runtime" "$work/first.out"
+    check "the config has it once" test "$(grep -c 'runtimes.nvidia.options\]' <(containerd --config "$cfg" config dump 2>/dev/null))" = 1
+    check "the lock file is gpufence's, 0600, and names no one now" bash -c "test \"\$(stat -c '%a %s' '$host/etc/gpufence/install.lock')\" = '600 0'"
+    touch "$work/slow"
+    "${uninstall[@]}" > "$work/un.out" 2>&1 &
+    un=$!
+    for _ in $(seq 200); do [ -f "$work/restarting" ] && break; sleep 0.05; done
+    rm -f "$work/slow"
+    out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?
+    wait "$un"; unrc=$?
+    cat "$work/un.out"
+    echo "$out"
+    check "the uninstall it waited for succeeds" test "$unrc" = 0
+    check "the install that waited succeeds" test "$rc" = 0
+    check "saying whom it waited for" grep -qE "note: waited [0-9.]+ s for another run \(pid $un\)" <<<"$out"
+    check "and installed afresh: a restart each" test "$(restarts)" = 3
+    out=$("${uninstall[@]}" 2>&1); rc=$?
+    echo "$out"
+    check "the last uninstall succeeds" test "$rc" = 0
+    check "the host is as it was, byte for byte (no lock file left)" test "$before" = "$(snap)"
+    ;;
   install-uninstall)
     t0=$(date +%s.%N)
     out=$("${install[@]}" --ready-timeout $ready 2>&1); rc=$?

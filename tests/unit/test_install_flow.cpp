@@ -6,12 +6,14 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "common/file.hpp"
 #include "containerd/config.hpp"
@@ -1184,6 +1186,8 @@ TEST(InstallJournal, TheRecordNamesEveryFileBeforeTheFirstChanges) {
   };
   ASSERT_TRUE(run_install(n.options(), env).ok());
   at_journal.erase((n.host / "etc/gpufence/install-state.json").string());
+  // The lock file comes first: the run holds it before it reads the record (install/lock.hpp).
+  at_journal.erase((n.host / "etc/gpufence/install.lock").string());
   EXPECT_EQ(at_journal, before);
   for (const char* named : {"\"installing\"", "/etc/containerd/config.toml.bak-",
                             "/etc/containerd/conf.d/99-gpufence.toml", "/etc/cdi/nvidia.yaml",
@@ -1476,6 +1480,8 @@ TEST(InstallEnforcement, NriPluginFilesAreJournaledBeforeTheyAreWritten) {
   opt.enforcement = EnforcementRequest::nri;
   ASSERT_TRUE(run_install(opt, env).ok());
   at_journal.erase((n.host / "etc/gpufence/install-state.json").string());
+  // The lock file comes first: the run holds it before it reads the record (install/lock.hpp).
+  at_journal.erase((n.host / "etc/gpufence/install.lock").string());
   EXPECT_EQ(at_journal, before);
   for (const char* named : {"\"/usr/local/bin/gpufence-nri\"",
                             "\"/opt/nri/plugins/10-gpufence-nri\"", "\"/opt/nri/plugins\""})
@@ -1633,6 +1639,170 @@ TEST(InstallEnforcement, NriOnK3sIsRefusedBeforeAnyChange) {
   ASSERT_FALSE(report.ok());
   EXPECT_NE(report.failure->find("k3s"), std::string::npos) << *report.failure;
   EXPECT_EQ(snapshot(n.host), before);
+}
+
+// ---- one run at a time (install/lock.hpp) ----
+
+// A first install held inside its run (a forked process, stopped after it wrote containerd's
+// config) while the test runs others beside it.
+struct HeldInstall {
+  pid_t pid = -1;
+  int go = -1;  // write a byte: the held run goes on
+  // Starts `n`'s install in a child and returns once it has written the config.
+  static HeldInstall start(Node& n, const InstallOptions& opt) {
+    int ready[2], go[2];
+    EXPECT_EQ(::pipe(ready), 0);
+    EXPECT_EQ(::pipe(go), 0);
+    HeldInstall h;
+    h.pid = ::fork();
+    if (h.pid == 0) {
+      ::close(ready[0]);
+      ::close(go[1]);
+      auto env = n.env();
+      env.checkpoint = [&](std::string_view step) {
+        if (step != "containerd config") return;
+        char c = 'x';
+        (void)!::write(ready[1], &c, 1);
+        (void)!::read(go[0], &c, 1);
+      };
+      auto report = run_install(opt, env);
+      ::_exit(report.ok() ? 0 : 1);
+    }
+    ::close(ready[1]);
+    ::close(go[0]);
+    char c = 0;
+    EXPECT_EQ(::read(ready[0], &c, 1), 1) << "the held install never reached its config";
+    ::close(ready[0]);
+    h.go = go[1];
+    return h;
+  }
+  // Lets it finish: its exit status (0: installed).
+  int finish() {
+    char c = 'x';
+    (void)!::write(go, &c, 1);
+    ::close(go);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+// Two installs at once: the second waits (saying for whom), then fails having changed nothing,
+// and nothing of the first is undone, though the second would itself have failed (its
+// containerd does not come back) and taken back what it took for its own writes. An uninstall
+// meanwhile waits and fails the same way. The node ends installed once, and uninstall gives the
+// user's bytes back. Without the lock, the second run's undo put the user's config back under
+// the first one, which then reported "installed".
+TEST(InstallLock, ASecondRunWaitsThenFailsAndUndoesNothingOfTheFirst) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  const auto before = snapshot(n.host);
+  auto held = HeldInstall::start(n, n.options());
+  const auto during = snapshot(n.host);
+  ASSERT_NE(during, before) << "the first install wrote nothing";
+
+  n.containerd->comes_back = false;
+  auto opt = n.options();
+  opt.lock_timeout = std::chrono::milliseconds(2000);
+  auto env = n.env();
+  std::vector<std::string> said;
+  env.progress = [&](std::string_view line) { said.emplace_back(line); };
+  auto second = run_install(opt, env);
+  ASSERT_FALSE(second.ok()) << render_install_report(second);
+  const std::string pid = "pid " + std::to_string(held.pid);
+  EXPECT_NE(second.failure->find("lock: another gpufence install or uninstall (" + pid + ")"),
+            std::string::npos)
+      << *second.failure;
+  EXPECT_NE(second.failure->find("nothing was changed"), std::string::npos) << *second.failure;
+  ASSERT_EQ(said.size(), 1u) << "one line when it starts to wait";
+  EXPECT_NE(said[0].find("waiting for another gpufence install or uninstall (" + pid + ")"),
+            std::string::npos)
+      << said[0];
+  EXPECT_TRUE(n.containerd->commands.empty()) << "the second run restarted containerd";
+  auto un = run_uninstall(opt, n.env());
+  ASSERT_FALSE(un.ok()) << render_install_report(un);
+  EXPECT_NE(un.failure->find(pid), std::string::npos) << *un.failure;
+  EXPECT_EQ(snapshot(n.host), during) << "a run that waited changed something";
+
+  n.containerd->comes_back = true;
+  ASSERT_EQ(held.finish(), 0) << "the first install failed";
+  std::string cfg = slurp(n.host / "etc/containerd/config.toml");
+  EXPECT_TRUE(cfg.starts_with(kPlainConfig)) << cfg;
+  EXPECT_NE(cfg.find("BinaryName = '/usr/local/bin/gpufence-runtime'"), std::string::npos) << cfg;
+  auto state = parse_install_state(slurp(n.host / "etc/gpufence/install-state.json"), "state");
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->phase, "installed");
+  ASSERT_EQ(state->config_files.size(), 1u);
+  EXPECT_EQ(slurp(n.host / state->config_files[0].backup.substr(1)), kPlainConfig);
+  EXPECT_EQ(slurp(n.host / "etc/gpufence/install.lock"), "") << "a pid left in the free lock";
+
+  auto done = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(done.ok()) << render_install_report(done);
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(done);
+  EXPECT_FALSE(fs::exists(n.host / "etc/gpufence")) << "the lock file or its directory is left";
+}
+
+// The second run on a real clock: it waits while the first runs, then goes on, finds the node
+// installed and says whom it waited for.
+TEST(InstallLock, ASecondRunThatWaitsGoesOnOnceTheFirstIsDone) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+  n.start_containerd("/etc/containerd/config.toml");
+  const auto before = snapshot(n.host);
+  auto held = HeldInstall::start(n, n.options());
+  int first = -1;
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    first = held.finish();
+  });
+  auto opt = n.options();
+  opt.lock_timeout = std::chrono::milliseconds(30'000);
+  auto env = n.env();
+  env.sleep = [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); };
+  env.now = [] { return std::chrono::steady_clock::now(); };
+  auto second = run_install(opt, env);
+  release.join();
+  ASSERT_EQ(first, 0) << "the first install failed";
+  ASSERT_TRUE(second.ok()) << render_install_report(second);
+  auto screen = render_install_report(second);
+  EXPECT_NE(screen.find("s for another run (pid " + std::to_string(held.pid) + ")"),
+            std::string::npos)
+      << screen;
+  ASSERT_FALSE(second.steps.empty());
+  EXPECT_NE(second.steps.front().name, "lock");
+  auto state = parse_install_state(slurp(n.host / "etc/gpufence/install-state.json"), "state");
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->phase, "installed");
+  auto done = run_uninstall(n.options(), n.env());
+  ASSERT_TRUE(done.ok()) << render_install_report(done);
+  EXPECT_EQ(snapshot(n.host), before) << render_install_report(done);
+}
+
+// The lock file is gpufence's own: a link planted at its name (or at its directory) is refused,
+// nothing it names is written, and the run changes nothing.
+TEST(InstallLock, ALinkAtTheLockFileIsRefusedNeverFollowed) {
+  for (bool at_dir : {false, true}) {
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+    n.start_containerd("/etc/containerd/config.toml");
+    n.dir.write("host/root/victim", "root's own\n");
+    if (at_dir) {
+      fs::create_directories(n.host / "root/elsewhere");
+      fs::create_symlink("/root/elsewhere", n.host / "etc/gpufence");
+    } else {
+      fs::create_directories(n.host / "etc/gpufence");
+      fs::create_symlink("/root/victim", n.host / "etc/gpufence/install.lock");
+    }
+    const auto before = snapshot(n.host);
+    auto report = run_install(n.options(), n.env());
+    ASSERT_FALSE(report.ok()) << render_install_report(report);
+    EXPECT_TRUE(report.failure->starts_with("lock: ")) << *report.failure;
+    EXPECT_EQ(slurp(n.host / "root/victim"), "root's own\n");
+    EXPECT_FALSE(fs::exists(n.host / "root/elsewhere/install.lock"));
+    EXPECT_EQ(snapshot(n.host), before) << render_install_report(report);
+    EXPECT_TRUE(n.containerd->commands.empty());
+  }
 }
 
 }  // namespace
