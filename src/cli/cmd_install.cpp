@@ -37,8 +37,7 @@ struct InstallArgs {
               state_file = "/etc/gpufence/install-state.json", cdi = "generate",
               cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = "127.0.0.1:9402",
               enforcement = "auto", nri_socket = "/var/run/nri/nri.sock",
-              nri_plugin_name = "gpufence-nri",
-              nri_tolerate_annotation = "gpufence.io/tolerate-missing-nri";
+              nri_plugin_name = "gpufence-nri", nri_tolerate_annotation;
   double ready_timeout = 60, interval = 30, lock_timeout = 60;
   int host_pid = 1;
   int config_version = 0;
@@ -192,7 +191,10 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   install
       ->add_option("--nri-tolerate-annotation", in->nri_tolerate_annotation,
-                   "Pod annotation key that lets a pod start while gpufence-nri is down")
+                   "containerd >= 2.2: a pod annotation key (default none) with which a pod "
+                   "starts while gpufence-nri is down. NRI reads it from the pod (KEY, KEY/pod, "
+                   "KEY/container.NAME), so it is a waiver every pod holds unless an admission "
+                   "policy forbids it; a key an earlier install wrote is taken out")
       ->capture_default_str();
   install
       ->add_option("--nri-source", in->nri_source,
@@ -204,7 +206,8 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
   install
       ->add_option("--nri-plugin-path", in->nri_plugin_path,
                    "Host path of containerd's NRI plugin_path: gpufence-nri is linked there as "
-                   "10-<nri-plugin-name> and containerd launches it")
+                   "10-<nri-plugin-name> (and on containerd >= 2.2 as 20-gpufence-fence) and "
+                   "containerd launches it")
       ->capture_default_str();
   install
       ->add_option("--runtime-source", in->runtime_source,

@@ -26,11 +26,20 @@ enum class HandlerEdit { write, skip };
 // What `install --enforcement nri|both` sets in containerd's NRI plugin table (docs/nri.md):
 // `disable = false` (needed on 1.7, where NRI is off by default; stated on 2.x too, so a user's
 // `disable = true` does not silently win), and on containerd >= 2.2 the default validator with
-// `required_plugins`, so containers fail to be created while the plugin is down.
+// `required_plugins` (gpufence-nri, the decider, and gpufence-fence, the validator that rejects
+// what the decider did not decide), so containers fail to be created while either is down.
 struct NriEdit {
   bool enable = false;
-  std::optional<std::string> required_plugin;  // set: default_validator.required_plugins
-  std::string tolerate_annotation;             // its tolerate_missing_plugins_annotation
+  // Added to default_validator.required_plugins (the file's own entries kept); empty: the
+  // validator is not touched (containerd < 2.2 has none).
+  std::vector<std::string> required_plugins;
+  // default_validator.tolerate_missing_plugins_annotation; "" writes none. NRI reads that key
+  // from the POD's annotations (KEY, KEY/pod, KEY/container.NAME: nri@v0.12.0 pkg/plugin
+  // GetEffectiveAnnotation), so it is a waiver every pod holds unless admission forbids it.
+  std::string tolerate_annotation;
+  // The key an earlier install wrote there and the file still holds: taken out when
+  // `tolerate_annotation` does not name it (a drop-in is rewritten whole anyway).
+  std::string earlier_tolerate_annotation;
 };
 
 struct SetupOptions {

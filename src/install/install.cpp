@@ -192,6 +192,7 @@ void remove_stale_temps(const HostFs& host, const InstallState& state,
   remove_stale_temps(host, state.binary_link);
   remove_stale_temps(host, state.nri_binary_link);
   remove_stale_temps(host, state.nri_plugin_link);
+  remove_stale_temps(host, state.nri_fence_link);
   if (auto names = host.list(state.versions_dir)) {
     for (const auto& n : *names)
       // gpufence's own directory: a temp file of any versioned binary is a leftover.
@@ -278,6 +279,9 @@ struct InstallPlan {
   bool nri_target_existed = false;
   std::string nri_plugin_link;                   // <plugin_path>/NN-name
   std::optional<std::string> nri_plugin_before;  // what that link named before this run
+  // containerd >= 2.2: the fence's <plugin_path>/NN-name ("" below), and what it named before.
+  std::string nri_fence_link;
+  std::optional<std::string> nri_fence_before;
 };
 
 std::string cdi_backup_path(const HostFs& host, const std::string& path,
@@ -285,6 +289,29 @@ std::string cdi_backup_path(const HostFs& host, const std::string& path,
   SetupPlan p;
   p.changes.push_back({path, true, old_text, ""});
   return choose_backup_paths(p, host).front();
+}
+
+// The waiver key (default_validator.tolerate_missing_plugins_annotation) an earlier install
+// wrote into a config file it recorded, which the file still holds: a key the user's bytes (the
+// backup; nothing, for a file install created) do not have. A re-install takes it out; "" when
+// there is none. Releases before this one wrote "gpufence.io/tolerate-missing-nri" by default.
+std::string earlier_waiver(const HostFs& host, const InstallState& state) {
+  if (!state.config_changed) return "";
+  auto waiver = [](const std::optional<std::string>& text, const std::string& origin) {
+    if (!text) return std::string();
+    auto cfg = parse_containerd_config(*text, origin);
+    return cfg ? nri_settings(*cfg).tolerate_annotation : std::string();
+  };
+  for (const auto& f : state.config_files) {
+    auto now = read_host(host, f.path);
+    if (!now) continue;
+    std::string ours = waiver(*now, f.path);
+    if (ours.empty()) continue;
+    if (!f.existed) return ours;
+    auto backup = read_backup(host, f.backup);
+    if (backup && backup->has_value() && waiver(*backup, f.backup) != ours) return ours;
+  }
+  return "";
 }
 
 bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
@@ -361,27 +388,47 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
     plan.nri_plugin_link =
         cat(r.opt.nri_plugin_path, "/", r.opt.nri_plugin_index, "-", r.opt.nri_plugin_name);
     plan.nri_plugin_before = binary_link_target(host, plan.nri_plugin_link);
-    // Someone else's file or link under that name is theirs: refused, nothing changed.
-    if (host.exists(plan.nri_plugin_link) && plan.nri_plugin_before != r.opt.nri_binary.link)
-      return r.failed("nri plugin", cat(plan.nri_plugin_link, " exists and is not a link to ",
-                                        r.opt.nri_binary.link, "; left alone"));
+    // containerd >= 2.2 (validators): the fence, the same binary under its own NN-name.
+    if (choice->required_plugins) {
+      plan.nri_fence_link =
+          cat(r.opt.nri_plugin_path, "/", r.opt.nri_fence_index, "-", r.opt.nri_fence_name);
+      plan.nri_fence_before = binary_link_target(host, plan.nri_fence_link);
+    }
+    // Someone else's file or link under either name is theirs: refused, nothing changed.
+    for (const auto& [link, before] : {std::pair{plan.nri_plugin_link, plan.nri_plugin_before},
+                                       std::pair{plan.nri_fence_link, plan.nri_fence_before}})
+      if (!link.empty() && host.stat(link) && before != r.opt.nri_binary.link)
+        return r.failed("nri plugin", cat(link, " exists and is not a link to ",
+                                          r.opt.nri_binary.link, "; left alone"));
     r.report.nri_socket = r.opt.nri_socket;
     so.nri.enable = true;
     // install configures containerd; gpufence-nri itself runs beside it (docs/nri.md,
     // "Running it": a systemd unit, or containerd's plugin_path).
     if (choice->required_plugins) {
-      so.nri.required_plugin = r.opt.nri_plugin_name;
+      so.nri.required_plugins = {r.opt.nri_plugin_name, r.opt.nri_fence_name};
       so.nri.tolerate_annotation = r.opt.nri_tolerate_annotation;
-      r.report.notes.push_back(cat("containerd now refuses every container while ",
-                                   r.opt.nri_plugin_name,
-                                   " is not connected (required_plugins), except pods annotated ",
-                                   r.opt.nri_tolerate_annotation, "=true: run ",
-                                   r.opt.nri_plugin_name, " on this node (docs/nri.md)"));
+      so.nri.earlier_tolerate_annotation = earlier_waiver(host, state);
+      r.report.notes.push_back(
+          cat("containerd now refuses every container while ", r.opt.nri_plugin_name, " or ",
+              r.opt.nri_fence_name, " is not connected (required_plugins), ",
+              r.opt.nri_tolerate_annotation.empty()
+                  ? std::string("with no waiver")
+                  : cat("except pods annotated ", r.opt.nri_tolerate_annotation,
+                        "=true (also as KEY/pod or KEY/container.NAME): a waiver any pod can set "
+                        "unless an admission policy forbids it"),
+              "; containerd launches both from ", r.opt.nri_plugin_path, " (docs/nri.md)"));
+      if (!so.nri.earlier_tolerate_annotation.empty() &&
+          so.nri.earlier_tolerate_annotation != r.opt.nri_tolerate_annotation)
+        r.report.notes.push_back(
+            cat("takes out the waiver an earlier install wrote: "
+                "tolerate_missing_plugins_annotation = \"",
+                escape_text(so.nri.earlier_tolerate_annotation), "\""));
     } else {
-      r.report.notes.push_back(cat("GPU pods without the handler are isolated only while ",
-                                   r.opt.nri_plugin_name,
-                                   " runs (no required_plugins before containerd 2.2): "
-                                   "`gpufence doctor` reports the gap"));
+      r.report.notes.push_back(
+          cat("GPU pods without the handler are isolated only while ", r.opt.nri_plugin_name,
+              " runs (no required_plugins before containerd 2.2): "
+              "`gpufence doctor` reports the gap; no ",
+              r.opt.nri_fence_name, " either (containerd has no validators before 2.2)"));
     }
   }
   ReadFile read = [&host](const std::string& path) { return read_host(host, path); };
@@ -440,6 +487,7 @@ bool plan_install(Run& r, const InstallState& state, InstallPlan& plan) {
   if (plan.nri)
     for (const std::string& p : {r.opt.nri_binary.link, plan.nri_target, plan.nri_plugin_link})
       missing_parents(host, p, plan.new_dirs);
+  if (!plan.nri_fence_link.empty()) missing_parents(host, plan.nri_fence_link, plan.new_dirs);
   for (const auto& c : plan.config.changes) missing_parents(host, c.path, plan.new_dirs);
   return true;
 }
@@ -460,6 +508,7 @@ InstallState journal_for(const Run& r, const InstallState& state, const InstallP
   if (plan.nri) {
     j.nri_binary_link = r.opt.nri_binary.link;
     j.nri_plugin_link = plan.nri_plugin_link;
+    if (!plan.nri_fence_link.empty()) j.nri_fence_link = plan.nri_fence_link;
   }
   for (const auto& d : plan.new_dirs)
     if (!contains(j.created_dirs, d)) j.created_dirs.push_back(d);
@@ -535,8 +584,16 @@ bool put_runtime_config(Run& r, const InstallPlan& plan, const InstallState& jou
   return true;
 }
 
+// The plugin_path links and where they lead, for the report.
+std::string nri_plugin_text(const Run& r, const InstallPlan& plan) {
+  return cat(plan.nri_plugin_link,
+             plan.nri_fence_link.empty() ? std::string() : cat(", ", plan.nri_fence_link), " -> ",
+             r.opt.nri_binary.link, " -> ", plan.nri_target);
+}
+
 // Step: gpufence-nri beside the shim (the same atomic link swap), started once on the host, then
-// linked into containerd's plugin_path, from where containerd launches it at its next start.
+// linked into containerd's plugin_path (the decider, and on containerd >= 2.2 the fence), from
+// where containerd launches it at its next start.
 bool put_nri_plugin(Run& r, const InstallPlan& plan) {
   if (!plan.nri) return true;
   auto done = install_binary(r.env.host, r.opt.nri_binary);
@@ -553,13 +610,14 @@ bool put_nri_plugin(Run& r, const InstallPlan& plan) {
                                       shell_words(argv), "` exited ", res->exit_code, ": ",
                                       trim(res->out), "); containerd's config is left as it was"));
   bool changed = done->changed == Changed::yes;
-  if (plan.nri_plugin_before != r.opt.nri_binary.link) {
-    if (auto st = point_binary_link(r.env.host, plan.nri_plugin_link, r.opt.nri_binary.link); !st)
+  for (const auto& [link, before] : {std::pair{plan.nri_plugin_link, plan.nri_plugin_before},
+                                     std::pair{plan.nri_fence_link, plan.nri_fence_before}}) {
+    if (link.empty() || before == r.opt.nri_binary.link) continue;
+    if (auto st = point_binary_link(r.env.host, link, r.opt.nri_binary.link); !st)
       return r.failed("nri plugin", st.error().message);
     changed = true;
   }
-  r.step("nri plugin", changed ? Outcome::changed : Outcome::unchanged,
-         cat(plan.nri_plugin_link, " -> ", r.opt.nri_binary.link, " -> ", done->target));
+  r.step("nri plugin", changed ? Outcome::changed : Outcome::unchanged, nri_plugin_text(r, plan));
   return true;
 }
 
@@ -592,7 +650,9 @@ std::string already_configured(const Run& r) {
   if (uses_handler(r.choice.mode)) what = "runtime " + r.opt.runtime_name;
   if (uses_nri(r.choice.mode))
     what += cat(what.empty() ? "" : " and ", "NRI on",
-                r.choice.required_plugins ? cat(", requiring ", r.opt.nri_plugin_name) : "");
+                r.choice.required_plugins
+                    ? cat(", requiring ", r.opt.nri_plugin_name, " and ", r.opt.nri_fence_name)
+                    : "");
   return cat(r.layout.config_path, " already has ", what);
 }
 
@@ -773,9 +833,10 @@ void undo_run(Run& r, const InstallPlan& plan, const InstallState& prior, bool h
   }
   if (!plan.target_existed) unlink_host(host, plan.binary_target);
   if (plan.nri) {
-    if (!plan.nri_plugin_before &&
-        binary_link_target(host, plan.nri_plugin_link) == r.opt.nri_binary.link)
-      unlink_host(host, plan.nri_plugin_link);
+    for (const auto& [link, before] : {std::pair{plan.nri_plugin_link, plan.nri_plugin_before},
+                                       std::pair{plan.nri_fence_link, plan.nri_fence_before}})
+      if (!link.empty() && !before && binary_link_target(host, link) == r.opt.nri_binary.link)
+        unlink_host(host, link);
     if (binary_link_target(host, r.opt.nri_binary.link) == plan.nri_target) {
       if (plan.nri_previous_link) {
         if (auto st = point_binary_link(host, r.opt.nri_binary.link, *plan.nri_previous_link); !st)
@@ -910,7 +971,9 @@ InstallReport install_locked(const InstallOptions& opt, const InstallEnv& env,
       prior.enforcement == enforcement_name(r.choice.mode) &&
       (!plan.nri || (plan.nri_previous_link == plan.nri_target && plan.nri_target_existed &&
                      plan.nri_plugin_before == opt.nri_binary.link &&
-                     prior.nri_plugin_link == plan.nri_plugin_link));
+                     prior.nri_plugin_link == plan.nri_plugin_link)) &&
+      (plan.nri_fence_link.empty() || (plan.nri_fence_before == opt.nri_binary.link &&
+                                       prior.nri_fence_link == plan.nri_fence_link));
   // Journal first: the record names every file and directory before any of them changes.
   InstallState journal = journal_for(r, state, plan);
   if (nothing_to_write) {
@@ -920,9 +983,7 @@ InstallReport install_locked(const InstallOptions& opt, const InstallEnv& env,
   if (nothing_to_write) {
     // Only the pieces that are already in place: report them as such.
     r.step("runtime binary", Outcome::unchanged, cat(opt.binary.link, " -> ", plan.binary_target));
-    if (plan.nri)
-      r.step("nri plugin", Outcome::unchanged,
-             cat(plan.nri_plugin_link, " -> ", opt.nri_binary.link, " -> ", plan.nri_target));
+    if (plan.nri) r.step("nri plugin", Outcome::unchanged, nri_plugin_text(r, plan));
     r.step("runtime config", Outcome::unchanged, opt.runtime_config + " (kept as is)");
     r.step("CDI spec", opt.cdi == CdiMode::skip ? Outcome::skipped : Outcome::unchanged,
            opt.cdi == CdiMode::skip ? std::string("--cdi skip") : opt.cdi_output);
@@ -1200,9 +1261,10 @@ InstallReport uninstall_locked(const InstallOptions& opt, const InstallEnv& env,
   // gpufence-nri: containerd runs on the restored config now, which no longer requires it.
   if (!state.nri_plugin_link.empty()) {
     std::vector<std::string> gone;
-    if (binary_link_target(env.host, state.nri_plugin_link) == state.nri_binary_link &&
-        ::unlink(env.host.resolve(state.nri_plugin_link).c_str()) == 0)
-      gone.push_back(state.nri_plugin_link);
+    for (const auto& link : {state.nri_plugin_link, state.nri_fence_link})
+      if (!link.empty() && binary_link_target(env.host, link) == state.nri_binary_link &&
+          ::unlink(env.host.resolve(link).c_str()) == 0)
+        gone.push_back(link);
     BinaryInstallOptions nri_bin = opt.nri_binary;
     nri_bin.link = state.nri_binary_link;
     nri_bin.versions_dir = state.versions_dir;

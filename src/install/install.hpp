@@ -41,9 +41,17 @@ struct InstallOptions {
   // containerd has NRI >= v0.10, else runtime.
   EnforcementRequest enforcement = EnforcementRequest::automatic;
   std::string nri_plugin_name = "gpufence-nri";  // required_plugins entry (gpufence-nri --name)
-  // Pods whose annotation under this key is "true" start while gpufence-nri is down (its own
-  // DaemonSet): default_validator's tolerate_missing_plugins_annotation.
-  std::string nri_tolerate_annotation = "gpufence.io/tolerate-missing-nri";
+  // containerd >= 2.2: the same binary linked again as <plugin_path>/NN-name, which containerd
+  // launches with NRI_PLUGIN_NAME=gpufence-fence: the validator that rejects every container the
+  // decider did not decide. Required too, so containers fail while either is down.
+  std::string nri_fence_name = "gpufence-fence";
+  std::string nri_fence_index = "20";
+  // default_validator's tolerate_missing_plugins_annotation; "" (the default) writes none. NRI
+  // reads the key from the POD's annotations (KEY, KEY/pod, KEY/container.NAME), so any pod
+  // annotated with it "true" is created undecided while the plugins are down: a waiver every pod
+  // holds unless an admission policy forbids it (docs/nri.md). A key an earlier install wrote is
+  // taken out again.
+  std::string nri_tolerate_annotation;
   std::string nri_socket = "/var/run/nri/nri.sock";  // host path: the socket proving NRI is on
   // nri and both: gpufence-nri copied as the shim is (link /usr/local/bin/gpufence-nri), and
   // linked into containerd's NRI plugin_path as NN-name, the form containerd's NRI requires of a

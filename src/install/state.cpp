@@ -43,8 +43,10 @@ std::string install_state_to_json(const InstallState& s) {
                           {"written", s.runtime_config_written.value_or("")}};
   if (s.cdi_spec) j["cdiSpec"] = file_json(*s.cdi_spec);
   j["binary"] = {{"link", s.binary_link}, {"versionsDir", s.versions_dir}};
-  if (!s.nri_binary_link.empty())
+  if (!s.nri_binary_link.empty()) {
     j["nriPlugin"] = {{"binaryLink", s.nri_binary_link}, {"pluginLink", s.nri_plugin_link}};
+    if (!s.nri_fence_link.empty()) j["nriPlugin"]["fenceLink"] = s.nri_fence_link;
+  }
   j["createdDirs"] = s.created_dirs;
   return j.dump(2) + "\n";
 }
@@ -88,6 +90,7 @@ Result<InstallState> parse_install_state(std::string_view text, std::string_view
     if (j.contains("nriPlugin")) {
       s.nri_binary_link = j["nriPlugin"].at("binaryLink").get<std::string>();
       s.nri_plugin_link = j["nriPlugin"].at("pluginLink").get<std::string>();
+      s.nri_fence_link = j["nriPlugin"].value("fenceLink", std::string());
     }
     if (j.contains("createdDirs"))
       s.created_dirs = j.at("createdDirs").get<std::vector<std::string>>();

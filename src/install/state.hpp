@@ -44,8 +44,9 @@ struct InstallState {
   std::optional<ManagedFile> cdi_spec;  // written empty: a record from before texts were kept
   std::string binary_link, versions_dir;
   // nri and both: gpufence-nri's stable link (its versions in versions_dir) and the link in
-  // containerd's NRI plugin_path that makes containerd launch it (<plugin_path>/NN-name).
-  std::string nri_binary_link, nri_plugin_link;
+  // containerd's NRI plugin_path that makes containerd launch it (<plugin_path>/NN-name); on
+  // containerd >= 2.2 also the fence's link there, to the same stable link ("" without one).
+  std::string nri_binary_link, nri_plugin_link, nri_fence_link;
   // Directories install creates (parents first): removed on undo when empty again.
   std::vector<std::string> created_dirs;
 };

@@ -172,7 +172,7 @@ case $case_name in  # gf:cases
     check "and uninstall too" test "$rc" = 0 || echo "$out"
     ;;
   nri)
-    # --enforcement nri on containerd 2.3.4 (NRI v0.12): NRI on and gpufence-nri required
+    # --enforcement nri on containerd 2.3 (NRI v0.12): NRI on, gpufence-nri and the fence required
     # (fail closed) in the drop-in, no handler; the running containerd listens on NRI's socket
     # and its config dump has both; uninstall gives the user's bytes back and the requirement
     # goes with them. auto picks the same mode here.
@@ -181,7 +181,7 @@ case $case_name in  # gf:cases
     out=$("${install_nri[@]}" --enforcement auto --ready-timeout $ready 2>&1); rc=$?
     echo "$out"
     check "install --enforcement auto succeeds on $(containerd --version | awk '{print $3}')" test "$rc" = 0
-    check "and chose nri, saying why" grep -q "enforcement .*nri: containerd v2.3.4 has NRI v0.12" <<<"$out"
+    check "and chose nri, saying why" grep -q "enforcement .*nri: containerd v2\.3\.[0-9]* has NRI v0.12" <<<"$out"
     check "the user's file is untouched (its glob imports the drop-in)" cmp -s "$cfg" "$work/original.toml"
     check "the drop-in has no handler" bash -c "! grep -q 'runtimes' '$dropin'"
     check "the running containerd listens on NRI's socket" test -S "$host/run/nri/nri.sock"
@@ -191,10 +191,11 @@ case $case_name in  # gf:cases
     echo "$nri_dump"
     check "config dump: NRI on" grep -qE '^ *disable = false' <<<"$nri_dump"
     check "config dump: the default validator on" bash -c "awk '/default_validator/{v=1} v && /enable = true/{f=1} END{exit !f}' <<<\"\$1\"" _ "$nri_dump"
-    check "config dump: gpufence-nri required" grep -qE "required_plugins = \[.gpufence-nri.\]" <<<"$nri_dump"
-    check "config dump: gpufence's pods tolerate its absence" grep -q "tolerate_missing_plugins_annotation = .gpufence.io/tolerate-missing-nri." <<<"$nri_dump"
+    check "config dump: gpufence-nri and gpufence-fence required" grep -qE "required_plugins = \[.gpufence-nri., .gpufence-fence.\]" <<<"$nri_dump"
+    check "config dump: no waiver a pod can set (containerd's default, empty)" grep -qE "tolerate_missing_plugins_annotation = ''$" <<<"$nri_dump"
     check "the state records the mode" grep -q '"enforcement": "nri"' "$host/etc/gpufence/install-state.json"
     check "gpufence-nri is linked into plugin_path as 10-gpufence-nri" test "$(readlink "$host/opt/nri/plugins/10-gpufence-nri")" = /usr/local/bin/gpufence-nri
+    check "and again as 20-gpufence-fence, the fence" test "$(readlink "$host/opt/nri/plugins/20-gpufence-fence")" = /usr/local/bin/gpufence-nri
     check "and its binary is the one built" cmp -s "$host$(readlink "$host/usr/local/bin/gpufence-nri")" "$build/bin/gpufence-nri"
     # containerd launched it at the restart from plugin_path, it registered under its NN-name and
     # answered Synchronize (containerd v2.3.4's log, nri@v0.12.0 pkg/adaptation/adaptation.go:
@@ -203,6 +204,7 @@ case $case_name in  # gf:cases
     for _ in $(seq 300); do grep -qF "$synced" "$work/containerd.log" && break; sleep 0.1; done
     grep -F "10-gpufence-nri" "$work/containerd.log" | tail -4
     check "containerd launched 10-gpufence-nri and it synchronized" grep -qF "$synced" "$work/containerd.log"
+    check "containerd found 20-gpufence-fence in plugin_path too" grep -qF 'discovered plugin 20-gpufence-fence' "$work/containerd.log"
     # containerd's child that runs the versioned gpufence-nri (exec'd through the plugin_path link).
     nri_pid=
     for d in /proc/[0-9]*; do

@@ -1197,13 +1197,52 @@ TEST(ContainerdNri, SetupPlansNriAloneInPlaceAndIsIdempotent) {
   EXPECT_TRUE(cri_runtimes(parse(text)).empty());
   fs.apply(plan);
   EXPECT_TRUE(plan_containerd_setup(opt, fs.reader()).value().changes.empty());
-  // required_plugins on top (containerd >= 2.2 reading a version-2 file).
-  opt.nri.required_plugin = "gpufence-nri";
+  // required_plugins on top (containerd >= 2.2 reading a version-2 file): the decider and the
+  // fence, and no waiver unless one is asked for.
+  opt.nri.required_plugins = {"gpufence-nri", "gpufence-fence"};
   auto plan2 = plan_containerd_setup(opt, fs.reader()).value();
   ASSERT_EQ(plan2.changes.size(), 1u);
   auto s = nri_settings(parse(plan2.changes[0].new_text));
   EXPECT_TRUE(s.validator_enabled);
-  EXPECT_EQ(s.required_plugins, std::vector<std::string>{"gpufence-nri"});
+  EXPECT_EQ(s.required_plugins, (std::vector<std::string>{"gpufence-nri", "gpufence-fence"}));
+  EXPECT_EQ(s.tolerate_annotation, "");
+  EXPECT_TRUE(plan2.changes[0].new_text.starts_with("# mine\n")) << "edited line by line";
+}
+
+// A waiver key an earlier install wrote into a version-2 file (line by line) is taken out by
+// the next plan, its line alone; the user's own other keys stay; the plan after that is empty.
+// One the install did not write (earlier_tolerate_annotation names another) stays.
+TEST(ContainerdNri, AnEarlierInstallsWaiverIsTakenOut) {
+  FakeFiles fs;
+  const std::string with_waiver =
+      "# mine\nversion = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n"
+      "  [plugins.\"io.containerd.nri.v1.nri\".default_validator]\n    enable = true\n"
+      "    required_plugins = [\"gpufence-nri\"]\n"
+      "    tolerate_missing_plugins_annotation = \"gpufence.io/tolerate-missing-nri\"\n"
+      "    reject_oci_hook_adjustment = false\n";
+  fs.files["/etc/containerd/config.toml"] = with_waiver;
+  SetupOptions opt;
+  opt.handler = HandlerEdit::skip;
+  opt.nri.enable = true;
+  opt.nri.required_plugins = {"gpufence-nri", "gpufence-fence"};
+  opt.nri.earlier_tolerate_annotation = "someone-else";
+  auto kept = plan_containerd_setup(opt, fs.reader()).value();
+  ASSERT_EQ(kept.changes.size(), 1u);
+  EXPECT_EQ(nri_settings(parse(kept.changes[0].new_text)).tolerate_annotation,
+            "gpufence.io/tolerate-missing-nri")
+      << "a key no install of ours wrote is the user's";
+  opt.nri.earlier_tolerate_annotation = "gpufence.io/tolerate-missing-nri";
+  auto plan = plan_containerd_setup(opt, fs.reader()).value();
+  ASSERT_EQ(plan.changes.size(), 1u);
+  const auto& text = plan.changes[0].new_text;
+  EXPECT_EQ(text,
+            "# mine\nversion = 2\n[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n"
+            "  [plugins.\"io.containerd.nri.v1.nri\".default_validator]\n    enable = true\n"
+            "    required_plugins = [\"gpufence-nri\", \"gpufence-fence\"]\n"
+            "    reject_oci_hook_adjustment = false\n")
+      << "the waiver's line out, the fence in, nothing else";
+  fs.apply(plan);
+  EXPECT_TRUE(plan_containerd_setup(opt, fs.reader()).value().changes.empty());
 }
 
 TEST(ContainerdNri, Version1AndK3sAreRefusedForNri) {

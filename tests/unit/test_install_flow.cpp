@@ -1418,12 +1418,14 @@ TEST(InstallEnforcement, Auto2_3InstallsNriFailClosedAndUninstallRestoresTheByte
   auto s = nri_settings(*drop);
   EXPECT_TRUE(s.enabled && s.explicitly_set);
   EXPECT_TRUE(s.validator_enabled);
-  EXPECT_EQ(s.required_plugins, std::vector<std::string>{"gpufence-nri"});
-  EXPECT_EQ(s.tolerate_annotation, "gpufence.io/tolerate-missing-nri");
+  const std::vector<std::string> both{"gpufence-nri", "gpufence-fence"};
+  EXPECT_EQ(s.required_plugins, both);
+  EXPECT_EQ(s.tolerate_annotation, "") << "no waiver a pod can set";
+  EXPECT_EQ(slurp(n.host / kDropIn).find("tolerate"), std::string::npos);
   EXPECT_TRUE(cri_runtimes(*drop).empty()) << "nri mode writes no handler";
   // What containerd loaded (root + drop-in) has the validator on.
   EXPECT_TRUE(n.containerd->nri.validator_enabled);
-  EXPECT_EQ(n.containerd->nri.required_plugins, std::vector<std::string>{"gpufence-nri"});
+  EXPECT_EQ(n.containerd->nri.required_plugins, both);
   // Verified on NRI's socket, under the host root.
   ASSERT_FALSE(n.containerd->nri_sockets.empty());
   EXPECT_EQ(n.containerd->nri_sockets.back(), (n.host / "var/run/nri/nri.sock").string());
@@ -1441,6 +1443,17 @@ TEST(InstallEnforcement, Auto2_3InstallsNriFailClosedAndUninstallRestoresTheByte
   EXPECT_EQ(state->nri_plugin_link, "/opt/nri/plugins/10-gpufence-nri");
   EXPECT_EQ(fs::read_symlink(n.host / "opt/nri/plugins/10-gpufence-nri"),
             "/usr/local/bin/gpufence-nri");
+  // The fence: the same binary under its own NN-name, recorded.
+  EXPECT_EQ(state->nri_fence_link, "/opt/nri/plugins/20-gpufence-fence");
+  EXPECT_EQ(fs::read_symlink(n.host / "opt/nri/plugins/20-gpufence-fence"),
+            "/usr/local/bin/gpufence-nri");
+  EXPECT_NE(screen.find("/opt/nri/plugins/10-gpufence-nri, /opt/nri/plugins/20-gpufence-fence ->"),
+            std::string::npos)
+      << screen;
+  EXPECT_NE(screen.find("while gpufence-nri or gpufence-fence is not connected (required_plugins), "
+                        "with no waiver"),
+            std::string::npos)
+      << screen;
   auto nri_target = fs::read_symlink(n.host / "usr/local/bin/gpufence-nri").string();
   EXPECT_TRUE(nri_target.starts_with("/usr/local/lib/gpufence/gpufence-nri-")) << nri_target;
   EXPECT_EQ(slurp(n.host / nri_target.substr(1)), slurp(n.nri_source));
@@ -1483,8 +1496,9 @@ TEST(InstallEnforcement, NriPluginFilesAreJournaledBeforeTheyAreWritten) {
   // The lock file comes first: the run holds it before it reads the record (install/lock.hpp).
   at_journal.erase((n.host / "etc/gpufence/install.lock").string());
   EXPECT_EQ(at_journal, before);
-  for (const char* named : {"\"/usr/local/bin/gpufence-nri\"",
-                            "\"/opt/nri/plugins/10-gpufence-nri\"", "\"/opt/nri/plugins\""})
+  for (const char* named :
+       {"\"/usr/local/bin/gpufence-nri\"", "\"/opt/nri/plugins/10-gpufence-nri\"",
+        "\"/opt/nri/plugins/20-gpufence-fence\"", "\"/opt/nri/plugins\""})
     EXPECT_NE(journal.find(named), std::string::npos) << named << "\n" << journal;
 }
 
@@ -1524,6 +1538,17 @@ TEST(InstallEnforcement, NriPluginNameTakenOrSourceMissingIsRefused) {
       << *report.failure;
   EXPECT_EQ(snapshot(n.host), before);
   fs::remove(n.host / "opt/nri/plugins/10-gpufence-nri");
+  // The fence's name too, and a dangling link there is someone's as well.
+  fs::create_symlink("/opt/their-validator", n.host / "opt/nri/plugins/20-gpufence-fence");
+  before = snapshot(n.host);
+  report = run_install(opt, n.env());
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.failure->find("20-gpufence-fence exists and is not a link to "
+                                 "/usr/local/bin/gpufence-nri"),
+            std::string::npos)
+      << *report.failure;
+  EXPECT_EQ(snapshot(n.host), before);
+  fs::remove(n.host / "opt/nri/plugins/20-gpufence-fence");
   before = snapshot(n.host);
   opt.nri_binary.source = (n.dir / "build/absent").string();
   report = run_install(opt, n.env());
@@ -1598,7 +1623,7 @@ TEST(InstallEnforcement, UsersNriSettingsAreOverriddenOnlyWhereNeeded) {
   EXPECT_EQ(report.enforcement, Enforcement::nri);
   EXPECT_TRUE(n.containerd->nri.enabled);
   EXPECT_EQ(n.containerd->nri.required_plugins,
-            (std::vector<std::string>{"other-plugin", "gpufence-nri"}));
+            (std::vector<std::string>{"other-plugin", "gpufence-nri", "gpufence-fence"}));
   auto un = run_uninstall(opt, n.env());
   ASSERT_TRUE(un.ok()) << render_install_report(un);
   EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
@@ -1803,6 +1828,108 @@ TEST(InstallLock, ALinkAtTheLockFileIsRefusedNeverFollowed) {
     EXPECT_EQ(snapshot(n.host), before) << render_install_report(report);
     EXPECT_TRUE(n.containerd->commands.empty());
   }
+}
+
+// Releases before this one wrote tolerate_missing_plugins_annotation =
+// "gpufence.io/tolerate-missing-nri", a waiver any pod could set (NRI reads the key from the
+// pod). A re-install takes it out, from its drop-in (containerd 2.3) and line by line from a
+// version-2 file it edited in place (containerd 2.2 reading one), restarting containerd; the
+// user's bytes still come back with uninstall.
+TEST(InstallEnforcement, AReinstallTakesOutTheWaiverAnEarlierInstallWrote) {
+  struct Case {
+    std::string config, release;
+    fs::path file;  // where the validator's keys go
+  };
+  for (const auto& c : {Case{kVersion3Config, "v2.3.4", kDropIn},
+                        Case{kPlainConfig, "v2.2.1", "etc/containerd/config.toml"}}) {
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", c.config);
+    n.start_containerd("/etc/containerd/config.toml");
+    n.containerd->release = c.release;
+    auto before = snapshot(n.host);
+    auto opt = n.options();
+    opt.enforcement = EnforcementRequest::nri;
+    opt.nri_tolerate_annotation = "gpufence.io/tolerate-missing-nri";  // the old default
+    auto old = run_install(opt, n.env());
+    ASSERT_TRUE(old.ok()) << render_install_report(old);
+    EXPECT_EQ(n.containerd->nri.tolerate_annotation, "gpufence.io/tolerate-missing-nri");
+    EXPECT_NE(render_install_report(old).find("a waiver any pod can set unless an admission "
+                                              "policy forbids it"),
+              std::string::npos)
+        << render_install_report(old);
+
+    opt.nri_tolerate_annotation.clear();
+    auto again = run_install(opt, n.env());
+    ASSERT_TRUE(again.ok()) << render_install_report(again);
+    auto screen = render_install_report(again);
+    EXPECT_TRUE(again.changed_anything()) << screen;
+    EXPECT_NE(
+        screen.find("takes out the waiver an earlier install wrote: "
+                    "tolerate_missing_plugins_annotation = \"gpufence.io/tolerate-missing-nri\""),
+        std::string::npos)
+        << screen;
+    const std::string text = slurp(n.host / c.file);
+    EXPECT_EQ(text.find("tolerate_missing_plugins_annotation"), std::string::npos) << text;
+    EXPECT_NE(text.find("gpufence-fence"), std::string::npos) << text;
+    EXPECT_EQ(n.containerd->nri.tolerate_annotation, "") << "containerd still has the waiver";
+    EXPECT_EQ(n.containerd->commands.size(), 2u) << "restarted on the config without it";
+    if (c.release == "v2.2.1") {
+      EXPECT_TRUE(text.starts_with(c.config)) << "the user's lines kept: " << text;
+    }
+
+    auto third = run_install(opt, n.env());
+    ASSERT_TRUE(third.ok()) << render_install_report(third);
+    EXPECT_FALSE(third.changed_anything()) << render_install_report(third);
+
+    auto un = run_uninstall(opt, n.env());
+    ASSERT_TRUE(un.ok()) << render_install_report(un);
+    EXPECT_EQ(snapshot(n.host), before) << render_install_report(un);
+  }
+}
+
+// A waiver key in the user's own file (their static pods') is theirs: install leaves it, and the
+// doctor reports it (nri.waiver-in-config).
+TEST(InstallEnforcement, TheUsersOwnWaiverKeyIsLeftAlone) {
+  Node n;
+  const std::string root = kVersion3Config +
+                           "[plugins.'io.containerd.nri.v1.nri'.default_validator]\n"
+                           "  tolerate_missing_plugins_annotation = 'example.com/static'\n";
+  n.dir.write("host/etc/containerd/config.toml", root);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "v2.3.4";
+  auto opt = n.options();
+  opt.enforcement = EnforcementRequest::nri;
+  auto report = run_install(opt, n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_NE(slurp(n.host / "etc/containerd/config.toml")
+                .find("tolerate_missing_plugins_annotation = 'example.com/static'"),
+            std::string::npos);
+  EXPECT_EQ(slurp(n.host / kDropIn).find("tolerate"), std::string::npos);
+  EXPECT_EQ(n.containerd->nri.tolerate_annotation, "example.com/static");
+  EXPECT_EQ(render_install_report(report).find("takes out the waiver"), std::string::npos);
+}
+
+// containerd 2.1 (NRI v0.8): no validators, so no fence link and no required_plugins; the
+// report says so.
+TEST(InstallEnforcement, BelowContainerd22ThereIsNoFence) {
+  Node n;
+  n.dir.write("host/etc/containerd/config.toml", kVersion3Config);
+  n.start_containerd("/etc/containerd/config.toml");
+  n.containerd->release = "v2.1.4";
+  auto opt = n.options();
+  opt.enforcement = EnforcementRequest::nri;
+  auto report = run_install(opt, n.env());
+  ASSERT_TRUE(report.ok()) << render_install_report(report);
+  EXPECT_TRUE(fs::is_symlink(n.host / "opt/nri/plugins/10-gpufence-nri"));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(n.host / "opt/nri/plugins/20-gpufence-fence")));
+  EXPECT_EQ(slurp(n.host / kDropIn).find("required_plugins"), std::string::npos);
+  auto state = parse_install_state(slurp(n.host / "etc/gpufence/install-state.json"), "state");
+  ASSERT_TRUE(state);
+  EXPECT_EQ(state->nri_fence_link, "");
+  EXPECT_NE(render_install_report(report).find(
+                "no gpufence-fence either (containerd has no validators before 2.2)"),
+            std::string::npos)
+      << render_install_report(report);
 }
 
 }  // namespace
