@@ -661,13 +661,99 @@ void check_nri_created_while_down(const Snapshot& s, const NriView& n, std::vect
   }
 }
 
+// Go's strconv.ParseBool true, which NRI's default validator applies to the waiver's value
+// (nri@v0.12.0 plugins/default-validator validateRequiredPlugins); anything else is false or,
+// unparsable, a rejected container.
+bool go_bool_true(std::string_view v) {
+  return v == "1" || v == "t" || v == "T" || v == "TRUE" || v == "true" || v == "True";
+}
+
+// The pod's annotations that are the waiver `key` in one of the forms NRI reads
+// (nri@v0.12.0 pkg/plugin GetEffectiveAnnotation): KEY/container.NAME, KEY/pod, KEY.
+std::vector<std::pair<std::string, std::string>> waiver_forms(const KubePod& pod,
+                                                              const std::string& key) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [k, v] : pod.annotations)
+    if (k == key || k == key + "/pod" || k.starts_with(key + "/container.")) out.emplace_back(k, v);
+  return out;
+}
+
+// containerd's config lets a pod annotation waive required_plugins while gpufence-nri is
+// required: any pod can be created undecided while the plugins are down. And the running pods
+// that carry that annotation (the API server's view).
+void check_nri_waiver(const Snapshot& s, const NriView& n, std::vector<Finding>& out) {
+  if (n.tolerate_annotation.empty() || !n.fail_closed()) return;
+  const std::string& key = n.tolerate_annotation;
+  out.push_back(
+      {"nri.waiver-in-config", Severity::error,
+       cat("containerd lets any pod waive required_plugins: a pod annotated ", key,
+           ": \"true\" (or ", key, "/pod, ", key,
+           "/container.NAME) is created without gpufence-nri's decision while it is down"),
+       cat(s.containerd_config,
+           ": [plugins.\"io.containerd.nri.v1.nri\".default_validator] "
+           "tolerate_missing_plugins_annotation = \"",
+           key, "\", required_plugins = [", join(n.required_plugins, ", "),
+           "]; NRI reads the key from the pod's own annotations"),
+       cat("remove tolerate_missing_plugins_annotation from containerd's config (`gpufence "
+           "install` takes out a key it wrote and writes none), or forbid the annotation in "
+           "every form with an admission policy (the chart's ValidatingAdmissionPolicy "
+           "gpufence-no-nri-waiver: docs/install.md, \"Helm\")")});
+  if (!s.kube) return;  // gather says the pods were not checked
+  for (const auto& pod : s.kube->pods) {
+    auto forms = waiver_forms(pod, key);
+    if (forms.empty()) continue;
+    bool waives = std::any_of(forms.begin(), forms.end(),
+                              [](const auto& f) { return go_bool_true(f.second); });
+    std::vector<std::string> shown;
+    for (const auto& [k, v] : forms) shown.push_back(cat(k, "=", v));
+    out.push_back(
+        {"nri.pod-waiver", waives ? Severity::error : Severity::warning,
+         cat("pod ", pod.pod_namespace, "/", pod.name, " carries the NRI waiver annotation",
+             waives ? ": its containers are created without gpufence-nri whenever it is down"
+                    : " (not \"true\": no waiver today)"),
+         cat("annotations ", join(shown, ", "),
+             "; containerd's tolerate_missing_plugins_annotation = \"", key, "\""),
+         cat("remove the annotation (kubectl annotate pod -n ", pod.pod_namespace, " ", pod.name,
+             " ", key,
+             "-, and from its controller's template) and forbid it with an admission "
+             "policy; recreate the pod if it was created while gpufence-nri was down")});
+  }
+}
+
+// containerd >= 2.2, gpufence-nri required: the fence must be required and linked too, or a
+// container the decider did not decide (its answer timed out, it dropped mid-request: NRI then
+// goes on as if it had answered nothing) is created unadjusted while gpufence-nri still counts
+// as present.
+void check_nri_fence(const Snapshot& s, const NriView& n, const std::string& mode,
+                     std::vector<Finding>& out) {
+  if (!n.fail_closed()) return;  // below 2.2, or not required: nri.not-fail-closed says so
+  const bool required = n.required(n.fence_name);
+  if (required && n.fence_link_present) return;
+  std::vector<std::string> missing;
+  if (!required) missing.push_back(cat("not in required_plugins (", s.containerd_config, ")"));
+  if (!n.fence_link_present) missing.push_back(cat("no plugin at ", n.fence_link));
+  out.push_back(
+      {"nri.fence-missing", n.enforcement == "nri" ? Severity::error : Severity::warning,
+       cat(n.fence_name,
+           " is not in place: a container gpufence-nri did not decide (its answer timed out, or "
+           "it dropped mid-request) is created unadjusted"),
+       cat(mode, "; ", n.fence_name, ": ", join(missing, "; "), "; required_plugins = [",
+           join(n.required_plugins, ", "), "]"),
+       cat("`gpufence install --enforcement ", n.enforcement, "` links ", n.fence_link,
+           " to gpufence-nri and adds \"", n.fence_name,
+           "\" to default_validator.required_plugins (containerd >= 2.2), then restarts "
+           "containerd")});
+}
+
 void check_nri(const Snapshot& s, std::vector<Finding>& out) {
   if (!s.nri) return;
   check_nri_created_while_down(s, *s.nri, out);
+  check_nri_waiver(s, *s.nri, out);
   if (!s.nri->uses_nri()) return;
   const NriView& n = *s.nri;
   const std::string mode = cat("enforcement ", n.enforcement, " (", n.state_file, ")");
   check_nri_plugin_connected(n, mode, out);
+  check_nri_fence(s, n, mode, out);
   if (!n.enabled) {
     out.push_back({"nri.disabled", Severity::error,
                    "gpufence was installed to enforce through NRI, but containerd's config has "
@@ -695,7 +781,8 @@ void check_nri(const Snapshot& s, std::vector<Finding>& out) {
              ", required_plugins = [", join(n.required_plugins, ", "), "] in ",
              s.containerd_config),
          cat("containerd >= 2.2: `gpufence install --enforcement ", n.enforcement,
-             "` sets default_validator.required_plugins = [\"", n.plugin_name,
+             "` sets default_validator.required_plugins = [\"", n.plugin_name, "\", \"",
+             n.fence_name,
              "\"]; below 2.2 (no required_plugins) pair it with the shim "
              "(`gpufence install --enforcement both`, GPU pods with runtimeClassName: nvidia) or "
              "upgrade containerd to 2.2+")});

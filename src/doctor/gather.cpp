@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -148,6 +149,22 @@ void gather_nri_status(NriView& v, const HostFs& host, const std::string& path) 
       *start == status->start_time ? NriView::Process::running : NriView::Process::gone;
 }
 
+// Whether `path` is a regular file, or a chain of links (40 at most, as the kernel follows)
+// ending at one: a dangling plugin link is no plugin.
+bool leads_to_file(const HostFs& host, std::string path) {
+  for (int hops = 0; hops <= 40; ++hops) {
+    auto info = host.stat(path);
+    if (!info) return false;
+    if (info->type != FileType::symlink) return info->type == FileType::regular;
+    auto target = host.read_link(path);
+    if (!target) return false;
+    path = target->starts_with("/")
+               ? *target
+               : (std::filesystem::path(path).parent_path() / *target).lexically_normal().string();
+  }
+  return false;
+}
+
 // NRI in the config containerd reads, its socket, and the mode install recorded.
 NriView gather_nri(const HostFs& host, const ContainerdConfig& effective,
                    const GatherOptions& opt) {
@@ -158,15 +175,27 @@ NriView gather_nri(const HostFs& host, const ContainerdConfig& effective,
   v.socket_path = settings.socket_path;
   v.validator_enabled = settings.validator_enabled;
   v.required_plugins = settings.required_plugins;
+  v.tolerate_annotation = settings.tolerate_annotation;
   struct stat st {};
   v.socket_present = ::stat(host.resolve(v.socket_path).c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+  // The fence's link in plugin_path (containerd's default /opt/nri/plugins, or the config's).
+  std::string plugin_path = "/opt/nri/plugins";
+  if (const auto* nri = effective.doc["plugins"][kNriPlugin].as_table())
+    if (auto p = nri->get_as<std::string>("plugin_path"); p && !p->get().empty())
+      plugin_path = p->get();
+  v.fence_name = opt.nri_fence_name;
+  v.fence_link = cat(plugin_path, "/", opt.nri_fence_index, "-", opt.nri_fence_name);
   if (auto text = host.read(opt.install_state)) {
     auto j = nlohmann::json::parse(*text, nullptr, false);
     if (j.is_object()) {
       v.state_file = opt.install_state;
       v.enforcement = j.value("enforcement", std::string("runtime"));
+      auto plugin = j.value("nriPlugin", nlohmann::json::object());
+      if (plugin.is_object() && plugin.value("fenceLink", nlohmann::json()).is_string())
+        v.fence_link = plugin["fenceLink"].get<std::string>();
     }
   }
+  v.fence_link_present = leads_to_file(host, v.fence_link);
   gather_nri_status(v, host, opt.nri_status);
   return v;
 }
@@ -191,6 +220,10 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
     s.containerd_findings = check_containerd_config(effective, copt);
     s.containerd_config = path;
     s.nri = gather_nri(host, effective, opt);
+    if (!s.nri->tolerate_annotation.empty() && !s.kube)
+      s.skipped.push_back(cat("pods carrying the NRI waiver annotation ",
+                              s.nri->tolerate_annotation,
+                              ": not checked without the Kubernetes API"));
     std::string def = default_runtime_name(effective);
     s.containerd_default_runtime = def;
     for (const auto& r : cri_runtimes(effective)) {
@@ -241,6 +274,10 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
     pod.pod_namespace = meta.value("namespace", "");
     pod.name = meta.value("name", "");
     pod.runtime_class = spec.value("runtimeClassName", "");
+    const auto annotations = meta.value("annotations", nlohmann::json::object());
+    if (annotations.is_object())
+      for (const auto& [key, value] : annotations.items())
+        if (value.is_string()) pod.annotations[key] = value.get<std::string>();
     // As the scheduler counts it (init containers, sidecars, overhead): the one answer kube/ has.
     auto gpus = effective_request(spec, resource_name);
     if (!gpus)

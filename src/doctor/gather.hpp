@@ -35,6 +35,9 @@ struct GatherOptions {
   // `gpufence install`'s record: which enforcement (handler, NRI, both) the node was given.
   std::string install_state = "/etc/gpufence/install-state.json";
   std::string nri_plugin_name = "gpufence-nri";
+  // The fence's name and index in containerd's NRI plugin_path (install's defaults).
+  std::string nri_fence_name = "gpufence-fence";
+  std::string nri_fence_index = "20";
   // gpufence-nri's status file (runtime.toml [nri] status_file).
   std::string nri_status = std::string(kNriStatusFile);
 };

@@ -71,6 +71,7 @@ struct KubePod {
   bool privileged = false;    // any container with securityContext.privileged: true
   std::vector<std::string>
       env_visible_devices;  // "container: value" of NVIDIA_VISIBLE_DEVICES set in the spec
+  std::map<std::string, std::string> annotations = {};  // metadata.annotations (the pod's bytes)
 };
 
 struct KubeView {
@@ -89,7 +90,16 @@ struct NriView {
   bool socket_present = false;
   bool validator_enabled = false;
   std::vector<std::string> required_plugins;
+  // default_validator.tolerate_missing_plugins_annotation: a key NRI reads from the POD's
+  // annotations (KEY, KEY/pod, KEY/container.NAME); "true" there waives required_plugins.
+  std::string tolerate_annotation;
   std::string plugin_name = "gpufence-nri";
+  // The fence (containerd >= 2.2): gpufence-nri linked again into plugin_path under this name,
+  // rejecting what the decider did not decide. Its link: install's record, else
+  // <plugin_path>/20-gpufence-fence; present = the link is there and leads to a file.
+  std::string fence_name = "gpufence-fence";
+  std::string fence_link;
+  bool fence_link_present = false;
   // gpufence-nri's own account (nri/status.hpp): connected or not, what it found at Synchronize.
   std::string status_file;
   std::optional<nri::NriStatus> status;  // nullopt: status_error says why
@@ -97,10 +107,11 @@ struct NriView {
   enum class Process { running, gone, unknown };
   Process plugin_process = Process::unknown;  // the status's pid, same start time: still it
   bool uses_nri() const { return enforcement == "nri" || enforcement == "both"; }
-  bool fail_closed() const {
-    return validator_enabled && std::find(required_plugins.begin(), required_plugins.end(),
-                                          plugin_name) != required_plugins.end();
+  bool required(const std::string& name) const {
+    return validator_enabled && std::find(required_plugins.begin(), required_plugins.end(), name) !=
+                                    required_plugins.end();
   }
+  bool fail_closed() const { return required(plugin_name); }
 };
 
 struct Snapshot {

@@ -588,11 +588,21 @@ std::string state(const std::string& mode) {
   return s.replace(s.find("%s"), 2, mode);
 }
 
-// containerd 2.x with NRI on and gpufence-nri required (what install --enforcement nri writes).
+// containerd 2.x with NRI on and gpufence-nri and its fence required (what install
+// --enforcement nri writes on containerd >= 2.2).
 const std::string kNriRequired =
     "version = 3\n[plugins.'io.containerd.nri.v1.nri']\n  disable = false\n"
     "  [plugins.'io.containerd.nri.v1.nri'.default_validator]\n    enable = true\n"
-    "    required_plugins = ['gpufence-nri']\n";
+    "    required_plugins = ['gpufence-nri', 'gpufence-fence']\n";
+
+// The plugin_path links install makes (containerd's default plugin_path).
+void link_nri_plugins(const std::filesystem::path& root) {
+  std::filesystem::create_directories(root / "opt/nri/plugins");
+  std::filesystem::create_directories(root / "usr/local/bin");
+  std::ofstream(root / "usr/local/bin/gpufence-nri") << "#!/bin/sh\n";
+  for (const char* name : {"10-gpufence-nri", "20-gpufence-fence"})
+    std::filesystem::create_symlink("/usr/local/bin/gpufence-nri", root / "opt/nri/plugins" / name);
+}
 
 std::vector<Finding> nri_findings(const std::vector<Finding>& all) {
   std::vector<Finding> out;
@@ -652,6 +662,7 @@ TEST_F(DoctorChecks, NriModeWithoutTheSocketIsAnError) {
   write_nri_status(*m_node, nri::NriState::connected, 99, 99);
   m_node->write("etc/gpufence/install-state.json", state("nri"));
   m_node->write("etc/containerd/config.toml", kNriRequired);
+  link_nri_plugins(m_dir.path());
   auto f = nri_findings(judge(snapshot()));
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].id, "nri.socket-missing");
@@ -662,6 +673,7 @@ TEST_F(DoctorChecks, NriModeFailClosedWithTheSocketIsClean) {
   write_nri_status(*m_node, nri::NriState::connected, 99, 99);
   m_node->write("etc/gpufence/install-state.json", state("nri"));
   m_node->write("etc/containerd/config.toml", kNriRequired);
+  link_nri_plugins(m_dir.path());
   ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
   ASSERT_GE(sock.fd, 0);
   auto snap = snapshot();
@@ -689,6 +701,7 @@ TEST_F(DoctorChecks, BothBelowContainerd22WarnsWithTheFix) {
 TEST_F(DoctorChecks, NriPluginThatNeverReportedIsDown) {
   m_node->write("etc/gpufence/install-state.json", state("nri"));
   m_node->write("etc/containerd/config.toml", kNriRequired);
+  link_nri_plugins(m_dir.path());
   ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
   auto f = nri_findings(judge(snapshot()));
   ASSERT_EQ(f.size(), 1u);
@@ -702,6 +715,7 @@ TEST_F(DoctorChecks, NriPluginThatNeverReportedIsDown) {
 TEST_F(DoctorChecks, NriPluginWhosePidIsAnotherProcessNowIsDown) {
   m_node->write("etc/gpufence/install-state.json", state("both"));
   m_node->write("etc/containerd/config.toml", kNriRequired);
+  link_nri_plugins(m_dir.path());
   ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
   // The status says connected, but pid 4242 started at another time: a reused pid.
   write_nri_status(*m_node, nri::NriState::connected, 99, 1234);
@@ -719,6 +733,7 @@ TEST_F(DoctorChecks, NriPluginWhosePidIsAnotherProcessNowIsDown) {
 TEST_F(DoctorChecks, NriPluginRunningButNotConnectedIsDown) {
   m_node->write("etc/gpufence/install-state.json", state("nri"));
   m_node->write("etc/containerd/config.toml", kNriRequired);
+  link_nri_plugins(m_dir.path());
   ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
   write_nri_status(*m_node, nri::NriState::waiting, 99, 99);
   auto f = nri_findings(judge(snapshot()));
@@ -729,6 +744,7 @@ TEST_F(DoctorChecks, NriPluginRunningButNotConnectedIsDown) {
 
 TEST_F(DoctorChecks, NriContainersCreatedWhileItWasDownAreNamed) {
   m_node->write("etc/gpufence/install-state.json", state("nri"));
+  link_nri_plugins(m_dir.path());
   m_node->write("etc/containerd/config.toml",
                 kNriRequired +
                     "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]\n"
@@ -756,4 +772,83 @@ TEST_F(DoctorChecks, NriContainersCreatedWhileItWasDownAreNamed) {
   f = nri_findings(judge(snapshot()));
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].id, "nri.created-while-down");
+}
+
+// An install from before the fence (gpufence-nri alone required) or a fence link gone: the
+// fence is missing, an error where NRI alone enforces, a warning beside the shim. Where it is
+// in place, nothing; install's record names its link.
+TEST_F(DoctorChecks, NriFenceNotRequiredOrNotLinkedIsReported) {
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99);
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  m_node->write("etc/containerd/config.toml",
+                "version = 3\n[plugins.'io.containerd.nri.v1.nri'.default_validator]\n"
+                "  enable = true\n  required_plugins = ['gpufence-nri']\n");
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  auto f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.fence-missing");
+  EXPECT_EQ(f[0].severity, Severity::error);
+  EXPECT_NE(f[0].evidence.find("not in required_plugins"), std::string::npos) << f[0].evidence;
+  EXPECT_NE(f[0].evidence.find("no plugin at /opt/nri/plugins/20-gpufence-fence"),
+            std::string::npos)
+      << f[0].evidence;
+  EXPECT_NE(f[0].fix.find("gpufence install --enforcement nri"), std::string::npos) << f[0].fix;
+  // Required, but its link gone (a dangling one is gone too).
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  std::filesystem::create_directories(m_dir / "opt/nri/plugins");
+  std::filesystem::create_symlink("/usr/local/bin/gpufence-nri",
+                                  m_dir / "opt/nri/plugins/20-gpufence-fence");
+  f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.fence-missing");
+  EXPECT_EQ(f[0].evidence.find("required_plugins ("), std::string::npos) << f[0].evidence;
+  m_node->write("etc/gpufence/install-state.json", state("both"));
+  f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::warning) << "the shim enforces handler pods";
+  // In place: clean.
+  m_node->write("usr/local/bin/gpufence-nri", "#!/bin/sh\n");
+  EXPECT_TRUE(nri_findings(judge(snapshot())).empty());
+  // Install's record names where it put the link.
+  m_node->write(
+      "etc/gpufence/install-state.json",
+      R"({"enforcement": "nri", "nriPlugin": {"binaryLink": "/usr/local/bin/gpufence-nri",)"
+      R"( "pluginLink": "/srv/nri/10-gpufence-nri", "fenceLink": "/srv/nri/20-gpufence-fence"}})");
+  f = nri_findings(judge(snapshot()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].evidence.find("no plugin at /srv/nri/20-gpufence-fence"), std::string::npos)
+      << f[0].evidence;
+}
+
+// containerd's config with a waiver key while gpufence-nri is required: any pod can waive
+// enforcement. Without the API server the pods carrying it are not checked, and gather says so.
+TEST_F(DoctorChecks, NriWaiverKeyInTheConfigIsAnError) {
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99);
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  m_node->write("etc/containerd/config.toml",
+                kNriRequired + "    tolerate_missing_plugins_annotation = 'gpufence.io/x'\n");
+  link_nri_plugins(m_dir.path());
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  auto snap = snapshot();
+  auto f = nri_findings(judge(snap));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.waiver-in-config");
+  EXPECT_EQ(f[0].severity, Severity::error);
+  EXPECT_NE(f[0].summary.find("gpufence.io/x: \"true\" (or gpufence.io/x/pod, "
+                              "gpufence.io/x/container.NAME)"),
+            std::string::npos)
+      << f[0].summary;
+  EXPECT_NE(f[0].evidence.find("tolerate_missing_plugins_annotation = \"gpufence.io/x\""),
+            std::string::npos)
+      << f[0].evidence;
+  EXPECT_TRUE(std::any_of(snap.skipped.begin(), snap.skipped.end(), [](const std::string& x) {
+    return x.starts_with("pods carrying the NRI waiver annotation gpufence.io/x: not checked");
+  })) << join(snap.skipped, "\n");
+  // Not about gpufence when gpufence-nri is not required.
+  m_node->write("etc/containerd/config.toml",
+                "version = 3\n[plugins.'io.containerd.nri.v1.nri'.default_validator]\n"
+                "  enable = true\n  required_plugins = ['other']\n"
+                "  tolerate_missing_plugins_annotation = 'gpufence.io/x'\n");
+  m_node->write("etc/gpufence/install-state.json", state("runtime"));
+  EXPECT_TRUE(nri_findings(judge(snapshot())).empty());
 }

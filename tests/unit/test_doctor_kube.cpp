@@ -2,6 +2,9 @@
 // kubeconfig reading, the pod/RuntimeClass/capacity checks, and API failures.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "common/file.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/gather.hpp"
@@ -121,6 +124,44 @@ TEST_F(DoctorKube, AGpuRequestedByAnInitContainerMakesAGpuPod) {
 TEST_F(DoctorKube, PodSetsVisibleDevices) {
   pods({pod("ds-a", "nvidia", 1, false, "all")});
   EXPECT_EQ(run(), (std::vector<std::string>{"pod.env-visible-devices"}));
+}
+
+// containerd requires gpufence-nri and lets pods waive it with an annotation: the running pods
+// that carry it in any form NRI reads (KEY, KEY/pod, KEY/container.NAME) are named, an error
+// where the value waives ("true" as Go's ParseBool reads it), a warning where it does not; a
+// pod with a key that only starts like it is not one of them.
+TEST_F(DoctorKube, PodsCarryingTheNriWaiverAreNamed) {
+  m_node->write("etc/containerd/config.toml",
+                "version = 3\n[plugins.'io.containerd.nri.v1.nri'.default_validator]\n"
+                "  enable = true\n  required_plugins = ['gpufence-nri']\n"
+                "  tolerate_missing_plugins_annotation = 'waive-nri'\n");
+  auto annotated = [](const std::string& name, const std::string& key, const std::string& value) {
+    return R"({"metadata":{"name":")" + name + R"(","namespace":"tenant","annotations":{")" + key +
+           R"(":")" + value + R"("}},"spec":{"containers":[{"name":"app"}]}})";
+  };
+  pods({annotated("bare", "waive-nri", "true"), annotated("pod-form", "waive-nri/pod", "T"),
+        annotated("container-form", "waive-nri/container.app", "1"),
+        annotated("says-false", "waive-nri", "false"),
+        annotated("lookalike", "waive-nri-not/pod", "true"), pod("plain", "", 0)});
+  run();
+  std::map<std::string, const Finding*> by_pod;
+  auto findings = judge(m_snap);
+  for (const auto& f : findings)
+    if (f.id == "nri.pod-waiver") by_pod[f.summary.substr(4, f.summary.find(' ', 4) - 4)] = &f;
+  ASSERT_EQ(by_pod.size(), 4u);
+  for (const char* waives : {"tenant/bare", "tenant/pod-form", "tenant/container-form"}) {
+    ASSERT_TRUE(by_pod.count(waives)) << waives;
+    EXPECT_EQ(by_pod[waives]->severity, Severity::error) << waives;
+  }
+  EXPECT_EQ(by_pod["tenant/says-false"]->severity, Severity::warning);
+  EXPECT_NE(by_pod["tenant/container-form"]->evidence.find("waive-nri/container.app=1"),
+            std::string::npos)
+      << by_pod["tenant/container-form"]->evidence;
+  EXPECT_EQ(std::count_if(findings.begin(), findings.end(),
+                          [](const Finding& f) { return f.id == "nri.waiver-in-config"; }),
+            1);
+  // With the API server the pods were checked: nothing says they were skipped.
+  for (const auto& line : m_snap.skipped) EXPECT_EQ(line.find("waiver"), std::string::npos);
 }
 
 TEST_F(DoctorKube, NodeCapacityZeroMeansNoPlugin) {
