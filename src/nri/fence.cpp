@@ -3,6 +3,7 @@
 #include "common/escape.hpp"
 #include "common/strings.hpp"
 #include "nri/status.hpp"
+#include "runtime/config.hpp"
 
 namespace gpufence::nri {
 
@@ -39,6 +40,14 @@ uint32_t FenceHandler::events() const {
 }
 
 Status FenceHandler::configured(const RuntimeInfo& runtime) {
+  // A launched fence's .conf is a runtime.toml like the decider's: only its log is read here.
+  if (!runtime.config.empty()) {
+    auto config = parse_runtime_config(runtime.config, "the NRI plugin config");
+    if (!config) return std::unexpected(config.error());
+    if (!config->log_file.empty())
+      if (auto st = m_log.open_file(config->log_file); !st)
+        m_log.warn("nri.log_file_unavailable", {{"error", st.error().message}});
+  }
   m_log.info("nri.fence_configured", {{"runtime", runtime.name},
                                       {"version", runtime.version},
                                       {"nri", runtime.nri_text()},

@@ -82,7 +82,8 @@ std::vector<std::string> role_args(Role role) {
 // fork + exec of self with `args`, environment reduced to what the plugin reads; `detach`: in a
 // session of its own, reparented to init (double fork), so neither containerd's SIGKILL of the
 // launched plugin nor its exit takes it along.
-pid_t spawn(const std::string& self_exe, const std::vector<std::string>& args, bool detach) {
+pid_t spawn(const std::string& self_exe, const std::vector<std::string>& args, bool detach,
+            const std::string& config_path = "") {
   std::vector<std::string> argv_s{self_exe};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -90,7 +91,9 @@ pid_t spawn(const std::string& self_exe, const std::vector<std::string>& args, b
   argv.push_back(nullptr);
   std::vector<std::string> env_s{
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
-  if (const char* c = std::getenv("GPUFENCE_RUNTIME_CONFIG"))
+  if (!config_path.empty())
+    env_s.push_back(cat("GPUFENCE_RUNTIME_CONFIG=", config_path));
+  else if (const char* c = std::getenv("GPUFENCE_RUNTIME_CONFIG"))
     env_s.push_back(cat("GPUFENCE_RUNTIME_CONFIG=", c));
   std::vector<char*> envp;
   for (auto& e : env_s) envp.push_back(e.data());
@@ -131,7 +134,7 @@ bool binary_replaced(const std::string& self_exe) {
 }  // namespace
 
 void ensure_keeper(const KeeperFiles& files, Role role, const std::string& self_exe,
-                   const std::string& socket, Logger& log) {
+                   const std::string& socket, const std::string& config_path, Logger& log) {
   if (files.dir.empty()) return;
   auto held = take_lock(files.keeper(role), LockWait::no);
   if (!held) {
@@ -142,7 +145,7 @@ void ensure_keeper(const KeeperFiles& files, Role role, const std::string& self_
   held->reset();       // released: the keeper takes it itself
   std::vector<std::string> args{"--keeper", "--socket", socket};
   for (auto& a : role_args(role)) args.push_back(a);
-  if (spawn(self_exe, args, true) < 0)
+  if (spawn(self_exe, args, true, config_path) < 0)
     log.warn("nri.keeper_unavailable", {{"error", "fork failed"}});
   else
     log.info("nri.keeper_started", {{"role", std::string(role_name(role))}});

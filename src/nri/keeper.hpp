@@ -53,9 +53,11 @@ std::optional<pid_t> lock_holder(const std::string& path);
 // Whether /proc/<pid>/stat says the process is stopped (T, t).
 bool process_stopped(pid_t pid);
 
-// Starts the keeper of `role` (a detached `self_exe --keeper [--fence]`) unless one runs.
+// Starts the keeper of `role` (a detached `self_exe --keeper [--fence]`) unless one runs; it and
+// what it starts read `config_path` ("" : this process's own GPUFENCE_RUNTIME_CONFIG, or the
+// default /etc/gpufence/runtime.toml).
 void ensure_keeper(const KeeperFiles& files, Role role, const std::string& self_exe,
-                   const std::string& socket, Logger& log);
+                   const std::string& socket, const std::string& config_path, Logger& log);
 
 // The keeper's loop (until its binary changes or containerd stays away): `self_exe --once
 // [--fence] --socket SOCKET` whenever nobody serves the role.

@@ -4,7 +4,9 @@
 
 #include <thread>
 
+#include "common/file.hpp"
 #include "common/strings.hpp"
+#include "runtime/config.hpp"
 
 namespace gpufence::nri {
 namespace {
@@ -24,15 +26,68 @@ std::optional<Fd> serving_lock(const ServeOptions& o, LockWait wait,
   return std::move(**lock);
 }
 
+// Forwards every call; after a Configure the handler took, runs `then` (the launched plugin's
+// set-up that needs the plugin config containerd sends).
+class AfterConfigure : public PluginHandler {
+ public:
+  AfterConfigure(PluginHandler& inner, std::function<void(const RuntimeInfo&)> then)
+      : m_inner(inner), m_then(std::move(then)) {}
+  uint32_t events() const override { return m_inner.events(); }
+  Status configured(const RuntimeInfo& runtime) override {
+    auto st = m_inner.configured(runtime);
+    if (st) m_then(runtime);
+    return st;
+  }
+  void synchronized(const api::SynchronizeRequest& r) override { m_inner.synchronized(r); }
+  Result<api::ContainerAdjustment> create_container(const api::PodSandbox& pod,
+                                                    const api::Container& container,
+                                                    SteadyTime received) override {
+    return m_inner.create_container(pod, container, received);
+  }
+  api::ValidateContainerAdjustmentResponse validate(
+      const api::ValidateContainerAdjustmentRequest& r) override {
+    return m_inner.validate(r);
+  }
+
+ private:
+  PluginHandler& m_inner;
+  std::function<void(const RuntimeInfo&)> m_then;
+};
+
+// A launched plugin learns its configuration from Configure (plugin_config_path/NN-name.conf;
+// containerd gives a launched plugin no environment of its own): only then does it know its
+// keeper directory and socket. It takes its serving lock there (waiting a little for a server of
+// containerd's previous life to close, serving regardless: containerd kills a launched plugin
+// that does not register in time), keeps the config for the keeper in that directory, and starts
+// the keeper, which brings the role back once this connection is gone.
 int serve_launched(const ServeOptions& o, PluginHandler& handler,
                    const std::function<void(NriState)>& ended, Logger& log) {
-  auto lock = serving_lock(o, LockWait::yes, std::chrono::milliseconds(2000), log);
-  if (!lock)
-    log.warn("nri.lock_busy",
-             {{"lock", o.files.serving(o.role)}, {"why", "another server still holds it"}});
-  // The keeper brings the role back once this connection is gone (containerd launches once).
-  ensure_keeper(o.files, o.role, o.self_exe, o.socket, log);
-  auto st = run_session(o.launched_fd, o.session, handler, log);
+  std::optional<Fd> held;
+  AfterConfigure wrapped(handler, [&](const RuntimeInfo& runtime) {
+    ServeOptions effective = o;
+    std::string config_path;
+    if (!runtime.config.empty()) {
+      auto cfg = parse_runtime_config(runtime.config, "the NRI plugin config");
+      if (!cfg) return;  // the handler refused it already
+      effective.files.dir = cfg->nri_keeper_dir;
+      effective.socket = cfg->nri_socket;
+      if (!effective.files.dir.empty()) {
+        config_path = cat(effective.files.dir, "/", role_name(o.role), ".toml");
+        if (auto w = write_file_atomic(config_path, runtime.config, Durability::none,
+                                       Symlinks::none, MakeDir::yes);
+            !w) {
+          log.warn("nri.keeper_unavailable", {{"error", w.error().message}});
+          return;
+        }
+      }
+    }
+    held = serving_lock(effective, LockWait::yes, std::chrono::milliseconds(1000), log);
+    if (!held)
+      log.warn("nri.lock_busy", {{"lock", effective.files.serving(o.role)},
+                                 {"why", "another server still holds it"}});
+    ensure_keeper(effective.files, o.role, o.self_exe, effective.socket, config_path, log);
+  });
+  auto st = run_session(o.launched_fd, o.session, wrapped, log);
   if (!st) log.error("nri.session_failed", {{"error", st.error().message}});
   ended(NriState::exited);
   return st ? 0 : 1;

@@ -54,7 +54,7 @@ struct RuntimeConfig {
   std::string nri_status_file = std::string(kNriStatusFile);
   // Where gpufence-nri's keepers hold their locks ([nri] keeper_dir; "" starts no keeper) and the
   // NRI socket a keeper reconnects through ([nri] socket): nri/keeper.hpp.
-  std::string nri_keeper_dir = "/run/gpufence/nri";
+  std::string nri_keeper_dir;  // "" by default; runtime.toml as install writes it sets one
   std::string nri_socket = "/var/run/nri/nri.sock";
 
   bool trusts(Channel c) const;

@@ -20,7 +20,8 @@
 #   apps       the seed's checks 2b and 3: two deepstream-apps through gpufence launch list one
 #              GPU each, their own, and run on it (privileged on 2.3, unprivileged below).
 #   pod-annotation  a privileged pod asking for no GPU forges the device plugin's CDI annotation
-#              under a broad pod_annotations (containerd copies it into the spec): granted nothing.
+#              under a broad pod_annotations (containerd copies it into the spec): the key is on
+#              the pod and the container, so its create is refused; a GPU pod beside it runs.
 #   down       what the doctor says about gpufence-nri (no required_plugins): with it up, nothing;
 #              stopped, nri.plugin-down; a GPU pod created meanwhile is named once the plugin is
 #              back (nri.created-while-down: its next Synchronize judges every container that
@@ -28,7 +29,17 @@
 #   required   (2.3) default_validator.required_plugins = ["gpufence-nri"]: with the plugin
 #              down every GPU pod's create fails; with it up they run; killed mid-run, the next
 #              create fails again.
-# Usage: cri_nri.sh LINE CASE    LINE = 1.7 | 2 | 2.3
+#   hostile-path  security round 4: a pod whose HostToContainer volume of the host's cgroupfs is
+#              mounted at a ~930 KB path of C1 controls (the answer that once exceeded ttrpc's
+#              4 MiB and ended the plugin): refused with a bounded message, gpufence-nri stays
+#              up and connected, the next pods are decided and isolated.
+#   fence      (2.3, 2.4) gpufence-nri and gpufence-fence launched from plugin_path,
+#              required_plugins = both, and the pod waiver configured as a careless install
+#              would: a stopped decider (SIGSTOP) and a killed one (SIGKILL) each fail the next
+#              privileged GPU pod's create (also with the waiver annotation), the keeper brings
+#              the decider back within seconds with no containerd restart (measured), and pods
+#              are isolated again; a killed fence fails creates until it is back too.
+# Usage: cri_nri.sh LINE CASE    LINE = 1.7 | 2 | 2.2 | 2.3 | 2.4
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
@@ -49,6 +60,27 @@ if [ "$case_name" = required ]; then
     grep -q "required_plugins = \['gpufence-nri'\]" "$1"
   }
 fi
+if [ "$case_name" = fence ]; then
+  case $line in 2.2 | 2.3 | 2.4) ;; *) echo "SKIP: a validator needs NRI >= v0.10 (containerd 2.2+)"; exit 77 ;; esac
+  gf_cri_edit_config() {  # both launched; required_plugins both; a waiver a pod can set
+    mkdir -p "$work/nri/plugins" "$work/nri/conf.d"
+    ln -s "$build/bin/gpufence-nri" "$work/nri/plugins/10-gpufence-nri"
+    ln -s "$build/bin/gpufence-nri" "$work/nri/plugins/20-gpufence-fence"
+    sed -e "s|^file = .*|file = \"$work/nri.log\"|" \
+      -e "s|^\[nri\]\$|[nri]\nsocket = \"$work/nri/nri.sock\"|" "$work/runtime.toml" > "$work/nri-launched.toml"
+    grep -q "^socket = \"$work/nri/nri.sock\"" "$work/nri-launched.toml" || return 1
+    cp "$work/nri-launched.toml" "$work/nri/conf.d/10-gpufence-nri.conf"
+    cp "$work/nri-launched.toml" "$work/nri/conf.d/20-gpufence-fence.conf"
+    # The keeper's servers read runtime.toml from the environment containerd gives its plugins.
+    export GPUFENCE_RUNTIME_CONFIG=$work/nri-launched.toml
+    sed -i -E "/default_validator\]/,/tolerate_missing/ {
+      s/^( *)enable = false/\1enable = true/
+      s/^( *)required_plugins = \[\]/\1required_plugins = ['gpufence-nri', 'gpufence-fence']/
+      s/^( *)tolerate_missing_plugins_annotation = ''/\1tolerate_missing_plugins_annotation = 'gpufence.io\/tolerate-missing-nri'/ }" "$1"
+    grep -q "required_plugins = \['gpufence-nri', 'gpufence-fence'\]" "$1" &&
+      grep -q "tolerate_missing_plugins_annotation = 'gpufence.io/tolerate-missing-nri'" "$1"
+  }
+fi
 if [ "$case_name" = pod-annotation ]; then
   gf_cri_edit_config() {  # every runtime copies cdi.k8s.io/ pod annotations into the spec
     sed -i -E "s/^( *)pod_annotations = \[\]/\1pod_annotations = ['cdi.k8s.io\/*']/" "$1"
@@ -67,7 +99,7 @@ fi
 # shellcheck source=scripts/lib/seed_pods.sh
 . "$src/scripts/lib/seed_pods.sh"
 rules_apply=false
-[ "$line" = 2.3 ] && rules_apply=true
+case $line in 2.2 | 2.3 | 2.4) rules_apply=true ;; esac
 
 # gpufence-nri's own config: the node's, logging to its own file.
 # (debug: each adjustment is logged too, for a failing run to show what was sent)
@@ -89,7 +121,10 @@ start_nri() {  # returns once it has registered and synchronized
   return 1
 }
 stop_nri() { [ -n "$nri_pid" ] && kill "$nri_pid" 2>/dev/null && wait "$nri_pid" 2>/dev/null; nri_pid=""; }
-trap 'stop_nri; cleanup' EXIT
+stop_keepers() {  # the keepers and what they started (detached: not in any job of ours)
+  pkill -KILL -f -- "--socket $work/nri/nri.sock" 2>/dev/null
+}
+trap 'stop_nri; stop_keepers; cleanup' EXIT
 decisions() { grep -c "nri.decision" "$work/nri.log" 2>/dev/null || echo 0; }
 
 # isolated NAME: both pods ran, hold different GPUs, each opens only its own.
@@ -229,21 +264,20 @@ case $case_name in  # gf:cases
     ;;
 
   pod-annotation)
-    # The plugin takes the device plugin's annotations from the container's, minus every key the
-    # pod sandbox carries too (docs/nri.md): a pod annotation containerd copied into the spec is
-    # the pod's, not the kubelet's. A privileged pod that asks for no GPU forges the plugin's
-    # annotation for GPU 1 under a broad pod_annotations: trusted, it would be granted GPU 1.
+    # A trusted key on the pod and on the container (docs/nri.md): a pod annotation containerd
+    # copied into the spec cannot be told from the device plugin's, so the create is refused. A
+    # privileged pod that asks for no GPU forges the plugin's annotation for GPU 1 under a broad
+    # pod_annotations: trusted, it would be granted GPU 1.
     start_nri || exit 1
     kind=$(sed -n 's/.*kCdiKind = "\([^"]*\)".*/\1/p' "$src/src/gpu/wire_contract.hpp")
     echo "== a privileged pod, no GPU, forged cdi.k8s.io/x: $kind=${GPU[1]}, gpufence-nri on"
     run_pods forged "" 1 --privileged --gpus 0 --pod-annotation "cdi.k8s.io/x=$kind=${GPU[1]}"
-    check "forged: the pod ran" test "$(cat "$work/forged.rc")" = 0
+    check "forged: the pod's create failed" test "$(cat "$work/forged.rc")" != 0
     check "forged: the stand-in allocated nothing" grep -qx "node capacity 2 allocated 0" "$work/forged.out"
-    check "forged: gpufence-nri decided it" grep -q "nri.decision .*forged-0" "$work/nri.log"
+    check "forged: gpufence-nri refused it, naming the key on both" grep -q "nri.refused .*forged-0.*cdi.k8s.io/x is set on the pod and on the container" "$work/nri.log"
     check "forged: and granted nothing" bash -c "! grep 'nri.decision .*forged-0' '$work/nri.log' | grep -q 'granted=GPU-'"
-    if $rules_apply; then
-      check "forged: it cannot open GPU 1, even after mknod" test "$(result forged 0 /tmp/n1)" != ENXIO -a -n "$(result forged 0 /tmp/n1)"
-    fi
+    run_pods honest "" 1
+    check "honest: a GPU pod next to it is decided and runs" test "$(cat "$work/honest.rc")" = 0
     ;;
 
   down)
@@ -286,6 +320,78 @@ case $case_name in  # gf:cases
     sed 's/^/  [doctor back] /' "$work/doctor-back" | grep nri. | head -10
     ;;
 
+  hostile-path)
+    start_nri || exit 1
+    pid_before=$nri_pid
+    python3 -c '
+import sys
+p = ""
+while len(p.encode()) < 930000:
+    p += "/" + "\u0080" * 127 + "/.."
+p += "/data"
+sys.stdout.write(p)' > "$work/c1path"
+    # containerd takes HostToContainer only from a shared or slave source: the host's cgroupfs,
+    # bound shared in containerd's own private mount namespace (nothing of the host's changes).
+    mkdir -p "$work/cg"
+    nsenter -t "$cd_pid" -m sh -c "mount --rbind /sys/fs/cgroup '$work/cg' && mount --make-rshared '$work/cg'" ||
+      { echo "cannot bind the cgroupfs shared in containerd's namespace"; exit 1; }
+    echo "== a GPU pod, the host's cgroupfs HostToContainer at a $(wc -c < "$work/c1path")-byte path of C1 controls"
+    run_pods hostile "" 1 --volume "$work/cg:@$work/c1path:rw:host-to-container"
+    check "hostile: the pod's create failed" test "$(cat "$work/hostile.rc")" != 0
+    head -c 600 "$work/hostile.out"; echo
+    check "hostile: gpufence-nri refused it" grep -q "nri.refused" "$work/nri.log"
+    longest=$(grep "nri.refused" "$work/nri.log" | awk '{print length}' | sort -n | tail -1)
+    check "hostile: the refusal is bounded (${longest:-0} bytes logged)" test "${longest:-0}" -lt 20000
+    check "hostile: gpufence-nri still runs (same process)" kill -0 "$pid_before"
+    check "hostile: its session did not end" bash -c "! grep -q 'nri.session_failed' '$work/nri.log'"
+    run_pods after-hostile "" 2
+    isolated after-hostile
+    ;;
+
+  fence)
+    holder() { cat "$work/keeper/$1.lock" 2>/dev/null | tr -d '\n'; }
+    registered() {  # registered NAME COUNT: the NAME plugin registered at least COUNT times
+      local _
+      for _ in $(seq 200); do
+        [ "$(grep -c "nri.registered name=$1" "$work/nri.log" 2>/dev/null)" -ge "$2" ] && return 0
+        sleep 0.05
+      done
+      return 1
+    }
+    check "containerd launched the decider" registered gpufence-nri 1
+    check "containerd launched the fence" registered gpufence-fence 1
+    check "the fence subscribed to validation" grep -q "nri.fence_configured" "$work/nri.log"
+    run_pods up "" 2 --privileged
+    isolated up
+    echo "== the decider stopped (SIGSTOP): a privileged GPU pod with the waiver annotation"
+    d=$(holder decider)
+    kill -STOP "$d"
+    run_pods stalled "" 1 --privileged --pod-annotation gpufence.io/tolerate-missing-nri=true --timeout 20
+    check "stalled: the pod's create failed" test "$(cat "$work/stalled.rc")" != 0
+    check "stalled: the fence or required_plugins refused it" grep -qE 'gpufence-fence|required plugin' "$work/stalled.out"
+    t0=$(date +%s.%N)
+    check "stalled: the keeper replaced the stopped decider" registered gpufence-nri 2
+    t1=$(date +%s.%N)
+    echo "  back $(awk "BEGIN {printf \"%.2f\", $t1 - $t0}") s after the refused create"
+    kill -KILL "$d" 2>/dev/null
+    run_pods back "" 2 --privileged
+    isolated back
+    echo "== the decider killed (SIGKILL)"
+    t0=$(date +%s.%N)
+    kill -KILL "$(holder decider)"
+    check "killed: the keeper brought the decider back" registered gpufence-nri 3
+    t1=$(date +%s.%N)
+    echo "  decider back $(awk "BEGIN {printf \"%.2f\", $t1 - $t0}") s after SIGKILL"
+    run_pods again "" 2 --privileged
+    isolated again
+    echo "== the fence killed"
+    kill -KILL "$(holder fence)"
+    check "fence killed: the keeper brought it back" registered gpufence-fence 2
+    run_pods fenced-again "" 2 --privileged
+    isolated fenced-again
+    check "no container was created undecided" bash -c "! grep -q 'nri.unenforced' '$work/nri.log'"
+    ;;
+
   required)
     echo "== required_plugins = [gpufence-nri], gpufence-nri down: GPU pods must not be created"
     run_pods down "" 1
@@ -305,6 +411,6 @@ case $case_name in  # gf:cases
 esac
 
 echo "gpufence-nri's log:"
-sed 's/^/  /' "$work/nri.log" 2>/dev/null | head -30
+sed "s/^/  /" "$work/nri.log" 2>/dev/null | grep -v level=debug | head -40
 [ "$failures" -eq 0 ] || { echo "$failures check(s) failed on containerd $line ($case_name)"; tail -20 "$work/containerd.log"; exit 1; }
 echo "containerd $line ($case_name): all checks passed"

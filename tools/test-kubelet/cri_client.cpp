@@ -79,7 +79,8 @@ runtime::v1::ContainerConfig container_config(const CriPod& pod,
     cm->set_container_path(v.container_path);
     cm->set_host_path(v.host_path);
     cm->set_readonly(v.read_only);
-    cm->set_propagation(runtime::v1::PROPAGATION_PRIVATE);
+    cm->set_propagation(v.host_to_container ? runtime::v1::PROPAGATION_HOST_TO_CONTAINER
+                                            : runtime::v1::PROPAGATION_PRIVATE);
   }
   // devices: kuberuntime makeDevices: PathOnHost, PathInContainer, Permissions.
   for (const auto& d : alloc.devices()) {

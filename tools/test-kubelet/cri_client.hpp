@@ -29,6 +29,7 @@ struct CriPod {
   struct Volume {                                        // a hostPath volume and its volumeMount
     std::string host_path, container_path;
     bool read_only = true;
+    bool host_to_container = false;  // mountPropagation: HostToContainer (else None: private)
   };
   std::vector<Volume> volumes;
   bool privileged = false;

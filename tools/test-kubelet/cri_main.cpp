@@ -35,6 +35,7 @@
 //   pods held until <path>                   (with --hold, once every exec ran)
 //   pod <i> error <step>: <message>           (the pod failed at that step)
 #include <CLI/CLI.hpp>
+#include <fstream>
 
 #include <iostream>
 #include <thread>
@@ -79,11 +80,22 @@ struct Options {
 };
 
 // HOST:CONTAINER[:ro|:rw] (read-only unless :rw), as a hostPath volume and its volumeMount.
+// HOST:CONTAINER[:ro|:rw[:host-to-container]]; CONTAINER "@FILE": the mount path is FILE's
+// content (a path longer than one argument may be: Kubernetes bounds a mountPath's length only
+// by the object's size).
 bool parse_volume(const std::string& arg, gpufence::test::CriPod::Volume* out) {
   auto parts = gpufence::split(arg, ':');
-  if (parts.size() < 2 || parts.size() > 3 || parts[0].empty() || parts[1].empty()) return false;
-  if (parts.size() == 3 && parts[2] != "ro" && parts[2] != "rw") return false;
-  *out = {std::string(parts[0]), std::string(parts[1]), parts.size() == 2 || parts[2] == "ro"};
+  if (parts.size() < 2 || parts.size() > 4 || parts[0].empty() || parts[1].empty()) return false;
+  if (parts.size() >= 3 && parts[2] != "ro" && parts[2] != "rw") return false;
+  if (parts.size() == 4 && parts[3] != "host-to-container") return false;
+  std::string container(parts[1]);
+  if (container.starts_with("@")) {
+    std::ifstream in(container.substr(1), std::ios::binary);
+    if (!in) return false;
+    container.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  *out = {std::string(parts[0]), container, parts.size() == 2 || parts[2] == "ro",
+          parts.size() == 4};
   return true;
 }
 
@@ -143,7 +155,9 @@ int main(int argc, char** argv) {
   app.add_option("--env", opt.env, "KEY=VALUE in the pod spec's own env (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--volume", opt.volumes,
-                 "HOST:CONTAINER[:ro|:rw] hostPath volume, read-only unless :rw (repeatable)")
+                 "HOST:CONTAINER[:ro|:rw[:host-to-container]] hostPath volume, read-only unless "
+                 ":rw, private propagation unless named; CONTAINER @FILE: the path in FILE "
+                 "(repeatable)")
       ->allow_extra_args(false);
   app.add_option("--shell", opt.shell,
                  "The container's command, run as /bin/sh -c SHELL (default: /bin/sleep 3600)");
