@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
-# fetch-containerd.sh [LINE...]: containerd 1.7 (Debian trixie) and 2.x (Debian sid), unpacked
-# under the build tree, for the CRI scenario tests (docs/containerd-lines.md). Line 1.6 is the
-# system's own (Debian 12). Nothing in the system's apt configuration changes: apt runs with a
-# private source list, state and cache under the build tree, on the mirror the system already uses.
-# Line 2.3 (v2.3.4, NRI API v0.12; no Debian package has it) is unpacked from the test tools kept
-# beside the repository: $GPUFENCE_TEST_TOOLS, default ../shared/tools, file
-# containerd-2.3.4-linux-amd64.tar.xz (containerd, containerd-shim-runc-v2, ctr).
+# fetch-containerd.sh [LINE...]: the containerd lines the CRI scenario tests run
+# (docs/containerd-lines.md), under the build tree. Line 1.6 is the system's own (Debian 12).
+#   1.7  Debian trixie's package      2    Debian sid's (2.1.9)
+#   2.2  v2.2.9 (NRI API v0.11)       2.3  v2.3.7 (NRI API v0.12)      2.4  v2.4.2
+# 1.7 and 2: apt runs with a private source list, state and cache under the build tree, on the
+# mirror the system already uses; nothing in the system's apt configuration changes.
+# 2.2, 2.3 and 2.4 (no Debian package has them): built from the Go module proxy, `go install
+# github.com/containerd/containerd/v2/cmd/{containerd,containerd-shim-runc-v2,ctr}@VERSION` with
+# CGO_ENABLED=0 (static binaries, no C headers needed), upstream's build tags and its version
+# ldflags, so `containerd --version` and CRI's runtime_version say VERSION. Go's module and build
+# caches are the user's (`go env GOMODCACHE GOCACHE`: ~/go/pkg/mod, ~/.cache/go-build), so a new
+# build tree only relinks. The Go used: $GF_GO, else `go` on PATH, else /usr/local/go/bin/go (any
+# Go >= 1.21: with GOTOOLCHAIN=auto it fetches the toolchain the module asks for from the same
+# proxy); with none, the Go toolchain module from the proxy (pinned, checked by SHA-256) unpacked
+# under ${XDG_CACHE_HOME:-~/.cache}/gpufence. Cold, a line takes minutes (docs/testing.md).
 #
-# Idempotent: a line already unpacked is not fetched again. Offline-safe: a line that cannot be
-# fetched is reported on stderr and left absent; the exit status is 0 when every requested line is
-# there, 1 otherwise, and callers (tests) skip with the reason printed in
-# build/containerd/<line>/FETCH-FAILED.
+# Idempotent: a line already there (its VERSION the one pinned here) is not fetched again; one
+# fetch a line at a time (flock: the tests of one build tree run in parallel, and all wait for the
+# one build). Offline-safe: a line that cannot be fetched or built is reported on stderr and left
+# absent; the exit status is 0 when every requested line is there, 1 otherwise, and callers
+# (tests) skip with the reason printed in build/containerd/<line>/FETCH-FAILED.
 #
 # Result per line: build/containerd/<line>/root/usr/bin/{containerd,containerd-shim-runc-v2,ctr}
-# and build/containerd/<line>/VERSION.
+# and build/containerd/<line>/VERSION (2.2-2.4: the build's output in build.log beside them).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${GPUFENCE_BUILD_DIR:-$here/build}
 cache=$build/containerd
 lines=("$@")
-[ ${#lines[@]} -gt 0 ] || lines=(1.7 2)
+[ ${#lines[@]} -gt 0 ] || lines=(1.7 2 2.2 2.3 2.4)
 
 suite_of() {
   case $1 in
@@ -28,6 +37,26 @@ suite_of() {
     *) return 1 ;;
   esac
 }
+
+# The release each Go-built line is pinned to.
+module_version_of() {
+  case $1 in
+    2.2) echo v2.2.9 ;;
+    2.3) echo v2.3.7 ;;
+    2.4) echo v2.4.2 ;;
+    *) return 1 ;;
+  esac
+}
+
+# The Go toolchain fetched when the machine has none: golang.org/toolchain on the module proxy,
+# the module `go` itself downloads for GOTOOLCHAIN; the zip's SHA-256 is pinned here (taken from
+# the zip whose h1: matched sum.golang.org's, 2026-12-07).
+bootstrap_go=1.26.8
+bootstrap_sha256=30c2b1bf7dcc88d3eb0a1364e47ddd9128edb3110a30e8a0ef61cd5856b31de7
+if [ -n "${GF_CACHE_DIR:-}" ]; then user_cache=$GF_CACHE_DIR
+elif [ -n "${XDG_CACHE_HOME:-}" ]; then user_cache=$XDG_CACHE_HOME/gpufence
+elif [ -n "${HOME:-}" ]; then user_cache=$HOME/.cache/gpufence
+else user_cache=$cache/go-toolchain; fi
 
 # The Debian mirror this system already uses (deb822 .sources first, then one-line lists);
 # GF_DEBIAN_MIRROR overrides it (e.g. to check the offline path with an unreachable one).
@@ -41,34 +70,104 @@ system_mirror() {
   echo "$uri"
 }
 
-# unpack_tools_build DIR: line 2.3 from the test tools' tarball into DIR/root/usr/bin.
-unpack_tools_build() {
-  local dir=$1 tools=${GPUFENCE_TEST_TOOLS:-$here/../shared/tools} tarball
-  tarball=$tools/containerd-2.3.4-linux-amd64.tar.xz
-  [ -f "$tarball" ] || { echo "$tarball is absent (set GPUFENCE_TEST_TOOLS to the directory holding it)"; return 1; }
+# find_go: prints a go command of version 1.21 or later (the first that can switch toolchains),
+# fetching the pinned one when there is none; on failure prints why and returns 1.
+find_go() {
+  local g v dir zip proxy
+  for g in "${GF_GO:-}" "$(command -v go 2>/dev/null)" /usr/local/go/bin/go; do
+    [ -n "$g" ] && [ -x "$g" ] || continue
+    v=$(GOTOOLCHAIN=local "$g" env GOVERSION 2>/dev/null) || continue
+    v=${v#go}
+    [ "$(printf '%s\n' 1.21 "$v" | sort -V | head -1)" = 1.21 ] && { echo "$g"; return 0; }
+  done
+  [ "$(uname -m)" = x86_64 ] || { echo "no Go >= 1.21 found (GF_GO, PATH, /usr/local/go) to build containerd"; return 1; }
+  dir=$user_cache/go$bootstrap_go
+  [ -x "$dir/bin/go" ] && { echo "$dir/bin/go"; return 0; }
+  command -v unzip >/dev/null || { echo "no Go found, and unzip is not installed to unpack one"; return 1; }
+  mkdir -p "$user_cache" || { echo "no Go found, and $user_cache cannot be made"; return 1; }
+  exec 8>"$user_cache/.go$bootstrap_go.lock"  # one download at a time (lines build in parallel)
+  flock 8
+  [ -x "$dir/bin/go" ] && { echo "$dir/bin/go"; return 0; }
+  proxy=${GOPROXY:-https://proxy.golang.org}
+  proxy=${proxy%%[,|]*}
+  case $proxy in http*) ;; *) proxy=https://proxy.golang.org ;; esac
+  zip=$user_cache/go$bootstrap_go.zip.tmp
+  if ! curl -fsSL --retry 2 -m 600 -o "$zip" \
+      "$proxy/golang.org/toolchain/@v/v0.0.1-go$bootstrap_go.linux-amd64.zip" 2>"$zip.err"; then
+    echo "no Go found, and fetching go$bootstrap_go from $proxy failed: $(tail -1 "$zip.err")"
+    rm -f "$zip" "$zip.err"; return 1
+  fi
+  rm -f "$zip.err"
+  if [ "$(sha256sum "$zip" | cut -d' ' -f1)" != "$bootstrap_sha256" ]; then
+    echo "no Go found, and the go$bootstrap_go fetched from $proxy has the wrong SHA-256"
+    rm -f "$zip"; return 1
+  fi
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+  unzip -q "$zip" -d "$dir.tmp" || { echo "cannot unzip $zip"; rm -rf "$zip" "$dir.tmp"; return 1; }
+  rm -f "$zip"
+  # Module zips carry no modes: the executables get theirs as `go` gives them (toolchain switch).
+  chmod +x "$dir.tmp"/golang.org/toolchain@*/bin/* "$dir.tmp"/golang.org/toolchain@*/pkg/tool/*/* 2>/dev/null
+  rm -rf "$dir" && mv "$dir.tmp"/golang.org/toolchain@* "$dir" && rm -rf "$dir.tmp"
+  [ -x "$dir/bin/go" ] || { echo "the go$bootstrap_go toolchain unpacked with no bin/go"; return 1; }
+  echo "$dir/bin/go"
+}
+
+# go_build LINE DIR: containerd $(module_version_of LINE) from the module proxy into DIR/root.
+go_build() {
+  local line=$1 dir=$2 version go pkg=github.com/containerd/containerd/v2 ldflags log reported
+  version=$(module_version_of "$line")
+  if [ -x "$dir/root/usr/bin/containerd" ] && [ -x "$dir/root/usr/bin/containerd-shim-runc-v2" ] &&
+    [ -x "$dir/root/usr/bin/ctr" ] && [ "$(cat "$dir/VERSION" 2>/dev/null)" = "${version#v}" ]; then
+    return 0
+  fi
+  go=$(find_go) || { echo "$go"; return 1; }
+  log=$dir/build.log
   rm -rf "$dir/root.tmp" && mkdir -p "$dir/root.tmp/usr/bin"
-  tar -xJf "$tarball" -C "$dir/root.tmp" || { echo "cannot unpack $tarball"; return 1; }
-  mv "$dir/root.tmp/containerd-2.3.4/"* "$dir/root.tmp/usr/bin/" && rmdir "$dir/root.tmp/containerd-2.3.4" ||
-    { echo "$tarball does not hold containerd-2.3.4/"; return 1; }
-  [ -x "$dir/root.tmp/usr/bin/containerd" ] || { echo "$tarball has no containerd"; return 1; }
+  # The user's caches (go env), or under the build tree when Go has none (no HOME): writable
+  # there, so that removing the build tree needs no chmod.
+  local gocache gopath gomodcache goflags=""
+  gocache=$(GOTOOLCHAIN=local "$go" env GOCACHE 2>/dev/null)
+  gopath=$(GOTOOLCHAIN=local "$go" env GOPATH 2>/dev/null)
+  gomodcache=$(GOTOOLCHAIN=local "$go" env GOMODCACHE 2>/dev/null)
+  case $gocache in /*) ;; *) gocache=$cache/go/build ;; esac
+  [ -n "$gopath" ] || gopath=$cache/go  # also where sum.golang.org's answers are cached
+  [ -n "$gomodcache" ] || { gomodcache=$cache/go/pkg/mod; goflags=-modcacherw; }
+  # As upstream's Makefile builds a release (VERSION, -s -w, urfave_cli_no_docs; the shim with
+  # no_grpc), with cgo off: btrfs's snapshotter (the one cgo part, build tag `cgo`) is left out.
+  ldflags="-s -w -X $pkg/version.Version=$version -X $pkg/version.Package=$pkg"
+  local env=(env -u GOOS -u GOARCH -u GOFLAGS -u GOWORK CGO_ENABLED=0 GO111MODULE=on GOTOOLCHAIN=auto
+    "GOFLAGS=$goflags" "GOCACHE=$gocache" "GOPATH=$gopath" "GOMODCACHE=$gomodcache"
+    "GOBIN=$dir/root.tmp/usr/bin")
+  {
+    echo "# $(date -u +%FT%TZ) containerd $version with $go ($(GOTOOLCHAIN=local "$go" env GOVERSION)); GOCACHE=$gocache GOMODCACHE=$gomodcache"
+    (cd "$dir" && "${env[@]}" "$go" install -tags urfave_cli_no_docs -ldflags "$ldflags" \
+      "$pkg/cmd/containerd@$version" "$pkg/cmd/ctr@$version") &&
+      (cd "$dir" && "${env[@]}" "$go" install -tags "urfave_cli_no_docs no_grpc" -ldflags "$ldflags" \
+        "$pkg/cmd/containerd-shim-runc-v2@$version")
+  } > "$log" 2>&1 || {
+    echo "go install github.com/containerd/containerd/v2/cmd/...@$version failed: $(grep -v '^#' "$log" | tail -2 | tr '\n' ' ')(full output: $log)"
+    rm -rf "$dir/root.tmp"
+    return 1
+  }
+  reported=$("$dir/root.tmp/usr/bin/containerd" --version 2>&1 | awk '{print $3}')
+  [ "$reported" = "$version" ] || { echo "the containerd built from $version says '$reported'"; return 1; }
   rm -rf "$dir/root" && mv "$dir/root.tmp" "$dir/root"
-  "$dir/root/usr/bin/containerd" --version | awk '{print substr($3, 2)}' > "$dir/VERSION"
+  echo "${version#v}" > "$dir/VERSION"
   rm -f "$dir/FETCH-FAILED"
 }
 
 # fetch LINE: prints nothing on success; the reason on failure (also kept in FETCH-FAILED).
 fetch() {
   local line=$1 suite dir apt_dir deb mirror out
-  if [ "$line" = 2.3 ]; then
+  if module_version_of "$line" >/dev/null; then
     dir=$cache/$line
     mkdir -p "$dir"
     exec 9>"$cache/.$line.lock"
     flock 9
-    if [ -x "$dir/root/usr/bin/containerd" ] && [ -s "$dir/VERSION" ]; then return 0; fi
-    unpack_tools_build "$dir"
+    go_build "$line" "$dir"
     return
   fi
-  suite=$(suite_of "$line") || { echo "unknown containerd line '$line' (1.7, 2 or 2.3)"; return 1; }
+  suite=$(suite_of "$line") || { echo "unknown containerd line '$line' (1.7, 2, 2.2, 2.3 or 2.4)"; return 1; }
   dir=$cache/$line
   mkdir -p "$dir"
   # One fetch a line at a time (tests of one build tree may run in parallel).

@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2154  # src, build, line come from the script sourcing this
 # Sourced by tests/scenario/cri_seed.sh, bench/cri_latency.sh and scripts/demo_cri.sh: a private
-# containerd of line $line (1.6: Debian 12's; 1.7: trixie's; 2: sid's, fetched by
-# scripts/fetch-containerd.sh), set up
+# containerd of line $line (1.6: Debian 12's; 1.7: trixie's; 2: sid's; 2.2, 2.3, 2.4: built from
+# the Go module proxy; all but 1.6 by scripts/fetch-containerd.sh), set up
 # as a user would (containerd config default, gpufence setup containerd with handler "gpufence",
 # then only the edits that keep this instance private and let it run in this VM), serving a
 # simulated two-GPU node, with the test images imported; and run_pods. Needs $src, $build, $line;
@@ -10,16 +10,16 @@
 . "$src/scripts/lib/harness.sh"
 . "$src/scripts/lib/bundle.sh"
 . "$src/scripts/lib/images.sh"
-# Which containerd: the system's for 1.6, a fetched one for 1.7 and 2, for 2.3 the build of
-# v2.3.4 kept with the test tools (scripts/fetch-containerd.sh: NRI API v0.12, the first line here
-# whose NRI applies device cgroup rules; docs/nri.md).
+# Which containerd: the system's for 1.6, a fetched one for 1.7 and 2, for 2.2, 2.3 and 2.4 the
+# pinned release built from the Go module proxy (scripts/fetch-containerd.sh: v2.2.9 with NRI API
+# v0.11, v2.3.7 with v0.12, v2.4.2; what each line's NRI enforces: docs/nri.md).
 case $line in
   1.6)
     bin=$(dirname "$(command -v containerd 2>/dev/null || echo /usr/bin/containerd)")
     [ -x "$bin/containerd" ] || skip "containerd 1.6: not installed (apt-get install containerd)"
     "$bin/containerd" --version | grep -q ' 1\.6\.' || skip "containerd 1.6: the system's is $("$bin/containerd" --version)"
     ;;
-  1.7 | 2 | 2.3)
+  1.7 | 2 | 2.2 | 2.3 | 2.4)
     if ! bash "$src/scripts/fetch-containerd.sh" "$line" >/dev/null; then
       skip "containerd $line: $(cat "$build/containerd/$line/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
     fi
@@ -79,7 +79,7 @@ gf_write_runtime_config "$work/runtime.toml" "$node" "$work/runtime.log" \
   "$build/lib/mock-nvml/default/libnvidia-ml.so.1"
 printf '[driver]\nprocfs_gpus_dir = "/fakeproc/gpus"\n' >> "$work/runtime.toml"
 # gpufence-nri's status (connected; what containerd created without it) in this run's directory.
-printf '[nri]\nstatus_file = "%s"\n' "$work/nri-status.json" >> "$work/runtime.toml"
+printf '[nri]\nstatus_file = "%s"\nkeeper_dir = "%s"\n' "$work/nri-status.json" "$work/keeper" >> "$work/runtime.toml"
 export GPUFENCE_RUNTIME_CONFIG=$work/runtime.toml
 # A copy the scenario may edit (cri_kubelet.sh renumbers the GPUs for a simulated reboot).
 cp "$src/tools/mock-nvml/examples/two-rtx3080.json" "$work/nvml.json"
