@@ -57,4 +57,19 @@ std::string utc_compact_stamp(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
+std::optional<std::chrono::system_clock::time_point> parse_utc_rfc3339(std::string_view text) {
+  if (text.size() < 20 || text.back() != 'Z') return std::nullopt;
+  std::string head(text.substr(0, 19));
+  std::tm tm{};
+  const char* end = ::strptime(head.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (end == nullptr || *end != '\0') return std::nullopt;
+  std::string_view rest = text.substr(19, text.size() - 20);
+  if (!rest.empty() && (rest.front() != '.' || rest.size() == 1 ||
+                        rest.substr(1).find_first_not_of("0123456789") != std::string_view::npos))
+    return std::nullopt;
+  time_t t = ::timegm(&tm);
+  if (t == static_cast<time_t>(-1)) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(t);
+}
+
 }  // namespace gpufence

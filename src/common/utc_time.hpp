@@ -3,7 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace gpufence {
 
@@ -21,5 +23,9 @@ std::string utc_rfc3339(std::chrono::system_clock::time_point t, SubSecond digit
 // ISO 8601's basic format, "20261202T063535Z": no ':' or '-', so it fits in a file name (the
 // setup backups' "<config>.bak-<stamp>").
 std::string utc_compact_stamp(std::chrono::system_clock::time_point t);
+
+// "2026-12-02T06:35:35Z" (a fraction before the Z is ignored) back to a time point; nullopt for
+// anything else.
+std::optional<std::chrono::system_clock::time_point> parse_utc_rfc3339(std::string_view text);
 
 }  // namespace gpufence

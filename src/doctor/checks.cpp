@@ -661,6 +661,29 @@ void check_nri_created_while_down(const Snapshot& s, const NriView& n, std::vect
   }
 }
 
+// Connected, but no judgement of containerd's containers finished for this connection, for longer
+// than a judgement takes: nri.created-while-down may then miss what was created while it was down
+// (a judgement that overruns is listed as "not judged", so this is a stuck or starved plugin).
+inline constexpr int64_t kUnjudgedAfterS = 60;
+void check_nri_sync_unjudged(const NriView& n, std::vector<Finding>& out) {
+  if (!n.status || n.status->state != nri::NriState::connected ||
+      n.plugin_process != NriView::Process::running || n.connected_for_s < kUnjudgedAfterS)
+    return;
+  if (!n.status->synchronized_at.empty() && !n.status->judgement_stale) return;
+  out.push_back(
+      {"nri.sync-unjudged", Severity::warning,
+       cat("gpufence-nri is connected but has not judged containerd's containers for ",
+           n.connected_for_s,
+           " s: containers created while it was down may be missing from "
+           "nri.created-while-down"),
+       cat("connected since ", n.status->since, "; last judgement ",
+           n.status->synchronized_at.empty() ? std::string("none")
+                                             : cat(n.status->synchronized_at, " (stale)"),
+           " (", n.status_file, ")"),
+       "look at gpufence-nri's log for nri.unjudged or a stalled process; restarting it (kill it: "
+       "its keeper starts it again) makes containerd synchronize again"});
+}
+
 // Go's strconv.ParseBool true, which NRI's default validator applies to the waiver's value
 // (nri@v0.12.0 plugins/default-validator validateRequiredPlugins); anything else is false or,
 // unparsable, a rejected container.
@@ -748,6 +771,7 @@ void check_nri_fence(const Snapshot& s, const NriView& n, const std::string& mod
 void check_nri(const Snapshot& s, std::vector<Finding>& out) {
   if (!s.nri) return;
   check_nri_created_while_down(s, *s.nri, out);
+  check_nri_sync_unjudged(*s.nri, out);
   check_nri_waiver(s, *s.nri, out);
   if (!s.nri->uses_nri()) return;
   const NriView& n = *s.nri;

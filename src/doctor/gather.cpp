@@ -9,6 +9,7 @@
 
 #include "common/in_root.hpp"
 #include "common/strings.hpp"
+#include "common/utc_time.hpp"
 #include "containerd/config.hpp"
 #include "doctor/checks.hpp"
 #include "doctor/parse.hpp"
@@ -137,6 +138,11 @@ void gather_nri_status(NriView& v, const HostFs& host, const std::string& path) 
     return;
   }
   v.status = *status;
+  if (status->state == nri::NriState::connected)
+    if (auto since = parse_utc_rfc3339(status->since))
+      v.connected_for_s = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now() - *since)
+                              .count();
   auto stat = host.read(cat("/proc/", status->pid, "/stat"));
   if (!stat) {
     v.plugin_process =

@@ -106,6 +106,8 @@ struct NriView {
   std::string status_error;
   enum class Process { running, gone, unknown };
   Process plugin_process = Process::unknown;  // the status's pid, same start time: still it
+  // Seconds since the status says it connected, when it is connected; -1: unknown.
+  int64_t connected_for_s = -1;
   bool uses_nri() const { return enforcement == "nri" || enforcement == "both"; }
   bool required(const std::string& name) const {
     return validator_enabled && std::find(required_plugins.begin(), required_plugins.end(), name) !=

@@ -60,3 +60,14 @@ TEST(UtcTime, CalendarEdges) {
   const system_clock::time_point new_year{std::chrono::seconds(1798761600)};
   EXPECT_EQ(utc_compact_stamp(new_year), "20270101T000000Z");
 }
+
+TEST(UtcTime, Rfc3339ParsesBackToTheSecond) {
+  auto t = std::chrono::system_clock::from_time_t(1796621017);
+  auto back = parse_utc_rfc3339(utc_rfc3339(t, SubSecond::none));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, t);
+  EXPECT_EQ(parse_utc_rfc3339("2026-12-07T05:23:37.123Z"), t);
+  for (const char* bad : {"", "2026-12-07T05:23:37", "2026-12-07 05:23:37Z",
+                          "2026-12-07T05:23:37.Z", "2026-12-07T05:23:37.1xZ", "yesterday"})
+    EXPECT_FALSE(parse_utc_rfc3339(bad)) << bad;
+}

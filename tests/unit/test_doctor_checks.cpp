@@ -618,14 +618,16 @@ namespace {
 // gpufence-nri's status as the plugin writes it (nri/status.hpp), naming a process of the fake
 // host's /proc whose start time is `proc_start` (the status says `start`).
 void write_nri_status(const test::FakeNode& node, nri::NriState state, uint64_t start,
-                      uint64_t proc_start, std::vector<nri::UnenforcedContainer> unenforced = {}) {
+                      uint64_t proc_start, std::vector<nri::UnenforcedContainer> unenforced = {},
+                      std::string synchronized_at = "2026-12-02T03:00:01Z", bool stale = false) {
   nri::NriStatus st;
   st.pid = 4242;
   st.start_time = start;
   st.state = state;
   st.since = "2026-12-02T03:00:00Z";
   st.socket = "/var/run/nri/nri.sock";
-  st.synchronized_at = "2026-12-02T03:00:01Z";
+  st.synchronized_at = std::move(synchronized_at);
+  st.judgement_stale = stale;
   st.unenforced = std::move(unenforced);
   node.write("var/lib/gpufence/nri-status.json", nri::render_nri_status(st));
   std::string stat = "4242 (gpufence-nri) S";
@@ -772,6 +774,27 @@ TEST_F(DoctorChecks, NriContainersCreatedWhileItWasDownAreNamed) {
   f = nri_findings(judge(snapshot()));
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].id, "nri.created-while-down");
+}
+
+// Connected for longer than a judgement takes with none finished (or only an earlier
+// connection's): the created-while-down list may be incomplete, and the doctor says so.
+TEST_F(DoctorChecks, NriConnectedWithNoJudgementForLongIsReported) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  link_nri_plugins(m_dir.path());
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  for (auto [synced, stale] :
+       {std::pair<std::string, bool>{"", false}, {"2026-12-02T03:00:01Z", true}}) {
+    write_nri_status(*m_node, nri::NriState::connected, 99, 99, {}, synced, stale);
+    auto f = nri_findings(judge(snapshot()));
+    ASSERT_EQ(f.size(), 1u) << synced;
+    EXPECT_EQ(f[0].id, "nri.sync-unjudged");
+    EXPECT_EQ(f[0].severity, Severity::warning);
+    EXPECT_NE(f[0].evidence.find(stale ? "(stale)" : "none"), std::string::npos) << f[0].evidence;
+  }
+  // A finished judgement of this connection: nothing.
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99);
+  EXPECT_TRUE(nri_findings(judge(snapshot())).empty());
 }
 
 // An install from before the fence (gpufence-nri alone required) or a fence link gone: the
