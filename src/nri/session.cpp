@@ -1,10 +1,12 @@
 #include "nri/session.hpp"
 
+#include <malloc.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -81,10 +83,12 @@ Status run_session(int fd, const SessionOptions& options, PluginHandler& handler
         runtime_conn.feed((*frame)->payload);
     }
     // 2. The runtime's calls, answered in order.
+    size_t largest = 0;
     for (;;) {
       auto message = plugin_conn.next();
       if (!message) return std::unexpected(message.error());
       if (!*message) break;
+      largest = std::max(largest, (*message)->data.size());
       if ((*message)->type != static_cast<uint8_t>(TtrpcType::request))
         return fail(Errc::parse, "runtime sent ttrpc type ", +(*message)->type,
                     " on the plugin's service");
@@ -92,6 +96,9 @@ Status run_session(int fd, const SessionOptions& options, PluginHandler& handler
       auto reply = answer_request(**message, handler);
       if (auto st = send_message(fd, ConnId::plugin_service, reply); !st) return st;
     }
+    // After a request of megabytes (a container near or over the limits) the heap gives its
+    // pages back: one such pod must not leave the plugin that every pod waits on holding them.
+    if (largest > (1u << 20)) ::malloc_trim(0);
     // 3. The answer to RegisterPlugin, the one call this plugin makes.
     for (;;) {
       auto message = runtime_conn.next();

@@ -21,6 +21,8 @@ void compact(std::string& buffer, size_t& offset) {
     buffer.erase(0, offset);
     offset = 0;
   }
+  // A 4 MiB request leaves no 4 MiB buffer behind once it is consumed.
+  if (buffer.empty() && buffer.capacity() > (1u << 20)) std::string().swap(buffer);
 }
 
 }  // namespace

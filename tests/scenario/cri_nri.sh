@@ -33,6 +33,9 @@
 #              mounted at a ~930 KB path of C1 controls (the answer that once exceeded ttrpc's
 #              4 MiB and ended the plugin): refused with a bounded message, gpufence-nri stays
 #              up and connected, the next pods are decided and isolated.
+#   many-mounts  six GPU pods of 24,000 volume mounts each: every one refused at once (over the
+#              limit), gpufence-nri's threads and RSS back to their idle figures within a
+#              second, still connected, the next pods decided.
 #   fence      (2.3, 2.4) gpufence-nri and gpufence-fence launched from plugin_path,
 #              required_plugins = both, and the pod waiver configured as a careless install
 #              would: a stopped decider (SIGSTOP) and a killed one (SIGKILL) each fail the next
@@ -346,6 +349,29 @@ sys.stdout.write(p)' > "$work/c1path"
     check "hostile: its session did not end" bash -c "! grep -q 'nri.session_failed' '$work/nri.log'"
     run_pods after-hostile "" 2
     isolated after-hostile
+    ;;
+
+  many-mounts)
+    start_nri || exit 1
+    task_count() { ls "/proc/$nri_pid/task" | wc -l; }
+    rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$nri_pid/status"; }
+    idle_threads=$(task_count) idle_rss=$(rss_kb)
+    mkdir -p "$work/vol"
+    vols=()
+    for i in $(seq 24000); do vols+=(--volume "$work/vol:/m/$i"); done
+    echo "== six GPU pods of 24,000 mounts each, two at a time (gpufence-nri idle: $idle_threads threads, RSS $idle_rss kB)"
+    t0=$(date +%s%N)
+    for r in 1 2 3; do run_pods "many$r" "" 2 "${vols[@]}" --timeout 60; done
+    t1=$(date +%s%N)
+    check "many: every create failed" test "$(cat "$work"/many?.out | grep -c 'error CreateContainer')" -eq 6
+    check "many: each refused over the limit" test "$(cat "$work"/many?.out | grep -c 'above gpufence-nri.s limit of 1024')" -eq 6
+    echo "  six refusals in $(( (t1 - t0) / 1000000 )) ms (with the pods' sandboxes)"
+    sleep 1
+    check "many: gpufence-nri's threads are back to $idle_threads ($(task_count))" test "$(task_count)" -le "$idle_threads"
+    check "many: its RSS is back within 8 MB of idle ($(rss_kb) kB)" test "$(rss_kb)" -lt $((idle_rss + 8192))
+    check "many: its session did not end" bash -c "! grep -q 'nri.session_failed' '$work/nri.log'"
+    run_pods after-many "" 2
+    isolated after-many
     ;;
 
   fence)

@@ -620,3 +620,33 @@ TEST_F(NriDecide, TheCreatedWhileDownListCannotBeStarved) {
   EXPECT_EQ(ids_of(s->unenforced), (std::vector<std::string>{"present"}));
   EXPECT_FALSE(s->judgement_stale);
 }
+
+// Security round 4, item 8: a launched plugin's .conf naming another NVML is the one used.
+TEST_F(NriDecide, ALaunchedPluginTakesNvmlLibraryFromItsConf) {
+  ShimContext ctx{m_config, m_log,
+                  []() -> Result<std::unique_ptr<GpuInventory>> {
+                    return fail(Errc::nvml, "the start-up NVML");
+                  },
+                  "/usr/local/bin/gpufence-runtime", CdiEdits::already_injected};
+  GpufenceHandler handler(ctx);
+  std::vector<std::string> asked;
+  handler.inventory_for = [&](const std::string& library) -> InventoryFactory {
+    asked.push_back(library);
+    return [library]() -> Result<std::unique_ptr<GpuInventory>> {
+      return fail(Errc::nvml, "the .conf's NVML: ", library);
+    };
+  };
+  api::ConfigureRequest configure;
+  configure.set_runtime_name("containerd");
+  configure.set_nri_version("v0.12.0");
+  configure.set_config("[devices]\nnvml_library = \"/opt/nvidia/libnvidia-ml.so.1\"\n");
+  ASSERT_TRUE(handler.configured(runtime_info(configure)));
+  EXPECT_EQ(asked, (std::vector<std::string>{"/opt/nvidia/libnvidia-ml.so.1"}));
+  // An index needs NVML: the refusal names the library the .conf gave.
+  api::Container c = unprivileged(-1);
+  (*c.mutable_annotations())["cdi.k8s.io/x"] = "nvidia.com/gpu=0";
+  auto adjust = handler.create_container(m_pod, c, std::chrono::steady_clock::now());
+  ASSERT_FALSE(adjust);
+  EXPECT_NE(adjust.error().message.find("/opt/nvidia/libnvidia-ml.so.1"), std::string::npos)
+      << adjust.error().message;
+}
