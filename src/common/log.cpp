@@ -47,7 +47,15 @@ void Logger::log(LogLevel level, std::string_view event, std::initializer_list<L
   static constexpr const char* names[] = {"debug", "info", "warn", "error"};
   const std::string stamp = utc_rfc3339(std::chrono::system_clock::now(), SubSecond::millis);
   std::string line = cat(stamp, " level=", names[static_cast<int>(level)], " event=", event);
-  for (const auto& [key, value] : fields) line += cat(" ", key, "=", log_value(value));
+  // Each value at most kMaxLogValueBytes of input: a field carrying pod bytes no caller cut
+  // cannot make one line megabytes long (a log on the path every container waits on).
+  for (const auto& [key, value] : fields) {
+    std::string_view v = value;
+    const bool cut = v.size() > kMaxLogValueBytes;
+    if (cut) v = v.substr(0, kMaxLogValueBytes);
+    line += cat(" ", key, "=", log_value(v));
+    if (cut) line += cat("...(", value.size(), "_bytes)");
+  }
   line += '\n';
   std::lock_guard lock(m_mutex);
   std::fwrite(line.data(), 1, line.size(), m_sink);

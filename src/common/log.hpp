@@ -19,6 +19,9 @@ Result<LogLevel> parse_log_level(std::string_view name);
 
 using LogField = std::pair<std::string_view, std::string>;
 
+// The most of one field's value a log line carries (then "...(N_bytes)").
+inline constexpr size_t kMaxLogValueBytes = 16 * 1024;
+
 class Logger {
  public:
   // Logs to stderr.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/escape.hpp"
 #include "common/strings.hpp"
 
 namespace gpufence {
@@ -102,12 +103,13 @@ Result<DeviceSelector> parse_device_selector(std::string_view raw) {
   out.kind = DeviceSelector::Kind::list;
   for (std::string_view part : split(value, ',')) {
     if (trim(part).empty()) {
-      return fail(Errc::invalid_argument, "device list '", value, "' has an empty entry");
+      return fail(Errc::invalid_argument, "device list '", escape_excerpt(value),
+                  "' has an empty entry");
     }
     auto token = parse_device_token(part);
     if (!token) return std::unexpected(token.error());
     if (token->kind == DeviceToken::Kind::all && value.find(',') != std::string_view::npos) {
-      return fail(Errc::invalid_argument, "device list '", value,
+      return fail(Errc::invalid_argument, "device list '", escape_excerpt(value),
                   "': 'all' cannot be combined with other devices");
     }
     out.tokens.push_back(std::move(*token));

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -495,7 +496,12 @@ SyncJudgement judge_synchronized(const std::vector<api::PodSandbox>& pods,
                           c.name(), pod ? pod->runtime_handler() : std::string(), ""};
     std::optional<SteadyTime> deadline;
     if (budget.count() > 0) deadline = std::chrono::steady_clock::now() + budget;
-    auto d = decide_container(pod ? *pod : none, c, runtime, ctx, deadline);
+    Result<NriDecision> d = fail(Errc::internal, "no decision");
+    try {
+      d = decide_container(pod ? *pod : none, c, runtime, ctx, deadline);
+    } catch (const std::exception& e) {
+      d = fail(Errc::internal, "the decision failed: ", e.what());
+    }
     if (!d && deadline && std::chrono::steady_clock::now() >= *deadline) {
       u.why = cat("created without gpufence-nri; not judged (too slow: over ", budget.count(),
                   " ms), so what it can open is unknown");
@@ -561,7 +567,7 @@ struct GpufenceHandler::StatusState {
 };
 
 GpufenceHandler::GpufenceHandler(ShimContext& ctx, std::string socket)
-    : m_ctx(ctx), m_status(std::make_shared<StatusState>()) {
+    : m_ctx(ctx), m_hung(std::make_shared<Hung>()), m_status(std::make_shared<StatusState>()) {
   m_status->status.pid = ::getpid();
   if (auto text = read_file("/proc/self/stat"))
     if (auto t = parse_proc_start_time(*text)) m_status->status.start_time = *t;
@@ -658,7 +664,12 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
         auto job = std::move(state->pending);
         state->pending = nullptr;
         lock.unlock();
-        job();
+        try {
+          job();
+        } catch (const std::exception& e) {
+          // The list stays as it was (marked stale by the next Synchronize); the process lives.
+          std::fprintf(stderr, "gpufence-nri: judging failed: %s\n", e.what());
+        }
         lock.lock();
         --state->judging;
         state->judged.notify_all();
@@ -674,6 +685,33 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
     m_status->judged.notify_all();
   }
 }
+
+// At most this many decisions left hanging at once; past it every creation is refused at once
+// rather than starting one more thread that would hang too (each holds its copies). A pod with a
+// decision still hung is refused at once on its own (its volume is the likely cause: an NFS
+// server that stopped answering), so one pod cannot use up the node's share.
+inline constexpr size_t kMaxHungDecisions = 16;
+
+struct GpufenceHandler::Hung {
+  std::mutex mutex;
+  std::multiset<std::string> pods;  // by pod uid (namespace/name when it has none)
+  void add(const std::string& pod) {
+    std::lock_guard lock(mutex);
+    pods.insert(pod);
+  }
+  void release(const std::string& pod) {
+    std::lock_guard lock(mutex);
+    if (auto it = pods.find(pod); it != pods.end()) pods.erase(it);
+  }
+  // Why a new decision for `pod` is refused at once, or "".
+  std::string refusal(const std::string& pod) {
+    std::lock_guard lock(mutex);
+    if (pods.contains(pod)) return "an earlier decision for this pod is still hung";
+    if (pods.size() >= kMaxHungDecisions)
+      return cat(pods.size(), " earlier decisions are still hung");
+    return "";
+  }
+};
 
 // A runtime that times out on a plugin (plugin_request_timeout, 2 s by default) drops it and
 // creates the container as if it had answered nothing, and required_plugins still counts it as
@@ -692,9 +730,10 @@ struct GpufenceHandler::Worker {
   std::condition_variable wake, done;
   std::shared_ptr<Job> job;  // the one pending or running
   bool abandoned = false;
-  // Workers abandoned in a decision that has not returned yet (a hung NVML call or filesystem),
-  // shared by every worker of one handler.
-  std::shared_ptr<std::atomic<int>> hung;
+  // Decisions abandoned and not returned yet (a hung NVML call or filesystem), shared by every
+  // worker of one handler; this worker's pod once it is abandoned.
+  std::shared_ptr<Hung> hung;
+  std::string hung_pod;
 
   static void run(std::shared_ptr<Worker> self) {
     std::unique_lock lock(self->mutex);
@@ -703,22 +742,25 @@ struct GpufenceHandler::Worker {
       if (self->abandoned) return;
       auto job = self->job;
       lock.unlock();
-      auto result = job->decide();
+      // A throw here would end the process every container waits on: it is this decision's
+      // refusal instead (closed: the creation fails).
+      Result<NriDecision> result = fail(Errc::internal, "no decision");
+      try {
+        result = job->decide();
+      } catch (const std::exception& e) {
+        result = fail(Errc::internal, "the decision failed: ", e.what());
+      }
       lock.lock();
       job->result = std::move(result);
       job->done = true;
       self->done.notify_all();
       if (self->abandoned) {
-        --*self->hung;
+        self->hung->release(self->hung_pod);
         return;
       }
     }
   }
 };
-
-// At most this many decisions left hanging at once; past it every creation is refused at once
-// rather than starting one more thread that would hang too (each holds its copies).
-inline constexpr int kMaxHungDecisions = 4;
 
 GpufenceHandler::~GpufenceHandler() {
   if (!m_worker) return;
@@ -739,9 +781,11 @@ Result<NriDecision> GpufenceHandler::decide_within_budget(const api::PodSandbox&
   // Bounded before the copies below are made.
   if (auto st = check_request_limits(pod, container); !st)
     return std::unexpected(st.error().wrap(who));
-  if (*m_hung >= kMaxHungDecisions)
-    return fail(Errc::denied, who, ": ", m_hung->load(),
-                " earlier decisions are still hung (NVML or a filesystem does not answer); "
+  const std::string pod_key =
+      pod.uid().empty() ? cat(pod.namespace_(), "/", pod.name()) : pod.uid();
+  if (std::string why = m_hung->refusal(pod_key); !why.empty())
+    return fail(Errc::denied, who, ": ", why,
+                " (NVML or a filesystem does not answer); "
                 "refused at once");
   if (!m_worker) {
     m_worker = std::make_shared<Worker>();
@@ -765,7 +809,8 @@ Result<NriDecision> GpufenceHandler::decide_within_budget(const api::PodSandbox&
   m_worker->wake.notify_one();
   if (!m_worker->done.wait_until(lock, deadline, [&] { return job->done; })) {
     m_worker->abandoned = true;  // it stops at its next step, or once its call returns
-    ++*m_hung;
+    m_worker->hung_pod = pod_key;
+    m_hung->add(pod_key);
     lock.unlock();
     m_worker.reset();
     return fail(Errc::denied, who, ": no decision within ", budget.count(),

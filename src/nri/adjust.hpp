@@ -136,7 +136,8 @@ class GpufenceHandler : public PluginHandler {
   ShimContext& m_ctx;
   RuntimeInfo m_runtime;
   std::shared_ptr<Worker> m_worker;
-  std::shared_ptr<std::atomic<int>> m_hung = std::make_shared<std::atomic<int>>(0);
+  struct Hung;  // the decisions abandoned and still running, by pod
+  std::shared_ptr<Hung> m_hung;
   std::shared_ptr<StatusState> m_status;
   std::vector<api::PodSandbox> m_sync_pods;  // a split Synchronize, gathered until its last chunk
   std::vector<api::Container> m_sync_containers;

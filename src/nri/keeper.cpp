@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <thread>
 #include <vector>
 
 #include "common/file.hpp"
 #include "common/strings.hpp"
+#include "nri/status.hpp"
 
 namespace gpufence::nri {
 
@@ -40,36 +42,60 @@ Result<std::optional<Fd>> take_lock(const std::string& path, LockWait wait,
       return std::optional<Fd>();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // The holder's pid, for the keeper's stopped-process check (the file is ours: O_APPEND, so
-  // truncate first).
-  std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd->fd, 0) != 0 || ::write(fd->fd, pid.data(), pid.size()) < 0)
+  // The holder, for the keeper's stopped-process check and ensure_keeper's binary check (the file
+  // is ours: O_APPEND, so truncate first).
+  uint64_t start = 0;
+  if (auto stat = read_file("/proc/self/stat"))
+    if (auto t = parse_proc_start_time(*stat)) start = *t;
+  std::string holder = cat(::getpid(), " ", start, "\n");
+  if (::ftruncate(fd->fd, 0) != 0 || ::write(fd->fd, holder.data(), holder.size()) < 0)
     return fail_errno("write", path);
   return std::optional<Fd>(std::move(*fd));
 }
 
-std::optional<pid_t> lock_holder(const std::string& path) {
+std::optional<LockHolder> lock_holder(const std::string& path) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (fd.fd < 0) return std::nullopt;
   if (::flock(fd.fd, LOCK_SH | LOCK_NB) == 0) return std::nullopt;  // nobody holds it
   auto text = read_fd(fd.fd, path, 64);
   if (!text) return std::nullopt;
-  try {
-    long pid = std::stol(*text);
-    return pid > 1 ? std::optional<pid_t>(static_cast<pid_t>(pid)) : std::nullopt;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  LockHolder h;
+  unsigned long long start = 0;
+  long pid = 0;
+  if (std::sscanf(text->c_str(), "%ld %llu", &pid, &start) != 2 || pid <= 1) return std::nullopt;
+  h.pid = static_cast<pid_t>(pid);
+  h.start_time = start;
+  return h;
 }
 
-bool process_stopped(pid_t pid) {
-  auto text = read_file(cat("/proc/", pid, "/stat"));
+namespace {
+
+// /proc/<pid>/stat when it is still the holder's process.
+std::optional<std::string> holder_stat(const LockHolder& holder) {
+  auto text = read_file(cat("/proc/", holder.pid, "/stat"));
+  if (!text) return std::nullopt;
+  auto start = parse_proc_start_time(*text);
+  if (!start || *start != holder.start_time) return std::nullopt;
+  return std::move(*text);
+}
+
+}  // namespace
+
+bool process_stopped(const LockHolder& holder) {
+  auto text = holder_stat(holder);
   if (!text) return false;
   // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
   auto close = text->rfind(')');
   if (close == std::string::npos || close + 2 >= text->size()) return false;
   char state = (*text)[close + 2];
   return state == 'T' || state == 't';
+}
+
+std::string holder_executable(const LockHolder& holder) {
+  char buf[4096];
+  ssize_t n = ::readlink(cat("/proc/", holder.pid, "/exe").c_str(), buf, sizeof buf - 1);
+  if (n <= 0 || !holder_stat(holder)) return "";
+  return std::string(buf, static_cast<size_t>(n));
 }
 
 namespace {
@@ -141,8 +167,18 @@ void ensure_keeper(const KeeperFiles& files, Role role, const std::string& self_
     log.warn("nri.keeper_unavailable", {{"error", held.error().message}});
     return;
   }
-  if (!*held) return;  // a keeper runs
-  held->reset();       // released: the keeper takes it itself
+  if (!*held) {
+    // A keeper runs. One of another binary (an upgrade keeps the file it replaced, so that keeper
+    // never sees its own file go) is ended, and this binary's started instead.
+    auto holder = lock_holder(files.keeper(role));
+    if (!holder) return;
+    std::string exe = holder_executable(*holder);
+    if (exe.empty() || exe == self_exe) return;
+    log.info("nri.keeper_replaced", {{"role", std::string(role_name(role))}, {"old", exe}});
+    ::kill(holder->pid, SIGTERM);
+  } else {
+    held->reset();  // released: the keeper takes it itself
+  }
   std::vector<std::string> args{"--keeper", "--socket", socket};
   for (auto& a : role_args(role)) args.push_back(a);
   if (spawn(self_exe, args, true, config_path) < 0)
@@ -153,7 +189,8 @@ void ensure_keeper(const KeeperFiles& files, Role role, const std::string& self_
 
 int run_keeper(const KeeperFiles& files, Role role, const std::string& self_exe,
                const std::string& socket, Logger& log) {
-  auto held = take_lock(files.keeper(role), LockWait::no);
+  // A keeper being replaced may still be exiting.
+  auto held = take_lock(files.keeper(role), LockWait::yes, std::chrono::milliseconds(3000));
   if (!held) {
     log.error("nri.keeper_failed", {{"error", held.error().message}});
     return 1;
@@ -166,6 +203,7 @@ int run_keeper(const KeeperFiles& files, Role role, const std::string& self_exe,
   pid_t child = -1;
   Clock::time_point last_spawn{}, last_served = Clock::now();
   Clock::time_point stopped_since{};  // epoch: the holder is not stopped
+  LockHolder stopped_holder;
   std::vector<std::string> args{"--once", "--socket", socket};
   for (auto& a : role_args(role)) args.push_back(a);
   for (;;) {
@@ -181,11 +219,14 @@ int run_keeper(const KeeperFiles& files, Role role, const std::string& self_exe,
       last_served = now;
       // A server that cannot answer (stopped) is as gone as a dead one, but holds the lock.
       if (process_stopped(*holder)) {
-        if (stopped_since == Clock::time_point{}) stopped_since = now;
+        if (stopped_since == Clock::time_point{} || !(stopped_holder == *holder)) {
+          stopped_since = now;
+          stopped_holder = *holder;
+        }
         if (now - stopped_since > kStoppedGrace) {
           log.warn("nri.keeper_kills_stopped",
-                   {{"role", role_text}, {"pid", std::to_string(*holder)}});
-          ::kill(*holder, SIGKILL);
+                   {{"role", role_text}, {"pid", std::to_string(holder->pid)}});
+          if (process_stopped(*holder)) ::kill(holder->pid, SIGKILL);  // still that process
           stopped_since = {};
         }
       } else {

@@ -42,16 +42,27 @@ struct KeeperFiles {
 enum class LockWait { no, yes };
 
 // An exclusive flock on `path` (created 0600, opened without following links), or nullopt when
-// another process holds it and `wait` is no (or `timeout` passed). The holder's pid is written
-// into the file.
+// another process holds it and `wait` is no (or `timeout` passed). The holder's pid and start
+// time are written into the file.
 Result<std::optional<Fd>> take_lock(const std::string& path, LockWait wait,
                                     std::chrono::milliseconds timeout = {});
 
-// The pid written in a held lock file; nullopt when the lock is free (or the file unreadable).
-std::optional<pid_t> lock_holder(const std::string& path);
+// Who holds a lock: its pid and start time (field 22 of /proc/<pid>/stat), so that a pid reused
+// by another process is never taken for it.
+struct LockHolder {
+  pid_t pid = 0;
+  uint64_t start_time = 0;
+  bool operator==(const LockHolder&) const = default;
+};
 
-// Whether /proc/<pid>/stat says the process is stopped (T, t).
-bool process_stopped(pid_t pid);
+// The holder written in a held lock file; nullopt when the lock is free (or the file unreadable).
+std::optional<LockHolder> lock_holder(const std::string& path);
+
+// Whether the holder is still that process and /proc/<pid>/stat says it is stopped (T, t).
+bool process_stopped(const LockHolder& holder);
+
+// The holder's executable now (/proc/<pid>/exe), "" when it is gone or another process.
+std::string holder_executable(const LockHolder& holder);
 
 // Starts the keeper of `role` (a detached `self_exe --keeper [--fence]`) unless one runs; it and
 // what it starts read `config_path` ("" : this process's own GPUFENCE_RUNTIME_CONFIG, or the

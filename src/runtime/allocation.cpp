@@ -70,7 +70,8 @@ void read_markers(const Json& spec, AllocationChannels& out) {
     if (id.starts_with("imex/")) continue;  // IMEX channels are not GPUs
     auto token = parse_device_token(id);
     if (!token) {
-      out.ignored.push_back(cat("mount marker ", dest, " (", token.error().message, ")"));
+      out.ignored.push_back(
+          cat("mount marker ", escape_excerpt(dest), " (", token.error().message, ")"));
       continue;
     }
     out.markers.push_back(std::move(*token));
@@ -125,7 +126,8 @@ Status read_env(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& 
   auto selector = parse_device_selector(*env);
   if (!selector) {
     if (!trusted) {
-      out.ignored.push_back("NVIDIA_VISIBLE_DEVICES=" + *env + " (not an allocation)");
+      out.ignored.push_back(
+          cat("NVIDIA_VISIBLE_DEVICES=", escape_excerpt(*env), " (not an allocation)"));
       return {};
     }
     return std::unexpected(selector.error().wrap("NVIDIA_VISIBLE_DEVICES"));
@@ -137,8 +139,8 @@ Status read_env(const Json& spec, const RuntimeConfig& cfg, AllocationChannels& 
     case DeviceSelector::Kind::all:
     case DeviceSelector::Kind::list:
       if (!trusted) {
-        out.ignored.push_back("NVIDIA_VISIBLE_DEVICES=" + *env +
-                              " (the pod's own env, not an allocation)");
+        out.ignored.push_back(cat("NVIDIA_VISIBLE_DEVICES=", escape_excerpt(*env),
+                                  " (the pod's own env, not an allocation)"));
         return {};
       }
       if (selector->kind == DeviceSelector::Kind::all)

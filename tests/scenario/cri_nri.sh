@@ -375,7 +375,7 @@ sys.stdout.write(p)' > "$work/c1path"
     ;;
 
   fence)
-    holder() { cat "$work/keeper/$1.lock" 2>/dev/null | tr -d '\n'; }
+    holder() { awk '{print $1}' "$work/keeper/$1.lock" 2>/dev/null; }
     registered() {  # registered NAME COUNT: the NAME plugin registered at least COUNT times
       local _
       for _ in $(seq 200); do

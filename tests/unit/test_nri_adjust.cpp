@@ -344,16 +344,26 @@ TEST_F(NriDecide, ADecisionThatHangsIsARefusalBeforeTheRuntimeGivesUp) {
         << adjust.error().message;
   }
   EXPECT_LT(took, std::chrono::milliseconds(750 + 2000)) << "the runtime's timeout is 1000 ms";
-  // The next container gets a fresh worker and its decision.
-  auto next = handler.create_container(m_pod, unprivileged(0), std::chrono::steady_clock::now());
+  // Another pod's container gets a fresh worker and its decision; the same pod, whose decision
+  // is still hung (its volume, say), is refused at once without a thread more.
+  api::PodSandbox other = m_pod;
+  other.set_uid("another-pod");
+  auto next = handler.create_container(other, unprivileged(0), std::chrono::steady_clock::now());
   EXPECT_TRUE(next) << (next ? "" : next.error().message);
-  // Let the hung decision end before the fixture it reads goes away.
+  auto same = handler.create_container(m_pod, unprivileged(0), std::chrono::steady_clock::now());
+  ASSERT_FALSE(same);
+  EXPECT_NE(same.error().message.find("an earlier decision for this pod is still hung"),
+            std::string::npos)
+      << same.error().message;
+  // Let the hung decision end before the fixture it reads goes away; then the pod is decided.
   std::unique_lock lock(gate->mu);
   gate->open = true;
   gate->cv.notify_all();
   gate->cv.wait_for(lock, std::chrono::seconds(10), [&] { return gate->returned; });
   lock.unlock();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // decide_container's return
+  auto again = handler.create_container(m_pod, unprivileged(0), std::chrono::steady_clock::now());
+  EXPECT_TRUE(again) << (again ? "" : again.error().message);
 }
 
 namespace {

@@ -32,18 +32,27 @@ TEST(NriKeeper, TheServingLockNamesItsHolderAndIsFreedWithIt) {
   char ok = 0;
   ASSERT_EQ(::read(ready[0], &ok, 1), 1);
   ASSERT_EQ(ok, 1);
-  EXPECT_EQ(lock_holder(files.serving(Role::decider)), child);
+  auto holder = lock_holder(files.serving(Role::decider));
+  ASSERT_TRUE(holder);
+  EXPECT_EQ(holder->pid, child);
   // A second server of the role does not get it; the fence's is another lock.
   auto second = take_lock(files.serving(Role::decider), LockWait::no);
   ASSERT_TRUE(second) << second.error().message;
   EXPECT_FALSE(*second);
   EXPECT_FALSE(lock_holder(files.serving(Role::fence)));
   // Stopped: seen as stopped (the keeper kills it after kStoppedGrace).
-  EXPECT_FALSE(process_stopped(child));
+  EXPECT_FALSE(process_stopped(*holder));
   ::kill(child, SIGSTOP);
-  for (int i = 0; i < 200 && !process_stopped(child); ++i)
+  for (int i = 0; i < 200 && !process_stopped(*holder); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_TRUE(process_stopped(child));
+  EXPECT_TRUE(process_stopped(*holder));
+  // The same pid with another start time is another process (a reused pid): never "stopped",
+  // so never killed.
+  LockHolder reused = *holder;
+  ++reused.start_time;
+  EXPECT_FALSE(process_stopped(reused));
+  EXPECT_EQ(holder_executable(reused), "");
+  EXPECT_NE(holder_executable(*holder), "");
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   EXPECT_FALSE(lock_holder(files.serving(Role::decider)));
