@@ -117,7 +117,8 @@ Result<EnforcementChoice> choose_enforcement(EnforcementRequest request,
       c.mode = Enforcement::nri;
       c.reason = cat("nri: ", who, " has ", api_text,
                      " (>= v0.10): gpufence-nri narrows every container, privileged ones "
-                     "included, and required_plugins fails creates while it is down");
+                     "included, and required_plugins with its fence (gpufence-fence) fail "
+                     "creates while it is down, stalled or late");
     } else {
       c.mode = Enforcement::runtime;
       c.reason = cat("runtime: ", who, " has ", api_text,
@@ -145,7 +146,8 @@ Result<EnforcementChoice> choose_enforcement(EnforcementRequest request,
   c.mode = mode;
   if (c.required_plugins) {
     c.reason = cat(name, " (asked for): ", who, " has ", api_text,
-                   ": required_plugins fails creates while gpufence-nri is down");
+                   ": required_plugins with the fence (gpufence-fence) fail creates while "
+                   "gpufence-nri is down, stalled or late");
   } else {
     c.reason = cat(name, " (asked for): ", who, " has ", api_text,
                    " (< v0.10): NRI enforcement is not guaranteed while gpufence-nri is down, and "
