@@ -376,10 +376,14 @@ sys.stdout.write(p)' > "$work/c1path"
 
   fence)
     holder() { awk '{print $1}' "$work/keeper/$1.lock" 2>/dev/null; }
-    registered() {  # registered NAME COUNT: the NAME plugin registered at least COUNT times
-      local _
-      for _ in $(seq 200); do
-        [ "$(grep -c "nri.registered name=$1" "$work/nri.log" 2>/dev/null)" -ge "$2" ] && return 0
+    # registered NAME COUNT: containerd configured the NAME plugin at least COUNT times (its
+    # Configure line: written once its log is open; containerd may answer RegisterPlugin first).
+    registered() {
+      local _ n event=nri.configured
+      [ "$1" = gpufence-fence ] && event=nri.fence_configured
+      for _ in $(seq 400); do
+        n=$(grep -c "event=$event " "$work/nri.log" 2>/dev/null)
+        [ "${n:-0}" -ge "$2" ] && return 0
         sleep 0.05
       done
       return 1
