@@ -220,6 +220,23 @@ TEST(NriSession, ConfigureBeforeTheRegisterReplyThenCreateThenClose) {
   api::CreateContainerResponse out;
   ASSERT_TRUE(out.ParseFromString(response_of(created).payload()));
   EXPECT_EQ(out.adjust().env(0).value(), std::string(6000, 'i'));
+  // Security round 4: answers that once ended the session (a refusal quoting megabytes, an
+  // adjustment past ttrpc's 4 MiB, a handler that throws) each fail their one request; the
+  // session answers the next one.
+  uint32_t stream = 5;
+  for (const char* name : {"huge-refusal", "huge-answer", "throws"}) {
+    api::CreateContainerRequest bad;
+    bad.mutable_container()->set_name(name);
+    send(1, call(stream, kPluginService, "CreateContainer", bad));
+    TtrpcMessage refused = receive(1);
+    EXPECT_EQ(refused.stream, stream) << name;
+    EXPECT_NE(response_of(refused).status().code(), 0) << name;
+    stream += 2;
+  }
+  send(1, call(stream, kPluginService, "CreateContainer", cc));
+  TtrpcMessage next = receive(1);
+  EXPECT_EQ(next.stream, stream);
+  EXPECT_FALSE(response_of(next).has_status());
   ::close(sv[1]);
   plugin.join();
   EXPECT_TRUE(result) << result.error().message;
