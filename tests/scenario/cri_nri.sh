@@ -38,8 +38,8 @@
 #              second, still connected, the next pods decided.
 #   fence      (2.3, 2.4) gpufence-nri and gpufence-fence launched from plugin_path,
 #              required_plugins = both, and the pod waiver configured as a careless install
-#              would: a stopped decider (SIGSTOP) and a killed one (SIGKILL) each fail the next
-#              privileged GPU pod's create (also with the waiver annotation), the keeper brings
+#              would: a stopped decider (SIGSTOP), one killed mid-request and one killed (SIGKILL)
+#              each fail the next privileged GPU pod's create (also with the waiver), the keeper brings
 #              the decider back within seconds with no containerd restart (measured), and pods
 #              are isolated again; a killed fence fails creates until it is back too.
 # Usage: cri_nri.sh LINE CASE    LINE = 1.7 | 2 | 2.2 | 2.3 | 2.4
@@ -406,10 +406,21 @@ sys.stdout.write(p)' > "$work/c1path"
     kill -KILL "$d" 2>/dev/null
     run_pods back "" 2 --privileged
     isolated back
+    echo "== the decider killed mid-request: stopped, a privileged GPU pod's create pending, then SIGKILL"
+    d=$(holder decider)
+    kill -STOP "$d"
+    (run_pods midkill "" 1 --privileged --timeout 20) &
+    mid=$!
+    sleep 1
+    kill -KILL "$d"
+    wait "$mid"
+    check "midkill: the pod's create failed" test "$(cat "$work/midkill.rc")" != 0
+    check "midkill: refused by the fence or required_plugins" grep -qE 'gpufence-fence|required plugin' "$work/midkill.out"
+    check "midkill: the keeper brought the decider back" registered gpufence-nri 3
     echo "== the decider killed (SIGKILL)"
     t0=$(date +%s.%N)
     kill -KILL "$(holder decider)"
-    check "killed: the keeper brought the decider back" registered gpufence-nri 3
+    check "killed: the keeper brought the decider back" registered gpufence-nri 4
     t1=$(date +%s.%N)
     echo "  decider back $(awk "BEGIN {printf \"%.2f\", $t1 - $t0}") s after SIGKILL"
     run_pods again "" 2 --privileged
