@@ -7,7 +7,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUFENCE_WERROR=ON
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build test demo bench format clean fuzz-build fuzz
+.PHONY: all deps configure build check test demo bench format clean fuzz-build fuzz
 
 all: build
 
@@ -20,6 +20,10 @@ configure:
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The inner loop: build, then the unit tier only (GoogleTest, no containerd, seconds).
+check: build
+	@cd $(BUILD_DIR) && ctest -L unit --output-on-failure -j $(JOBS)
 
 # deps strictly first, also under make -j.
 test:
