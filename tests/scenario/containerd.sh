@@ -48,7 +48,7 @@ stop_containerd
 case ${1:?usage: containerd.sh CASE} in  # gf:cases
   check-version4)
     # containerd 2.3's own default (version 4): check-containerd judges it, setup adds a version-4
-    # drop-in that containerd v2.3.4 itself loads (the test tools, scripts/fetch-containerd.sh).
+    # drop-in that containerd 2.3 itself loads (v2.3.7, scripts/fetch-containerd.sh).
     bash "$src/scripts/fetch-containerd.sh" 2.3 >/dev/null ||
       skip "containerd 2.3: $(cat "$build/containerd/2.3/FETCH-FAILED" 2>/dev/null || echo 'unpack failed')"
     c23=$build/containerd/2.3/root/usr/bin/containerd
@@ -62,7 +62,7 @@ case ${1:?usage: containerd.sh CASE} in  # gf:cases
     check "the drop-in is version 4, as the root file" grep -q '^version = 4' "$work/conf.d/99-gpufence.toml"
     check "the root file is untouched: its glob imports the drop-in" cmp -s "$work/config.toml" "$work/original.toml"
     dump=$("$c23" --config "$work/config.toml" config dump 2>&1)
-    check "containerd 2.3.4's config dump carries the handler" grep -q "runtimes.nvidia.options\]" <<<"$dump"
+    check "containerd 2.3's config dump carries the handler" grep -q "runtimes.nvidia.options\]" <<<"$dump"
     check "with its BinaryName" grep -q "BinaryName = '$build/bin/gpufence-runtime'" <<<"$dump"
     out=$("$gf" setup check-containerd --config "$work/config.toml" 2>&1)
     # Left: only that CDI is on (version 3-4) with no nvidia.com/gpu spec on this machine.

@@ -12,8 +12,8 @@ build=${GPUFENCE_BUILD_DIR:?}
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd"
 case_name=${1:?usage: install.sh CASE [LINE]}
 # LINE: the containerd line the private containerd runs: 1.6 (the system's, Debian 12), 2.1
-# (Debian sid, scripts/fetch-containerd.sh) or 2.3 (v2.3.4 built from source: a tarball in
-# the test tools beside the repository, scripts/fetch-containerd.sh).
+# (Debian sid, scripts/fetch-containerd.sh) or 2.3 (v2.3.7 built from the Go module proxy by
+# scripts/fetch-containerd.sh).
 line=${2:-1.6}
 [ "$case_name" = version3 ] && line=2.1
 [ "$case_name" = k0s ] && [ -z "${2:-}" ] && line=2.1
@@ -33,10 +33,11 @@ case $line in
     export PATH=$build/containerd/2.3/root/usr/bin:$PATH ;;
   *) echo "unknown containerd line $line (1.6, 1.7, 2.1, 2.3)"; exit 2 ;;
 esac
-if [ "$line" != 1.6 ] && [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
-  # containerd 2.x (config versions 3-4): install adds a drop-in whose host path the real
-  # containerd resolves in its own root (imports). So these lines run in a private mount
-  # namespace where the fake host's /etc/containerd is /etc/containerd.
+if [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
+  # Every case, every line, runs in a private mount namespace: install adds drop-ins whose host
+  # path the real containerd resolves in its own root (imports), so the fake host's
+  # /etc/containerd is bound at /etc/containerd here, and cleanup's unmounts of /etc/containerd,
+  # /usr/local, /opt ... end with this namespace, never touching the host's mounts.
   unshare -m --propagation private true 2>/dev/null || skip "no private mount namespace here (unshare -m)"
   GF_INSTALL_PRIVATE_NS=1 exec unshare -m --propagation private bash "$0" "$@"
 fi
