@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 
 #include "autoscale/capacity.hpp"
 #include "common/error.hpp"
@@ -25,6 +26,15 @@ struct ScaleEvent {
   std::string reason;           // ScaledUp, ScaledDown, ... (at most 128 characters)
   std::string note;             // the decision in words (at most 1 kB; longer is cut)
 };
+
+// The Event's metadata.name, as client-go's recorder names one (`<regarding name>.<hex of t in
+// Unix nanoseconds>`): always a valid DNS-1123 subdomain, whatever `object_name` holds. A name
+// that is not one already (no API server stores such a Deployment, but the value is not trusted
+// here) is lowercased, every other byte outside [a-z0-9.-] becomes '-', labels are trimmed to
+// start and end alphanumeric, empty ones dropped, and the whole is cut to fit 253 characters;
+// nothing left gives "gpufence". (A generateName of "<name>." is refused with 422: the API server
+// validates the prefix itself as a subdomain, and one ending in '.' is not.)
+std::string event_name(std::string_view object_name, std::chrono::system_clock::time_point t);
 
 // The Event object for `event` about `deployment` (the API's validation: eventTime, action,
 // reportingController and reportingInstance are required for new events.k8s.io/v1 Events).

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <regex>
 #include <sstream>
 
 namespace gpufence::test {
@@ -111,6 +112,113 @@ bool peer_closed(int conn) {
   char c;
   ssize_t n = ::recv(conn, &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+// --- What the API server validates on create (k8s.io/apimachinery pkg/util/validation and
+// pkg/api/validation, kubernetes pkg/apis/core/validation/events.go), written here from those
+// rules and not shared with the code under test, so a client's mistake is refused as the real
+// server refuses it. ---
+
+const char* kSubdomainMessage =
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+// IsDNS1123Subdomain.
+std::vector<std::string> subdomain_errors(const std::string& value) {
+  static const std::regex re("[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
+  std::vector<std::string> out;
+  if (value.size() > 253) out.push_back("must be no more than 253 characters");
+  if (!std::regex_match(value, re)) out.push_back(kSubdomainMessage);
+  return out;
+}
+
+// IsDNS1123Label (a namespace).
+bool is_label(const std::string& value) {
+  static const std::regex re("[a-z0-9]([-a-z0-9]*[a-z0-9])?");
+  return value.size() <= 63 && std::regex_match(value, re);
+}
+
+// IsQualifiedName: [prefix/]name, the name at most 63 of [-A-Za-z0-9_.] starting and ending
+// alphanumeric, the prefix a DNS-1123 subdomain.
+bool is_qualified_name(const std::string& value) {
+  static const std::regex name("([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]");
+  auto slash = value.find('/');
+  std::string part = slash == std::string::npos ? value : value.substr(slash + 1);
+  if (slash != std::string::npos &&
+      (value.find('/', slash + 1) != std::string::npos || slash == 0 ||
+       !subdomain_errors(value.substr(0, slash)).empty()))
+    return false;
+  return !part.empty() && part.size() <= 63 && std::regex_match(part, name);
+}
+
+// NameIsDNSSubdomain(generateName, prefix=true): the prefix is validated itself, after
+// maskTrailingDash (which, as upstream's does, replaces the last two characters by "a" when the
+// prefix ends in '-'). So "deepstream-" passes and "deepstream." does not.
+std::vector<std::string> generate_name_errors(const std::string& prefix) {
+  std::string masked = prefix;
+  if (!masked.empty() && masked.back() == '-')
+    masked = masked.substr(0, masked.size() >= 2 ? masked.size() - 2 : 0) + "a";
+  return subdomain_errors(masked);
+}
+
+// names.SimpleNameGenerator: the prefix cut to 58 characters, then 5 of its alphabet.
+std::string generated_name(const std::string& prefix, int n) {
+  static const std::string alphabet = "bcdfghjklmnpqrstvwxz2456789";
+  std::string out = prefix.substr(0, 58);
+  for (int i = 0; i < 5; ++i, n /= static_cast<int>(alphabet.size()))
+    out += alphabet[static_cast<size_t>(n) % alphabet.size()];
+  return out;
+}
+
+std::string field_text(const nlohmann::json& object, const char* key) {
+  return object.contains(key) && object[key].is_string() ? object[key].get<std::string>() : "";
+}
+
+// ValidateEventCreate for events.k8s.io/v1 (the strict part and legacyValidateEvent).
+void event_errors(const nlohmann::json& e, const std::string& ns, std::vector<std::string>& out) {
+  auto required = [&](const char* key, const char* field) {
+    if (field_text(e, key).empty()) out.push_back(std::string(field) + ": Required value");
+  };
+  auto at_most = [&](const char* key, const char* field, size_t n) {
+    if (field_text(e, key).size() > n)
+      out.push_back(std::string(field) + ": Invalid value: \"\": can have at most " +
+                    std::to_string(n) + " characters");
+  };
+  required("eventTime", "eventTime");
+  std::string type = field_text(e, "type");
+  if (type != "Normal" && type != "Warning")
+    out.push_back("type: Invalid value: \"\": has invalid value: " + type);
+  required("reportingController", "reportingController");
+  if (!field_text(e, "reportingController").empty() &&
+      !is_qualified_name(field_text(e, "reportingController")))
+    out.push_back("reportingController: Invalid value: \"" + field_text(e, "reportingController") +
+                  "\": must be a qualified name");
+  required("reportingInstance", "reportingInstance");
+  at_most("reportingInstance", "reportingInstance", 128);
+  required("action", "action");
+  at_most("action", "action", 128);
+  required("reason", "reason");
+  at_most("reason", "reason", 128);
+  at_most("note", "message", 1024);
+  for (const char* unset : {"deprecatedFirstTimestamp", "deprecatedLastTimestamp",
+                            "deprecatedCount", "deprecatedSource"}) {
+    if (e.contains(unset) && !e[unset].is_null())
+      out.push_back(std::string(unset) + ": Invalid value: \"\": needs to be unset");
+  }
+  auto regarding = e.value("regarding", nlohmann::json::object());
+  if (field_text(regarding, "namespace").empty() && ns != "default" && ns != "kube-system")
+    out.push_back("involvedObject.namespace: Invalid value: \"\": does not match event.namespace");
+  if (e.contains("series") && e["series"].is_object() && e["series"].value("count", 0) < 2)
+    out.push_back("series.count: Invalid value: \"\": should be at least 2");
+}
+
+// The collection path's namespace (".../namespaces/NS/kind"), or "".
+std::string path_namespace(const std::string& path) {
+  auto parts = split(path, '/');
+  for (size_t i = 0; i + 1 < parts.size(); ++i)
+    if (parts[i] == "namespaces") return parts[i + 1];
+  return "";
 }
 
 }  // namespace
@@ -367,10 +475,43 @@ TestApiServer::Answer TestApiServer::answer(const Request& req) {
     nlohmann::json sent = nlohmann::json::parse(req.body, nullptr, false);
     if (!sent.is_object()) return {400, status_body(400, "BadRequest", "body is not an object")};
     auto& meta = sent["metadata"];
-    std::string name = meta.value("name", "");
-    if (name.empty()) name = meta.value("generateName", "") + std::to_string(++m_generated);
-    if (name.empty()) return {422, status_body(422, "Invalid", "metadata.name: Required value")};
+    if (!meta.is_object()) meta = nlohmann::json::object();
+    const std::string ns = path_namespace(req.path);
+    if (!ns.empty() && meta.contains("namespace") && meta["namespace"] != ns)
+      return {400, status_body(400, "BadRequest",
+                               "the namespace of the provided object does not match the "
+                               "namespace sent on the request")};
+    // The name first (BeforeCreate), then ValidateObjectMeta over generateName and name.
+    std::string generate = field_text(meta, "generateName");
+    std::string name = field_text(meta, "name");
+    if (name.empty() && !generate.empty()) name = generated_name(generate, ++m_generated);
+    std::vector<std::string> errors;
+    if (!generate.empty())
+      for (const auto& msg : generate_name_errors(generate))
+        errors.push_back("metadata.generateName: Invalid value: \"" + generate + "\": " + msg);
+    if (name.empty()) {
+      errors.push_back("metadata.name: Required value: name or generateName is required");
+    } else {
+      for (const auto& msg : subdomain_errors(name))
+        errors.push_back("metadata.name: Invalid value: \"" + name + "\": " + msg);
+    }
+    if (!ns.empty() && !is_label(ns))
+      errors.push_back("metadata.namespace: Invalid value: \"" + ns + "\"");
+    if (sent.value("apiVersion", "") == "events.k8s.io/v1" && sent.value("kind", "") == "Event")
+      event_errors(sent, ns, errors);
+    if (!errors.empty()) {
+      std::string kind = sent.value("kind", "Object");
+      std::string group = sent.value("apiVersion", "v1");
+      group = group.find('/') == std::string::npos ? "" : "." + group.substr(0, group.find('/'));
+      std::string list = errors.size() == 1 ? errors[0] : "[" + errors[0];
+      for (size_t i = 1; i < errors.size(); ++i) list += ", " + errors[i];
+      if (errors.size() > 1) list += "]";
+      ++m_rejected;
+      return {422, status_body(422, "Invalid",
+                               kind + group + " \"" + name + "\" is invalid: " + list)};
+    }
     meta["name"] = name;
+    if (!ns.empty()) meta["namespace"] = ns;
     std::string path = req.path + "/" + name;
     if (m_objects.contains(path))
       return {409, status_body(409, "AlreadyExists", "\"" + name + "\" already exists")};

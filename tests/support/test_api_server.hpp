@@ -4,6 +4,11 @@
 //  - fixed answers for exact paths (`set`), which win over everything below;
 //  - versioned objects: GET, PUT with optimistic concurrency (409 on a stale resourceVersion, as
 //    the real one answers), POST into a collection (409 AlreadyExists), 404 for unknown paths;
+//  - a POST validated as the API server validates a create: metadata.generateName (itself a
+//    DNS-1123 subdomain prefix: "name." is refused), the name generated from it (the prefix cut
+//    to 58, then 5 characters) or given (a DNS-1123 subdomain), the namespace (a DNS-1123 label,
+//    and the request's), and for an events.k8s.io/v1 Event its own required fields and limits;
+//    what fails is 422 Invalid with the API's message and is not stored;
 //  - collections with list and watch as the API defines them (docs/autoscale.md, "List and
 //    watch"): one resourceVersion counter for everything (etcd's revision), label and field
 //    selectors, limit/continue pagination, ?watch=1 streams of ADDED/MODIFIED/DELETED (an object
@@ -44,6 +49,11 @@ class TestApiServer {
   // The next PUT is answered with this status (e.g. 503) and changes nothing.
   void fail_next_put(int status) { m_fail_put = status; }
   int puts() const { return m_puts; }
+  // POSTs refused with 422 Invalid.
+  int rejected() {
+    std::lock_guard lock(m_mu);
+    return m_rejected;
+  }
   // Objects POSTed into `collection` (".../namespaces/video/events"), in order.
   std::vector<nlohmann::json> posted(const std::string& collection);
 
@@ -120,6 +130,7 @@ class TestApiServer {
   int m_fail_put = 0;
   int m_puts = 0;
   int m_generated = 0;
+  int m_rejected = 0;
   std::thread m_thread;
   std::vector<std::thread> m_connections;
 };

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <regex>
 #include <set>
 
 #include "autoscale/controller.hpp"
@@ -29,6 +30,100 @@ TEST(AutoscaleEvents, TimesAreMicroTime) {
   EXPECT_EQ(micro_time(t), "2026-12-02T06:35:35.123456Z");
   EXPECT_EQ(micro_time(std::chrono::system_clock::time_point(std::chrono::seconds(1796193335))),
             "2026-12-02T06:35:35.000000Z");
+}
+
+// An Event's name is client-go's "<regarding>.<hex nanoseconds>", and a valid DNS-1123
+// subdomain for any name at all: the API server refused the old generateName "deepstream." (a
+// generateName must itself be a subdomain prefix) with 422.
+TEST(AutoscaleEvents, NamesAreClientGosFormAndAlwaysAValidSubdomain) {
+  const auto t = std::chrono::system_clock::time_point(std::chrono::seconds(1796193335)) +
+                 std::chrono::nanoseconds(123456789);
+  EXPECT_EQ(event_name("deepstream", t), "deepstream.18ed5c5257f53315");
+  const std::regex subdomain("[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
+  const std::vector<std::string> names = {
+      "deepstream", "a", "a.b", "ds-", "-ds", "ds.", ".ds", "a..b", "DeepStream", "ds_1",
+      "x/../y", "ds\xc3\xa9", "", ".", "-", "...", std::string(253, 'a'),
+      std::string(236, 'a') + "-bcdef", std::string(235, 'a') + ".bcdefg",
+      std::string(250, 'a') + ".b-", std::string(300, '-')};
+  for (const auto& name : names) {
+    auto n = event_name(name, t);
+    EXPECT_LE(n.size(), 253u) << name;
+    EXPECT_TRUE(std::regex_match(n, subdomain)) << "'" << name << "' -> '" << n << "'";
+    EXPECT_TRUE(n.ends_with(".18ed5c5257f53315")) << n;
+  }
+  EXPECT_EQ(event_name("", t), "gpufence.18ed5c5257f53315");
+  EXPECT_EQ(event_name("DS_1..x-", t), "ds-1.x.18ed5c5257f53315");
+  EXPECT_EQ(event_name(std::string(253, 'a'), t), std::string(236, 'a') + ".18ed5c5257f53315");
+}
+
+// The test API server refuses on create what the real one refuses (so the tests above and the
+// cluster scenario would have caught "deepstream."), and stores nothing it refused.
+TEST(AutoscaleEvents, TheTestApiServerValidatesACreateAsTheApiServerDoes) {
+  test::TestApiServer api;
+  auto creds = credentials_from_kubeconfig(api.kubeconfig(), "kubeconfig");
+  auto kube = make_rest_client(*creds);
+  const std::string events = "/apis/events.k8s.io/v1/namespaces/video/events";
+  auto event = [](json meta) {
+    return json{{"apiVersion", "events.k8s.io/v1"},
+                {"kind", "Event"},
+                {"metadata", meta},
+                {"eventTime", "2026-12-02T06:35:35.123456Z"},
+                {"reportingController", "gpufence.io/autoscale"},
+                {"reportingInstance", "a"},
+                {"action", "Scale"},
+                {"reason", "ScaledUp"},
+                {"note", "n"},
+                {"type", "Normal"},
+                {"regarding", {{"kind", "Deployment"}, {"namespace", "video"}, {"name", "d"}}}};
+  };
+  auto post = [&](const json& body) { return kube->call("POST", events, body.dump()); };
+  auto refused = post(event({{"generateName", "deepstream."}}));
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 422);
+  EXPECT_NE(refused->body.dump().find(
+                "metadata.generateName: Invalid value: \\\"deepstream.\\\": a lowercase RFC 1123"),
+            std::string::npos)
+      << refused->body.dump();
+  EXPECT_EQ(post(event({{"generateName", "deepstream-"}}))->status, 201)
+      << "a trailing '-' is masked";
+  EXPECT_EQ(post(event({{"name", "Deep"}}))->status, 422);
+  EXPECT_EQ(post(event({{"name", std::string(254, 'a')}}))->status, 422);
+  EXPECT_EQ(post(event(json::object()))->status, 422) << "no name, no generateName";
+  EXPECT_EQ(post(event({{"name", "x"}, {"namespace", "other"}}))->status, 400);
+  auto no_time = event({{"name", "y"}});
+  no_time.erase("eventTime");
+  EXPECT_EQ(post(no_time)->status, 422);
+  auto long_reason = event({{"name", "z"}});
+  long_reason["reason"] = std::string(129, 'r');
+  EXPECT_EQ(post(long_reason)->status, 422);
+  EXPECT_EQ(post(event({{"name", "ok.18ed5c5257f53315"}}))->status, 201);
+  EXPECT_EQ(api.rejected(), 6);
+  EXPECT_EQ(api.posted(events).size(), 2u);
+}
+
+// Whatever the Deployment is called, its scale Event is accepted.
+TEST(AutoscaleEvents, EveryDeploymentNameGivesAnEventTheApiServerAccepts) {
+  test::TestApiServer api;
+  auto creds = credentials_from_kubeconfig(api.kubeconfig(), "kubeconfig");
+  auto kube = make_rest_client(*creds);
+  const std::vector<std::string> names = {"deepstream",
+                                          "a",
+                                          "ds.v1",
+                                          std::string(253, 'd'),
+                                          std::string(200, 'd') + "." + std::string(52, 'e'),
+                                          "Not-A-Name_",
+                                          ""};
+  for (const auto& name : names) {
+    DeploymentView d;
+    d.ns = "video";
+    d.name = name;
+    d.uid = "uid-1";
+    auto st = post_scale_event(*kube, d, EventSource{"gpufence.io/autoscale", "pod-1_7"},
+                               ScaleEvent{"Normal", "ScaledUp", "replicas 1 -> 2"});
+    EXPECT_TRUE(st) << "'" << name << "': " << st.error().message;
+  }
+  EXPECT_EQ(api.rejected(), 0);
+  EXPECT_EQ(api.posted("/apis/events.k8s.io/v1/namespaces/video/events").size(), 7u);
 }
 
 TEST(AutoscalePolicy, StreamsToPodsWithinBoundsAndTolerance) {
@@ -334,6 +429,10 @@ TEST_F(AutoscaleController, ScalesUpOnlyAsFarAsFreeGpusAllowAndSaysSo) {
   EXPECT_NE(e["note"].get<std::string>().find("replicas 1 -> 3"), std::string::npos) << e["note"];
   EXPECT_EQ(e["eventTime"].get<std::string>().size(),
             std::string("2026-12-01T09:00:00.000000Z").size());
+  EXPECT_TRUE(e["metadata"]["name"].get<std::string>().starts_with("deepstream."))
+      << e["metadata"];
+  EXPECT_FALSE(e["metadata"].contains("generateName")) << e["metadata"];
+  EXPECT_EQ(m_api.rejected(), 0);
 }
 
 TEST_F(AutoscaleController, CordonedAndTaintedNodesAddNoCapacity) {
