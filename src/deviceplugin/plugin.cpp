@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -64,6 +65,7 @@ struct DevicePlugin::State {
   std::uint64_t generation = 0;  // bumped when the gRPC server is stopped
   bool stopping = false;
   int open_streams = 0;
+  StreamLedger streams;  // which registration each stream belongs to
   std::chrono::steady_clock::time_point streams_idle_since = std::chrono::steady_clock::now();
 
   // The gRPC server; touched only by the registration loop's thread.
@@ -111,6 +113,25 @@ struct DevicePlugin::State {
     return streams_idle_since;
   }
 
+  StreamNews take_stream_news() {
+    std::lock_guard lock(mu);
+    return streams.take_news();
+  }
+
+  // Ends every stream of the registrations so far (the loop registers anew after this).
+  void retire_streams() {
+    std::lock_guard lock(mu);
+    streams.retire_all();
+    cv.notify_all();
+  }
+
+  // Every open stream sends the device list again.
+  void resend_devices() {
+    std::lock_guard lock(mu);
+    ++version;
+    cv.notify_all();
+  }
+
   PluginCdiSpecOptions cdi_spec_options() const {
     PluginCdiSpecOptions o;
     o.dir = ctx.options.cdi_spec_dir;
@@ -143,26 +164,36 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
     return grpc::Status::OK;
   }
 
+  // The full device list at once on a new stream (the kubelet counts nothing as allocatable
+  // until it has one), then again on every health change. The stream ends when the kubelet
+  // cancels it, on stop or restart, and when its registration is retired (registration.hpp).
   grpc::Status ListAndWatch(grpc::ServerContext* ctx, const v1beta1::Empty*,
                             grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override {
     std::uint64_t sent = 0;
     std::unique_lock lock(m_s.mu);
     ++m_s.open_streams;
+    const std::uint64_t registration = m_s.streams.opened();
+    auto ours = [&] {
+      return m_s.stopping || m_s.generation != m_generation ||
+             m_s.streams.retired(registration);
+    };
     struct Closed {  // counts the stream closed however the handler returns
       DevicePlugin::State& s;
       std::unique_lock<std::mutex>& lock;
+      std::uint64_t registration;
+      std::function<bool()> ours;
       ~Closed() {
         if (!lock.owns_lock()) lock.lock();
         if (--s.open_streams == 0) s.streams_idle_since = std::chrono::steady_clock::now();
+        if (s.streams.closed(registration, ours())) s.loop->wake();
       }
-    } closed{m_s, lock};
+    } closed{m_s, lock, registration, ours};
     while (true) {
-      // Wake on a health change, on stop/restart, and twice a second to notice a gone kubelet.
-      m_s.cv.wait_for(lock, std::chrono::milliseconds(500), [&] {
-        return m_s.version != sent || m_s.stopping || m_s.generation != m_generation;
-      });
-      if (m_s.stopping || m_s.generation != m_generation || ctx->IsCancelled())
-        return grpc::Status::OK;
+      // Wake on a health change, on stop/restart/retirement, and five times a second to notice
+      // a kubelet that cancelled the stream (a sync server has no callback for that).
+      m_s.cv.wait_for(lock, std::chrono::milliseconds(200),
+                      [&] { return m_s.version != sent || ours(); });
+      if (ours() || ctx->IsCancelled()) return grpc::Status::OK;
       if (m_s.version == sent) continue;
       auto resp = m_s.snapshot();
       sent = m_s.version;
@@ -298,6 +329,9 @@ Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx, in
       .stop_serving = [&s] { s.stop_serving(); },
       .register_now = [&s] { return s.register_now(); },
       .streams_idle_since = [&s] { return s.idle_since(); },
+      .take_stream_news = [&s] { return s.take_stream_news(); },
+      .retire_streams = [&s] { s.retire_streams(); },
+      .resend_devices = [&s] { s.resend_devices(); },
   };
   s.loop = std::make_unique<RegistrationLoop>(std::move(settings), std::move(hooks), s.ctx.log,
                                               s.ctx.metrics);
@@ -418,6 +452,12 @@ Status DevicePlugin::State::register_now() {
   grpc::ClientContext rpc;
   rpc.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1beta1::Empty empty;
+  {
+    // Before Register is sent: the kubelet opens ListAndWatch from inside its Register handler,
+    // perhaps before the answer reaches us; that stream is this registration's.
+    std::lock_guard lock(mu);
+    streams.begin_registration();
+  }
   auto status = stub->Register(&rpc, req, &empty);
   if (!status.ok())
     return fail(Errc::rpc, "register with ", kubelet_socket(), ": ", status.error_message());

@@ -1,8 +1,11 @@
 #include "deviceplugin/registration.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,6 +50,42 @@ DirEvents parse_dir_events(std::span<const char> buffer, int wd, std::string_vie
   return out;
 }
 
+std::optional<SocketId> socket_id(const std::filesystem::path& path) {
+  struct statx sx {};
+  if (::statx(AT_FDCWD, path.c_str(), 0, STATX_INO | STATX_BTIME | STATX_CTIME, &sx) != 0)
+    return std::nullopt;
+  const auto& born = (sx.stx_mask & STATX_BTIME) ? sx.stx_btime : sx.stx_ctime;
+  return SocketId{makedev(sx.stx_dev_major, sx.stx_dev_minor), static_cast<ino_t>(sx.stx_ino),
+                  static_cast<std::int64_t>(born.tv_sec) * 1'000'000'000 + born.tv_nsec};
+}
+
+void StreamLedger::begin_registration() {
+  ++m_registration;
+  m_open_current = 0;
+  m_news.lost = false;  // a loss of the registration this one replaces is moot
+}
+
+std::uint64_t StreamLedger::opened() {
+  ++m_open_current;
+  return m_registration;
+}
+
+bool StreamLedger::closed(std::uint64_t registration, bool ours) {
+  const bool current = registration == m_registration;
+  if (current && m_open_current > 0) --m_open_current;
+  if (ours) return false;
+  if (current && m_open_current == 0) {
+    m_news.lost = true;
+  } else {
+    m_news.other_ended = true;
+  }
+  return true;
+}
+
+StreamNews StreamLedger::take_news() {
+  return std::exchange(m_news, StreamNews{});
+}
+
 RegistrationLoop::RegistrationLoop(RegistrationSettings settings, RegistrationHooks hooks,
                                    Logger& log, PluginMetrics& metrics)
     : m_cfg(std::move(settings)),
@@ -54,10 +93,36 @@ RegistrationLoop::RegistrationLoop(RegistrationSettings settings, RegistrationHo
       m_log(log),
       m_metrics(metrics),
       m_kubelet_path((m_cfg.plugin_dir / m_cfg.kubelet_socket).string()),
-      m_own_path((m_cfg.plugin_dir / m_cfg.own_socket).string()) {}
+      m_own_path((m_cfg.plugin_dir / m_cfg.own_socket).string()),
+      m_wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      m_lost_backoff(m_cfg.lost_backoff) {}
 
 RegistrationLoop::~RegistrationLoop() {
   if (m_inotify >= 0) ::close(m_inotify);
+  if (m_wake >= 0) ::close(m_wake);
+}
+
+void RegistrationLoop::wake() {
+  std::uint64_t one = 1;
+  if (m_wake >= 0) [[maybe_unused]]
+    auto n = ::write(m_wake, &one, sizeof one);
+}
+
+bool RegistrationLoop::registered_with_current_kubelet() const {
+  auto kubelet = socket_id(m_kubelet_path);
+  return m_registered && kubelet && m_registered_kubelet && *kubelet == *m_registered_kubelet;
+}
+
+int RegistrationLoop::poll_timeout_ms() const {
+  auto until = [](Clock::time_point t) {
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(t - Clock::now()).count();
+    return static_cast<int>(std::clamp<long long>(ms, 0, 200));
+  };
+  // Quick rounds while something is pending (sooner when a retry is due before then); when all
+  // is well, wake only for the stream checks.
+  if (!m_registered || m_watch < 0) return until(std::min(m_retry_at, Clock::now() + 200ms));
+  if (m_resend_at) return until(*m_resend_at);
+  return m_cfg.reregister_after ? 1000 : -1;
 }
 
 std::optional<RegistrationLoop::DirId> RegistrationLoop::identity(
@@ -86,18 +151,21 @@ Status RegistrationLoop::run(int stop_fd) {
       result = st;
       break;
     }
+    check_stream_news();
     try_register();
     check_streams();
+    resend_when_due();
 
-    // Quick rounds while something is pending; when all is well, wake only for the stream check.
-    bool settled = m_registered && m_watch >= 0;
-    int timeout = !settled ? 200 : m_cfg.reregister_after ? 1000 : -1;
-    pollfd fds[2] = {{stop_fd, POLLIN, 0}, {m_inotify, POLLIN, 0}};
-    if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {
+    pollfd fds[3] = {{stop_fd, POLLIN, 0}, {m_inotify, POLLIN, 0}, {m_wake, POLLIN, 0}};
+    if (::poll(fds, 3, poll_timeout_ms()) < 0 && errno != EINTR) {
       result = fail_errno("poll", m_cfg.plugin_dir.native());
       break;
     }
     if (fds[0].revents) break;
+    if (fds[2].revents & POLLIN) {
+      std::uint64_t count;
+      [[maybe_unused]] auto n = ::read(m_wake, &count, sizeof count);
+    }
     if (fds[1].revents & POLLIN) {
       if (auto st = handle_events(); !st) {
         result = st;
@@ -144,20 +212,31 @@ Status RegistrationLoop::check_not_deleted() const {
 void RegistrationLoop::try_register() {
   auto now = Clock::now();
   if (m_registered || now < m_retry_at || m_watch < 0) return;
-  std::error_code ec;
-  if (!std::filesystem::exists(m_kubelet_path, ec)) {
+  auto kubelet = socket_id(m_kubelet_path);
+  if (!kubelet) {
     if (!m_waiting_logged) m_log.info("plugin.waiting_for_kubelet", {{"socket", m_kubelet_path}});
     m_waiting_logged = true;
     return;
   }
   m_waiting_logged = false;
+  std::error_code ec;
+  if (m_serving && !std::filesystem::exists(m_own_path, ec)) {
+    // Our socket is gone (a starting kubelet wipes the directory): the kubelet could not dial it.
+    m_log.debug("plugin.restart", {{"why", "plugin socket gone before Register"}});
+    m_hooks.stop_serving();
+    m_serving = false;
+  }
   Status st = m_serving ? Status{} : m_hooks.serve();
   if (st) m_serving = true;
   if (st) st = m_hooks.register_now();
   if (st) {
     m_registered = true;
     m_registered_at = Clock::now();
-    m_registered_kubelet = identity(m_kubelet_path);
+    m_registered_kubelet = kubelet;  // the socket this Register went to
+    // Our own stop of an older server ends streams the kubelet handles after this Register; a
+    // kubelet that keeps one client per socket then marks the devices unhealthy while our new
+    // stream is open. The list again, a little later, undoes that.
+    m_resend_at = m_registered_at + m_cfg.lost_backoff;
     return;
   }
   m_log.warn("plugin.register_failed",
@@ -191,9 +270,9 @@ Status RegistrationLoop::handle_events() {
   }
   if (events.overflowed) {
     // Events were dropped: judge by what is there now.
-    auto kubelet = identity(m_kubelet_path);
-    bool kubelet_changed = m_registered && kubelet && m_registered_kubelet &&
-                           !kubelet->same_inode(*m_registered_kubelet);
+    auto kubelet = socket_id(m_kubelet_path);
+    bool kubelet_changed =
+        m_registered && kubelet && m_registered_kubelet && !(*kubelet == *m_registered_kubelet);
     bool socket_gone = m_serving && !std::filesystem::exists(m_own_path, ec);
     m_log.warn("plugin.inotify_overflow", {{"kubelet_changed", kubelet_changed ? "true" : "false"},
                                            {"socket_gone", socket_gone ? "true" : "false"}});
@@ -201,14 +280,27 @@ Status RegistrationLoop::handle_events() {
     return {};
   }
   if (events.kubelet_socket_created) {
+    if (registered_with_current_kubelet()) {
+      // Registered with this very socket already (found when our own socket went, before this
+      // event was read): a second Register would make the kubelet replace its client, and the
+      // end of the first one's stream would then disconnect the second.
+      m_log.debug("plugin.kubelet_seen",
+                  {{"socket", m_kubelet_path}, {"why", "already registered with it"}});
+      return {};
+    }
     m_metrics.count_kubelet_restart();
     m_log.info("plugin.kubelet_restarted", {{"socket", m_kubelet_path}});
+    m_lost_backoff = m_cfg.lost_backoff;
     restart("kubelet restarted");
   } else if (events.own_socket_removed && m_serving && !std::filesystem::exists(m_own_path, ec)) {
     // Judge by the state now, not by the event: our own stop/start and gRPC itself unlink this
-    // path too. Only a socket gone from under a running server means the kubelet wiped it.
+    // path too. Only a socket gone from under a running server means someone wiped it: a
+    // starting kubelet (its socket is gone or new), or someone else under the same kubelet, which
+    // handles the end of our old stream some time after we stop serving; wait a little before
+    // registering again, so that it does not take our new client for the old.
     m_log.info("plugin.socket_removed", {{"socket", m_own_path}});
-    restart("plugin socket removed");
+    bool same_kubelet = registered_with_current_kubelet();
+    restart("plugin socket removed", same_kubelet ? m_cfg.lost_backoff : 0ms);
   }
   return {};
 }
@@ -227,14 +319,55 @@ void RegistrationLoop::check_streams() {
   m_retry_at = now;
 }
 
-void RegistrationLoop::restart(std::string_view why) {
+void RegistrationLoop::check_stream_news() {
+  if (!m_hooks.take_stream_news) return;
+  auto news = m_hooks.take_stream_news();
+  auto now = Clock::now();
+  if (news.other_ended && m_registered) {
+    // A stream of ours that is not the current registration's last ended by the kubelet's hand.
+    // A kubelet that keeps one client per socket path disconnects that client and marks every
+    // device of the resource unhealthy, though our current stream is still open; the list again,
+    // once it has handled that, makes them healthy.
+    m_resend_at = now + m_cfg.lost_backoff;
+  }
+  if (!news.lost || !m_registered) return;
+  // The kubelet ended the stream of the current registration. Its runClient disconnects the
+  // client current for the resource name whenever any client's stream ends, so an older
+  // registration's stream ending after a newer Register takes the newer one down with it.
+  auto kubelet = socket_id(m_kubelet_path);
+  if (m_hooks.retire_streams) m_hooks.retire_streams();
+  m_registered = false;
+  if (!kubelet || !m_registered_kubelet || !(*kubelet == *m_registered_kubelet)) {
+    // That kubelet is gone; its successor's socket brings the next registration (once).
+    m_log.info("plugin.kubelet_gone", {{"socket", m_kubelet_path}});
+    m_retry_at = now;
+    return;
+  }
+  if (now - m_registered_at >= m_cfg.lost_backoff_reset) m_lost_backoff = m_cfg.lost_backoff;
+  auto wait = m_lost_backoff;
+  m_lost_backoff = std::min(m_lost_backoff * 2, m_cfg.lost_backoff_max);
+  m_retry_at = now + wait;
+  m_log.warn("plugin.no_stream", {{"why", "the kubelet ended the current registration's stream"},
+                                  {"action", "re-register"},
+                                  {"retry_in", ms_text(wait)}});
+}
+
+void RegistrationLoop::resend_when_due() {
+  if (!m_resend_at || Clock::now() < *m_resend_at) return;
+  m_resend_at.reset();
+  if (!m_registered || !m_hooks.resend_devices) return;
+  m_log.debug("plugin.resend_devices", {});
+  m_hooks.resend_devices();
+}
+
+void RegistrationLoop::restart(std::string_view why, std::chrono::milliseconds settle) {
   if (m_serving) {
     m_log.debug("plugin.restart", {{"why", std::string(why)}});
     m_hooks.stop_serving();
   }
   m_serving = false;
   m_registered = false;
-  m_retry_at = Clock::now();
+  m_retry_at = Clock::now() + settle;
 }
 
 }  // namespace gpufence

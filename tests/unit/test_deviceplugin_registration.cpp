@@ -9,7 +9,9 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <thread>
+#include <utility>
 
 #include "deviceplugin/registration.hpp"
 #include "support/test_support.hpp"
@@ -64,6 +66,8 @@ class LoopFixture : public ::testing::Test {
     cfg.own_socket = "plugin.sock";
     cfg.reregister_after = reregister_after;
     cfg.retry = 50ms;
+    cfg.lost_backoff = m_lost_backoff;
+    cfg.lost_backoff_max = 4 * m_lost_backoff;
     RegistrationHooks hooks{
         .serve =
             [this] {
@@ -74,9 +78,14 @@ class LoopFixture : public ::testing::Test {
             [this] {
               std::error_code ec;
               std::filesystem::remove(m_plugin_dir / "plugin.sock", ec);
+              // The new kubelet's socket appears right now: after the loop read the event that
+              // made it stop serving, before it reads this one's.
+              if (m_kubelet_starts_on_stop.exchange(false)) kubelet_starts();
             },
         .register_now =
             [this] {
+              std::lock_guard lock(m_mu);
+              m_register_times.push_back(std::chrono::steady_clock::now());
               ++m_registrations;
               return Status{};
             },
@@ -84,9 +93,37 @@ class LoopFixture : public ::testing::Test {
           if (m_stream_open) return std::nullopt;
           return std::chrono::steady_clock::time_point{};
         },
+        .take_stream_news =
+            [this] {
+              std::lock_guard lock(m_mu);
+              return std::exchange(m_news, StreamNews{});
+            },
+        .retire_streams = [this] { ++m_retirements; },
+        .resend_devices = [this] { ++m_resends; },
     };
     m_loop = std::make_unique<RegistrationLoop>(cfg, hooks, m_log, m_metrics);
     m_thread = std::thread([this] { m_result = m_loop->run(m_stop); });
+  }
+  // The kubelet ended the current registration's last stream.
+  void stream_lost() {
+    {
+      std::lock_guard lock(m_mu);
+      m_news.lost = true;
+    }
+    m_loop->wake();
+  }
+  std::chrono::steady_clock::time_point registered_at(size_t i) {
+    std::lock_guard lock(m_mu);
+    return m_register_times.at(i);
+  }
+  bool log_has(const std::string& needle) {
+    std::ifstream in(m_log_path);
+    return std::string(std::istreambuf_iterator<char>(in), {}).find(needle) != std::string::npos;
+  }
+  void log_to_file() {
+    m_log_path = m_dir / "loop.log";
+    m_log.set_level(LogLevel::debug);
+    ASSERT_TRUE(m_log.open_file(m_log_path.string()));
   }
   void stop() {
     if (!m_thread.joinable()) return;
@@ -107,6 +144,13 @@ class LoopFixture : public ::testing::Test {
   int m_stop = -1;
   std::atomic<int> m_registrations{0};
   std::atomic<bool> m_stream_open{true};
+  std::atomic<bool> m_kubelet_starts_on_stop{false};
+  std::atomic<int> m_retirements{0}, m_resends{0};
+  std::chrono::milliseconds m_lost_backoff = 100ms;
+  std::mutex m_mu;
+  StreamNews m_news;
+  std::vector<std::chrono::steady_clock::time_point> m_register_times;
+  std::filesystem::path m_log_path;
   std::unique_ptr<RegistrationLoop> m_loop;
   std::thread m_thread;
   Status m_result;
@@ -161,6 +205,125 @@ TEST_F(LoopFixture, WaitsForTheKubeletThenRegistersOnce) {
   stop();
   EXPECT_TRUE(m_result);
   EXPECT_FALSE(std::filesystem::exists(m_plugin_dir / "plugin.sock")) << "stop stops serving";
+}
+
+// A starting kubelet wipes the directory, then creates its socket. When the loop finds that
+// socket while re-serving for the wipe (before it reads the socket's IN_CREATE), it registers
+// once: the IN_CREATE of the socket it registered with is no second kubelet. (It registered
+// twice, and the real kubelet's handling of the first client's stream end then disconnected the
+// second: allocatable 0 for 30 s.)
+TEST_F(LoopFixture, RegistersOncePerKubeletWhenItFindsTheSocketBeforeItsCreateEvent) {
+  log_to_file();
+  kubelet_starts();
+  start();
+  ASSERT_TRUE(eventually([&] { return m_registrations == 1; }));
+  m_kubelet_starts_on_stop = true;
+  std::filesystem::remove(m_plugin_dir / "kubelet.sock");  // the wipe: the old socket first,
+  std::filesystem::remove(m_plugin_dir / "plugin.sock");   // then ours
+  EXPECT_TRUE(eventually([&] { return log_has("event=plugin.kubelet_seen"); }))
+      << "the new socket's IN_CREATE was read after registering with it";
+  EXPECT_EQ(m_registrations, 2) << "one Register per kubelet";
+  EXPECT_TRUE(m_loop->registered());
+  EXPECT_TRUE(std::filesystem::exists(m_plugin_dir / "plugin.sock"));
+  kubelet_starts();  // a later restart is a new kubelet all the same
+  ASSERT_TRUE(eventually([&] { return m_registrations == 3; }));
+}
+
+// The kubelet ended the stream of the current registration while its socket is the same: the
+// older registrations' streams are ended first, then Register again after a backoff that doubles
+// on each loss in a row, up to its bound.
+TEST_F(LoopFixture, ReRegistersWithABoundedBackoffWhenTheKubeletEndsTheCurrentStream) {
+  kubelet_starts();
+  start();
+  ASSERT_TRUE(eventually([&] { return m_registrations == 1; }));
+  for (int i = 1; i <= 4; ++i) {
+    auto lost_at = std::chrono::steady_clock::now();
+    stream_lost();
+    ASSERT_TRUE(eventually([&] { return m_registrations == i + 1; })) << "loss " << i;
+    auto waited = registered_at(static_cast<size_t>(i)) - lost_at;
+    auto backoff = std::min(m_lost_backoff * (1 << (i - 1)), 4 * m_lost_backoff);
+    EXPECT_GE(waited, backoff) << "loss " << i;
+    EXPECT_EQ(m_retirements, i) << "older streams end before the next Register";
+  }
+}
+
+// A stream that was not the current registration's last, ended by the kubelet: no new Register,
+// but the device list again a little later (a kubelet may have marked the devices unhealthy).
+TEST_F(LoopFixture, AnotherStreamEndingSendsTheListAgainAndRegistersNothing) {
+  kubelet_starts();
+  start();
+  ASSERT_TRUE(eventually([&] { return m_registrations == 1 && m_resends == 1; }))
+      << "once after each Register";
+  {
+    std::lock_guard lock(m_mu);
+    m_news.other_ended = true;
+  }
+  m_loop->wake();
+  ASSERT_TRUE(eventually([&] { return m_resends == 2; }));
+  EXPECT_EQ(m_registrations, 1);
+  EXPECT_EQ(m_retirements, 0);
+}
+
+// Which registration a stream belongs to, and what its end means.
+TEST(StreamLedger, OnlyTheCurrentRegistrationsLastStreamEndingIsALoss) {
+  StreamLedger ledger;
+  ledger.begin_registration();
+  auto first = ledger.opened();
+  ledger.begin_registration();  // a second Register while the first one's stream is open
+  auto second = ledger.opened();
+  auto third = ledger.opened();  // the kubelet opened two for it
+  EXPECT_NE(first, second);
+  EXPECT_EQ(second, third);
+
+  EXPECT_TRUE(ledger.closed(first, false));
+  auto news = ledger.take_news();
+  EXPECT_FALSE(news.lost) << "an older registration's stream ending is not the current one's";
+  EXPECT_TRUE(news.other_ended);
+
+  EXPECT_TRUE(ledger.closed(second, false));
+  news = ledger.take_news();
+  EXPECT_FALSE(news.lost) << "the current registration still has a stream";
+  EXPECT_TRUE(news.other_ended);
+
+  EXPECT_TRUE(ledger.closed(third, false));
+  EXPECT_TRUE(ledger.take_news().lost);
+  EXPECT_FALSE(ledger.take_news().lost) << "news is taken once";
+
+  ledger.begin_registration();
+  auto fourth = ledger.opened();
+  EXPECT_FALSE(ledger.closed(fourth, true)) << "a stream we ended is no news";
+  EXPECT_FALSE(ledger.take_news().lost);
+
+  auto fifth = ledger.opened();
+  ledger.retire_all();
+  EXPECT_TRUE(ledger.retired(fifth));
+  EXPECT_TRUE(ledger.retired(first));
+  ledger.begin_registration();
+  EXPECT_FALSE(ledger.retired(ledger.opened()));
+
+  ledger.begin_registration();
+  auto sixth = ledger.opened();
+  ledger.closed(sixth, false);
+  ledger.begin_registration();  // registered again before the loop looked
+  EXPECT_FALSE(ledger.take_news().lost) << "the loss of a replaced registration is moot";
+}
+
+// A kubelet.sock is told from its successor (here one that existed beside it, so never the same
+// inode; a reused inode number differs in its birth time) and is gone with its file.
+TEST(SocketId, TellsARecreatedSocketFromTheOld) {
+  test::TempDir dir;
+  auto path = dir / "kubelet.sock";
+  std::ofstream(path) << "";
+  auto a = socket_id(path);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(socket_id(path), a) << "the same file";
+  std::ofstream(dir / "next.sock") << "";
+  std::filesystem::rename(dir / "next.sock", path);
+  auto b = socket_id(path);
+  ASSERT_TRUE(b);
+  EXPECT_NE(*a, *b);
+  std::filesystem::remove(path);
+  EXPECT_FALSE(socket_id(path));
 }
 
 TEST_F(LoopFixture, ReArmsOnARecreatedDirectoryAndStillSeesKubeletRestarts) {

@@ -30,6 +30,10 @@ int main(int argc, char** argv) {
   app.add_option("--admit", containers, "Containers to admit")->capture_default_str();
   app.add_option("--gpus", per_container, "Devices per container")->capture_default_str();
   app.add_option("--timeout", timeout_s, "Seconds to wait for the plugin")->capture_default_str();
+  bool upstream_run_client = false;
+  app.add_flag("--upstream-run-client", upstream_run_client,
+               "Keep clients as the real kubelet does: the end of any client's ListAndWatch "
+               "disconnects the client current for the resource and marks its devices Unhealthy");
   app.footer(
       "Example:\n  gpufence-test-kubelet --plugin-dir /tmp/dp --admit 2\n  0 ids GPU-5a1c...\n  0 "
       "mount /var/run/nvidia-container-devices/GPU-5a1c... /dev/null ro");
@@ -85,6 +89,7 @@ int main(int argc, char** argv) {
   }
 
   gpufence::test::TestKubelet kubelet(plugin_dir);
+  if (upstream_run_client) kubelet.emulate_upstream_run_client();
   kubelet.start();
   auto timeout = std::chrono::seconds(timeout_s);
   if (!kubelet.wait_registrations(1, timeout) ||

@@ -28,12 +28,22 @@ class TestKubelet::RegistrationService final : public v1beta1::Registration::Ser
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "invalid resource name " + req->resource_name());
     }
-    m_k.on_register(*req);
-    return grpc::Status::OK;
+    return m_k.on_register(*req);
   }
 
  private:
   TestKubelet& m_k;
+};
+
+// One registration's client in upstream mode (handler.go connectClient/runClient, client.go).
+struct TestKubelet::Client {
+  int number = 0;     // which registration, 1-based
+  long instance = 0;  // the kubelet start it belongs to
+  std::string resource;
+  std::shared_ptr<grpc::Channel> channel;
+  grpc::ClientContext stream;  // the ListAndWatch call; cancelling it is Disconnect's Close
+  std::thread thread;          // runClient
+  bool disconnected = false;   // its connection closed: nothing more it reads counts
 };
 
 TestKubelet::TestKubelet(std::filesystem::path plugin_dir) : m_dir(std::move(plugin_dir)) {
@@ -44,7 +54,18 @@ TestKubelet::~TestKubelet() {
   stop();
 }
 
+void TestKubelet::emulate_upstream_run_client(std::chrono::milliseconds reaction) {
+  std::lock_guard lock(m_mu);
+  m_upstream = true;
+  m_reaction = reaction;
+}
+
 void TestKubelet::start() {
+  {
+    std::lock_guard lock(m_mu);
+    ++m_instance;
+    m_stopping = false;
+  }
   // The kubelet's device manager removes every file in the plugin directory when it starts.
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(m_dir, ec)) {
@@ -59,6 +80,13 @@ void TestKubelet::start() {
 }
 
 void TestKubelet::stop() {
+  {
+    std::unique_lock lock(m_mu);
+    if (m_upstream) {
+      lock.unlock();
+      return stop_upstream();
+    }
+  }
   // The server first: once it is down no Register can start another stream behind our back.
   if (m_server) {
     m_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
@@ -80,6 +108,14 @@ void TestKubelet::stop() {
 
 void TestKubelet::drop_stream() {
   {
+    std::lock_guard lock(m_mu);
+    if (m_upstream) {
+      // The connection to the current client breaks; runClient reacts as it always does.
+      for (auto& [name, c] : m_clients) c->stream.TryCancel();
+      return;
+    }
+  }
+  {
     std::lock_guard stream_lock(m_stream_mu);
     if (m_stream_ctx) m_stream_ctx->TryCancel();
     if (m_stream_thread.joinable()) m_stream_thread.join();
@@ -89,12 +125,17 @@ void TestKubelet::drop_stream() {
   m_devices.clear();
 }
 
-void TestKubelet::on_register(const v1beta1::RegisterRequest& req) {
+grpc::Status TestKubelet::on_register(const v1beta1::RegisterRequest& req) {
+  bool upstream;
   {
     std::lock_guard lock(m_mu);
-    ++m_registrations;
-    m_last = req;
+    upstream = m_upstream;
+    if (!upstream) {
+      ++m_registrations;
+      m_last = req;
+    }
   }
+  if (upstream) return on_register_upstream(req);
   // Dial the plugin back and consume ListAndWatch, as the kubelet's endpoint does.
   std::lock_guard stream_lock(m_stream_mu);
   if (m_stream_ctx) m_stream_ctx->TryCancel();
@@ -119,16 +160,166 @@ void TestKubelet::on_register(const v1beta1::RegisterRequest& req) {
     v1beta1::ListAndWatchResponse resp;
     while (reader->Read(&resp)) {
       std::lock_guard lock(m_mu);
-      m_devices.clear();
-      m_numa.clear();
-      for (const auto& d : resp.devices()) {
-        m_devices[d.id()] = d.health();
-        for (const auto& n : d.topology().nodes()) m_numa[d.id()].push_back(n.id());
-      }
-      m_cv.notify_all();
+      set_devices(resp);
     }
     reader->Finish();
   });
+  return grpc::Status::OK;
+}
+
+void TestKubelet::set_devices(const v1beta1::ListAndWatchResponse& resp) {
+  m_devices.clear();
+  m_numa.clear();
+  for (const auto& d : resp.devices()) {
+    m_devices[d.id()] = d.health();
+    for (const auto& n : d.topology().nodes()) m_numa[d.id()].push_back(n.id());
+  }
+  m_cv.notify_all();
+}
+
+// connectClient: registerClient (replacing, not ending, the current client), then Connect (dial,
+// GetDevicePluginOptions); a failed Connect deregisters it and fails the Register; then runClient
+// on its own thread.
+grpc::Status TestKubelet::on_register_upstream(const v1beta1::RegisterRequest& req) {
+  auto c = std::make_shared<Client>();
+  c->resource = req.resource_name();
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own, as a ClientConn
+  c->channel = grpc::CreateCustomChannel("unix://" + (m_dir / req.endpoint()).string(),
+                                         grpc::InsecureChannelCredentials(), args);
+  {
+    std::lock_guard lock(m_mu);
+    if (m_stopping) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "kubelet stopping");
+    ++m_registrations;
+    m_last = req;
+    c->number = m_registrations;
+    c->instance = m_instance;
+    m_clients[c->resource] = c;
+    m_all_clients.push_back(c);
+    m_plugin_channel = c->channel;
+    m_cv.notify_all();
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1beta1::DevicePluginOptions options;
+  auto st = v1beta1::DevicePlugin::NewStub(c->channel)
+                ->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &options);
+  std::lock_guard lock(m_mu);
+  if (!st.ok()) {
+    if (auto it = m_clients.find(c->resource); it != m_clients.end() && it->second == c)
+      m_clients.erase(it);
+    return st;
+  }
+  if (m_stopping || c->instance != m_instance)
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "kubelet stopping");
+  c->thread = std::thread([this, c] { run_client(c); });
+  return grpc::Status::OK;
+}
+
+// runClient: Run (ListAndWatch until it ends), then disconnect the client current for the name.
+void TestKubelet::run_client(const std::shared_ptr<Client>& c) {
+  auto reader = v1beta1::DevicePlugin::NewStub(c->channel)->ListAndWatch(&c->stream, {});
+  v1beta1::ListAndWatchResponse resp;
+  while (reader->Read(&resp)) {
+    std::lock_guard lock(m_mu);
+    if (!m_stopping && c->instance == m_instance && !c->disconnected) set_devices(resp);
+  }
+  reader->Finish();
+  std::unique_lock lock(m_mu);
+  ++m_streams_ended;
+  m_cv.notify_all();
+  auto gone = [&] { return m_stopping || c->instance != m_instance; };  // that process is dead
+  m_cv.wait_for(lock, m_reaction, gone);
+  if (gone()) return;
+  auto it = m_clients.find(c->resource);  // s.getClient(name): the current one, maybe not c
+  if (it == m_clients.end()) return;
+  auto current = it->second;
+  m_clients.erase(it);  // deregisterClient
+  disconnect(*current);
+}
+
+// client.Disconnect: close its connection (its stream ends), then PluginDisconnected: every
+// device of the resource Unhealthy (markResourceUnhealthy).
+void TestKubelet::disconnect(Client& c) {
+  c.disconnected = true;
+  c.stream.TryCancel();
+  ++m_disconnects;
+  for (auto& [id, health] : m_devices) health = "Unhealthy";
+  m_cv.notify_all();
+}
+
+// Stop: disconnect every client, then stop serving; the process then exits, so every other
+// connection ends and no goroutine of it acts again.
+void TestKubelet::stop_upstream() {
+  std::vector<std::shared_ptr<Client>> clients;
+  {
+    std::lock_guard lock(m_mu);
+    for (auto& [name, c] : m_clients) disconnect(*c);
+    m_clients.clear();
+    m_stopping = true;
+    clients.swap(m_all_clients);
+    m_cv.notify_all();
+  }
+  if (m_server) {
+    m_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    m_server.reset();
+  }
+  for (auto& c : clients) {
+    c->stream.TryCancel();
+    if (c->thread.joinable()) c->thread.join();
+  }
+  m_service.reset();
+  std::error_code ec;
+  std::filesystem::remove(m_dir / "kubelet.sock", ec);
+  std::lock_guard lock(m_mu);
+  m_devices.clear();
+  m_plugin_channel.reset();
+}
+
+grpc::Status TestKubelet::register_plugin(const v1beta1::RegisterRequest& req) {
+  auto stub = v1beta1::Registration::NewStub(grpc::CreateChannel(
+      "unix://" + (m_dir / "kubelet.sock").string(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1beta1::Empty out;
+  return stub->Register(&ctx, req, &out);
+}
+
+bool TestKubelet::end_stream_of(int n) {
+  std::lock_guard lock(m_mu);
+  for (auto& c : m_all_clients) {
+    if (c->number != n) continue;
+    c->stream.TryCancel();
+    return true;
+  }
+  return false;
+}
+
+int TestKubelet::streams_ended() const {
+  std::lock_guard lock(m_mu);
+  return m_streams_ended;
+}
+
+int TestKubelet::disconnects() const {
+  std::lock_guard lock(m_mu);
+  return m_disconnects;
+}
+
+bool TestKubelet::wait_disconnects(int count, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(m_mu);
+  return m_cv.wait_for(lock, timeout, [&] { return m_disconnects >= count; });
+}
+
+bool TestKubelet::wait_allocatable(size_t n, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(m_mu);
+  return m_cv.wait_for(lock, timeout, [&] {
+    return m_devices.size() == n && healthy(m_devices) == n && (!m_upstream || !m_clients.empty());
+  });
+}
+
+size_t TestKubelet::healthy(const Devices& d) {
+  return static_cast<size_t>(
+      std::count_if(d.begin(), d.end(), [](const auto& e) { return e.second == "Healthy"; }));
 }
 
 int TestKubelet::registrations() const {

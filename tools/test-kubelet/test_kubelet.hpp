@@ -5,7 +5,9 @@
 // - on Register it dials the plugin back at <dir>/<endpoint>, asks its options and consumes
 //   ListAndWatch, keeping each device's health;
 // - it admits a container with GetPreferredAllocation, then Allocate;
-// - it can be stopped and started again (a kubelet restart), or drop the stream alone.
+// - it can be stopped and started again (a kubelet restart), or drop the stream alone;
+// - with emulate_upstream_run_client(), a registration's client lives as the real kubelet's does
+//   (see there), so a plugin that registers twice meets what it meets on a real node.
 #pragma once
 
 #include <chrono>
@@ -36,12 +38,37 @@ class TestKubelet {
   // without restarting (the plugin should register again).
   void drop_stream();
 
+  // From the next start() on, clients live as in the real kubelet's device manager
+  // (pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go, the releases that keep one client
+  // per resource name): a Register stores a new client as the current one for its resource and
+  // does not end the client it replaces; when any client's ListAndWatch stream ends, runClient
+  // disconnects the client *current* for that name, which may be a newer registration's
+  // (closing its connection, so its stream ends too), and PluginDisconnected marks every device
+  // of the resource Unhealthy until a stream sends the list again. `reaction` is how long after
+  // a stream's end that happens (the goroutine's scheduling on a busy node). stop() disconnects
+  // every client first, then stops serving, as the kubelet's Stop does.
+  void emulate_upstream_run_client(std::chrono::milliseconds reaction = {});
+  // Sends `req` to this kubelet's Registration service as a plugin would (a second Register).
+  grpc::Status register_plugin(const v1beta1::RegisterRequest& req);
+  // Upstream mode: ends the ListAndWatch stream of the `n`-th registration (1-based) from the
+  // kubelet's side, as a broken connection would; false when there is no such client.
+  bool end_stream_of(int n);
+  // Upstream mode: streams that ended so far, and disconnects runClient (or Stop) made.
+  int streams_ended() const;
+  int disconnects() const;
+  bool wait_disconnects(int count, std::chrono::milliseconds timeout) const;
+  // Whether `n` devices are allocatable: all listed Healthy and, in upstream mode, a client
+  // connected for them (a disconnected resource has no endpoint to Allocate through).
+  bool wait_allocatable(size_t n, std::chrono::milliseconds timeout) const;
+
   int registrations() const;
   v1beta1::RegisterRequest last_registration() const;
   bool wait_registrations(int count, std::chrono::milliseconds timeout) const;
 
   using Devices = std::map<std::string, std::string>;  // id -> "Healthy"/"Unhealthy"
   Devices devices() const;
+  // The devices the kubelet counts as allocatable (Healthy).
+  static size_t healthy(const Devices& d);
   std::map<std::string, std::vector<long>> numa_nodes() const;
   bool wait_devices(const std::function<bool(const Devices&)>& pred,
                     std::chrono::milliseconds timeout) const;
@@ -67,7 +94,13 @@ class TestKubelet {
 
  private:
   class RegistrationService;
-  void on_register(const v1beta1::RegisterRequest& req);
+  struct Client;
+  grpc::Status on_register(const v1beta1::RegisterRequest& req);
+  grpc::Status on_register_upstream(const v1beta1::RegisterRequest& req);
+  void run_client(const std::shared_ptr<Client>& c);
+  void disconnect(Client& c);  // under m_mu
+  void stop_upstream();
+  void set_devices(const v1beta1::ListAndWatchResponse& resp);  // under m_mu
   std::unique_ptr<v1beta1::DevicePlugin::Stub> plugin_stub();
 
   std::filesystem::path m_dir;
@@ -86,6 +119,16 @@ class TestKubelet {
   std::mutex m_stream_mu;  // guards the stream below: Register handlers and stop() both touch it
   std::unique_ptr<grpc::ClientContext> m_stream_ctx;
   std::thread m_stream_thread;
+
+  // Upstream mode (emulate_upstream_run_client), under m_mu.
+  bool m_upstream = false;
+  std::chrono::milliseconds m_reaction{0};
+  long m_instance = 0;        // bumped by start(): a client of an older one is a dead process's
+  bool m_stopping = false;    // stop() began: the instance accepts and reacts to nothing more
+  std::map<std::string, std::shared_ptr<Client>> m_clients;  // the current client per resource
+  std::vector<std::shared_ptr<Client>> m_all_clients;        // to end and join them on stop()
+  int m_streams_ended = 0;
+  int m_disconnects = 0;
 };
 
 // devicesToAllocate's choice of `count` ids, given the devices a container may reuse, the free
