@@ -29,6 +29,8 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
     std::string kubeconfig, node_name;
     bool in_cluster = false;
     bool json = false;
+    std::vector<std::string> system_daemonsets;
+    long held_after_s = 300;
   };
   auto args = std::make_shared<Args>();
   auto* d = app.add_subcommand(
@@ -68,6 +70,18 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                 "gpufence-nri's status file (runtime.toml [nri] status_file), a host path")
       ->capture_default_str()
       ->check(CLI::Validator(absolute_path, "ABSOLUTE", ""));
+  d->add_option("--system-namespace", args->gather.system_namespace,
+                "The namespace gpufence was installed in: its own pods there, controlled by its "
+                "DaemonSets, are expected to reach every GPU (default with --in-cluster: the "
+                "doctor's own namespace; else none)");
+  d->add_option("--system-daemonset", args->system_daemonsets,
+                "A DaemonSet of gpufence's in --system-namespace (repeatable; default " +
+                    join(GatherOptions{}.system_daemonsets, ", ") + ")");
+  d->add_option("--gpu-held-after", args->held_after_s,
+                "Seconds a pod may hold GPUs with no container running before it is named "
+                "(pod.gpu-held-without-container)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   d->add_flag("--json", args->json, "JSON report (schema gpufence.doctor/v1)");
   d->footer(
       "Examples:\n"
@@ -91,6 +105,15 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                opt.containerd_configs = {*cfg};
              }
              if (!args->handlers.empty()) opt.handlers = args->handlers;
+             if (!args->system_daemonsets.empty()) opt.system_daemonsets = args->system_daemonsets;
+             opt.held_after = std::chrono::seconds(args->held_after_s);
+             if (opt.system_namespace.empty() && args->in_cluster) {
+               // The doctor's own pod runs in the install's namespace (the chart's Job and
+               // CronJob, deploy/kubernetes/doctor-job.yaml): its service account says which.
+               if (auto ns = HostFs("/").read(
+                       "/var/run/secrets/kubernetes.io/serviceaccount/namespace"))
+                 opt.system_namespace = std::string(trim(*ns));
+             }
              if (!args->plugin_dirs.empty()) opt.plugin_dirs = args->plugin_dirs;
              opt.runc_roots.insert(opt.runc_roots.end(), args->runc_roots.begin(),
                                    args->runc_roots.end());

@@ -1,7 +1,9 @@
 #include "doctor/checks.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <map>
 
 #include "common/strings.hpp"
 #include "doctor/parse.hpp"
@@ -131,6 +133,31 @@ std::string openable_basis(const NodeContainer& c) {
                                      ": rules, not observed; `gpufence doctor --probe` opens them");
 }
 
+const KubePod* kube_pod(const Snapshot& s, std::string_view ns, std::string_view name) {
+  if (!s.kube) return nullptr;
+  for (const auto& p : s.kube->pods)
+    if (p.pod_namespace == ns && p.name == name) return &p;
+  return nullptr;
+}
+
+// gpufence's own pod, told only by what a tenant cannot set: the namespace its containers were
+// created in (containerd's CRI annotations, which no pod annotation overrides:
+// docs/trust-model.md) is the install's, where tenants cannot create pods, and the API server
+// shows that pod controlled by one of the chart's DaemonSets. A pod's labels, annotations and
+// name are its own bytes and count for nothing. How it was told, or nullopt.
+std::optional<std::string> own_pod(const Snapshot& s, const NodeContainer& c) {
+  if (s.system_namespace.empty() || c.pod.empty() || c.pod_namespace != s.system_namespace)
+    return std::nullopt;
+  const KubePod* pod = kube_pod(s, c.pod_namespace, c.pod);
+  if (!pod || pod->daemonset.empty() ||
+      std::find(s.system_daemonsets.begin(), s.system_daemonsets.end(), pod->daemonset) ==
+          s.system_daemonsets.end())
+    return std::nullopt;
+  return cat("gpufence's own pod: namespace ", c.pod_namespace,
+             " (the install's, --system-namespace) and controlled by DaemonSet ", pod->daemonset,
+             " (the API server)");
+}
+
 }  // namespace
 
 namespace {
@@ -149,14 +176,12 @@ bool in_kubelet_view(const Snapshot& s, const NodeContainer& c) {
   return kubelet_entry(s, c) != nullptr;
 }
 
-std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const NodeContainer& c) {
-  const KubeletAllocation* entry = kubelet_entry(s, c);
-  // Not a container of this kubelet's pods (its List names every container of every pod it runs,
-  // those without devices too; docs/deviceplugin.md, "PodResources"): another kubelet's, another
-  // runtime's or made by hand. No allocation to compare with, so none is judged.
-  if (!entry) return std::nullopt;
+namespace {
+
+// The minors of the GPUs the kubelet's device ids name (UUIDs or indices).
+std::set<unsigned> minors_of_ids(const Snapshot& s, const std::vector<std::string>& ids) {
   std::set<unsigned> out;
-  for (const auto& id : entry->device_ids) {
+  for (const auto& id : ids) {
     auto token = parse_device_token(id);
     if (!token) continue;
     auto gpus = resolve_token(*token, inventory(s));
@@ -164,6 +189,17 @@ std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const Node
       for (const auto& g : *gpus) out.insert(g.minor);
   }
   return out;
+}
+
+}  // namespace
+
+std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const NodeContainer& c) {
+  const KubeletAllocation* entry = kubelet_entry(s, c);
+  // Not a container of this kubelet's pods (its List names every container of every pod it runs,
+  // those without devices too; docs/deviceplugin.md, "PodResources"): another kubelet's, another
+  // runtime's or made by hand. No allocation to compare with, so none is judged.
+  if (!entry) return std::nullopt;
+  return minors_of_ids(s, entry->device_ids);
 }
 
 namespace {
@@ -193,6 +229,17 @@ void check_no_request_can_open(const Snapshot& s, std::vector<Finding>& out) {
   for (const auto& c : s.containers) {
     auto o = overreach(s, c);
     if (!o || !o->allocated.empty()) continue;
+    if (auto own = own_pod(s, c)) {
+      // The device plugin asks NVML about every GPU and the installer runs privileged: neither
+      // requests a GPU, and neither runs a tenant's code.
+      out.push_back({"gpu.no-request-can-open", Severity::info,
+                     cat(*own, ": container ", c.label(), " requested no GPU and can open ",
+                         gpu_names(s, o->extra), ", as it needs to"),
+                     cat(o->evidence, "; ", *own),
+                     "nothing to do: gpufence's device plugin opens every GPU through NVML and "
+                     "its installer runs privileged; no GPU is allocated to either"});
+      continue;
+    }
     out.push_back(
         {"gpu.no-request-can-open", Severity::error,
          cat("container ", c.label(), " requested no GPU but can open ", gpu_names(s, o->extra)),
@@ -267,6 +314,10 @@ void check_env_mismatch(const Snapshot& s, std::vector<Finding>& out) {
     if (!allocated || !c.nvidia_visible_devices || allocated->empty()) continue;
     auto sel = parse_device_selector(*c.nvidia_visible_devices);
     if (!sel || sel->kind == DeviceSelector::Kind::volume_mounts) continue;
+    // "void" selects no device through the environment (NVIDIA's toolkit: as plain runc).
+    // gpufence's CDI spec sets it in every GPU container on purpose, so that a legacy hook adds
+    // nothing; the allocation arrives as device nodes. It cannot disagree with the allocation.
+    if (trim(*c.nvidia_visible_devices) == "void") continue;
     auto named = resolve_selector(*sel, inv);
     std::set<unsigned> named_minors = named ? minors_of(*named) : std::set<unsigned>{};
     if (named && named_minors == *allocated) continue;
@@ -346,8 +397,9 @@ void check_runtimeclass_missing(const Snapshot& s, std::vector<Finding>& out) {
 
 void check_no_gpu_runtime(const Snapshot& s, std::vector<Finding>& out) {
   if (!s.kube) return;
-  // gpufence-nri enforces pods without a handler (nri.* judges whether it can).
-  if (s.nri && s.nri->uses_nri() && s.nri->enabled && s.nri->socket_present) return;
+  // gpufence-nri enforces pods without a handler (nri.* judges whether it can): as install
+  // recorded, or seen connected now (a DaemonSet or service install has no record of).
+  if (s.nri && s.nri->enforcing() && s.nri->enabled && s.nri->socket_present) return;
   std::string default_bin = s.containerd_default_binary;
   std::string base =
       default_bin.empty() ? "" : std::filesystem::path(default_bin).filename().string();
@@ -365,6 +417,80 @@ void check_no_gpu_runtime(const Snapshot& s, std::vector<Finding>& out) {
          "set runtimeClassName: nvidia in the pod spec (and `gpufence setup containerd`); "
          "making gpufence the default runtime also moves the node agents' own pods onto it "
          "(see `gpufence setup containerd --help`, --set-as-default)"});
+  }
+}
+
+std::string age_text(std::chrono::seconds age) {
+  return age.count() >= 120 ? cat(age.count() / 60, " min") : cat(age.count(), " s");
+}
+
+// A pod the kubelet gave GPUs (PodResources, or its device checkpoint by pod UID) with no
+// container of it running on the node for longer than held_after: its sandbox can never be
+// created (a RuntimeClass whose handler containerd lacks), or it crash-loops, while the kubelet
+// retries and keeps the GPUs from every other pod. Its age is the API server's, so this needs it.
+void check_gpu_held_without_container(const Snapshot& s, std::vector<Finding>& out) {
+  if (!s.kube) return;
+  struct Held {
+    std::vector<std::string> ids, from;
+  };
+  std::map<std::pair<std::string, std::string>, Held> held;
+  auto add = [&](const std::string& ns, const std::string& pod, const std::vector<std::string>& ids,
+                 std::string from) {
+    auto& h = held[{ns, pod}];
+    for (const auto& id : ids)
+      if (std::find(h.ids.begin(), h.ids.end(), id) == h.ids.end()) h.ids.push_back(id);
+    h.from.push_back(std::move(from));
+  };
+  if (s.allocations) {
+    for (const auto& a : *s.allocations) {
+      if (a.device_ids.empty()) continue;
+      add(a.pod_namespace, a.pod, a.device_ids,
+          cat("PodResources: container ", a.container, " ", join(a.device_ids, ",")));
+    }
+  }
+  for (const auto& e : s.checkpoint) {
+    if (e.device_ids.empty() || e.pod_uid.empty()) continue;
+    auto pod = std::find_if(s.kube->pods.begin(), s.kube->pods.end(),
+                            [&](const KubePod& p) { return p.uid == e.pod_uid; });
+    if (pod == s.kube->pods.end()) continue;
+    add(pod->pod_namespace, pod->name, e.device_ids,
+        cat(s.checkpoint_path, ": PodUID ", e.pod_uid, " container ", e.container, " ",
+            join(e.device_ids, ",")));
+  }
+  for (const auto& [key, h] : held) {
+    const auto& [ns, name] = key;
+    bool running = std::any_of(s.containers.begin(), s.containers.end(), [&](const auto& c) {
+      return c.pod_namespace == ns && c.pod == name;
+    });
+    if (running) continue;
+    const KubePod* pod = kube_pod(s, ns, name);
+    // A finished pod's devices go back to the pool; one the API does not know is being deleted.
+    if (!pod || !pod->started || pod->phase == "Succeeded" || pod->phase == "Failed") continue;
+    auto age = std::chrono::duration_cast<std::chrono::seconds>(s.taken_at - *pod->started);
+    if (age < s.held_after) continue;
+    std::string cause;
+    if (!pod->runtime_class.empty()) {
+      auto rc = s.kube->runtime_classes.find(pod->runtime_class);
+      if (rc == s.kube->runtime_classes.end())
+        cause = cat("; RuntimeClass ", pod->runtime_class, " does not exist");
+      else if (!s.containerd_config.empty() && !s.containerd_binaries.contains(rc->second))
+        cause = cat("; RuntimeClass ", pod->runtime_class, " -> handler ", rc->second,
+                    ", which containerd's config (", s.containerd_config,
+                    ") does not have: its sandbox can never be created");
+    }
+    out.push_back(
+        {"pod.gpu-held-without-container", Severity::warning,
+         cat("pod ", ns, "/", name, " holds ", gpu_names(s, minors_of_ids(s, h.ids)),
+             " but no container of it has been running on this node for ", age_text(age),
+             ": no other pod can have those GPUs while the kubelet retries it"),
+         cat(join(h.from, "; "), "; no process of the pod on the node; phase ",
+             pod->phase.empty() ? std::string("(none)") : pod->phase, ", started ",
+             age_text(age), " ago",
+             pod->waiting.empty() ? std::string() : cat("; waiting: ", join(pod->waiting, ", ")),
+             cause),
+         cat("see why it does not start (kubectl describe pod -n ", ns, " ", name,
+             ": events such as FailedCreatePodSandBox), then fix that or delete the pod: the "
+             "kubelet gives its GPUs back only when the pod is gone")});
   }
 }
 
@@ -827,6 +953,7 @@ const std::vector<DoctorCheck> kChecks = {
     {"gpu.shared", check_shared},
     {"pod.runtimeclass-missing", check_runtimeclass_missing},
     {"pod.no-gpu-runtime", check_no_gpu_runtime},
+    {"pod.gpu-held-without-container", check_gpu_held_without_container},
     {"pod.env-visible-devices", check_pod_env},
     {"node.gpu-capacity", check_gpu_capacity},
     {"node.gpu-not-allocatable", check_gpu_not_allocatable},

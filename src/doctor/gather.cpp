@@ -248,6 +248,51 @@ void gather_containerd(Snapshot& s, const HostFs& host, const GatherOptions& opt
                       "; judged containerd's defaults");
 }
 
+// A member of a JSON object; null when `object` is not one or has no such member (the API's
+// objects are read, never trusted to have the shape the schema says).
+const nlohmann::json& member(const nlohmann::json& object, const char* key) {
+  static const nlohmann::json null;
+  if (!object.is_object()) return null;
+  auto it = object.find(key);
+  return it == object.end() ? null : *it;
+}
+
+// A string member, "" when absent or of another type.
+std::string text_of(const nlohmann::json& object, const char* key) {
+  const auto& v = member(object, key);
+  return v.is_string() ? v.get<std::string>() : "";
+}
+
+// What the API says about the pod's life: uid, phase, since when the kubelet has it, what its
+// containers wait for, and its controlling DaemonSet.
+void read_pod_lifecycle(const nlohmann::json& p, KubePod& pod) {
+  const auto& meta = member(p, "metadata");
+  const auto& status = member(p, "status");
+  pod.uid = text_of(meta, "uid");
+  pod.phase = text_of(status, "phase");
+  if (auto t = parse_utc_rfc3339(text_of(status, "startTime")))
+    pod.started = *t;
+  else if (auto c = parse_utc_rfc3339(text_of(meta, "creationTimestamp")))
+    pod.started = *c;
+  for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+    const auto& statuses = member(status, list);
+    if (!statuses.is_array()) continue;
+    for (const auto& cs : statuses) {
+      const auto& waiting = member(member(cs, "state"), "waiting");
+      if (waiting.is_object())
+        pod.waiting.push_back(cat(text_of(cs, "name"), ": ", text_of(waiting, "reason")));
+    }
+  }
+  const auto& owners = member(meta, "ownerReferences");
+  if (!owners.is_array()) return;
+  for (const auto& o : owners) {
+    const auto& controller = member(o, "controller");
+    if (!controller.is_boolean() || !controller.get<bool>()) continue;
+    if (text_of(o, "kind") == "DaemonSet" && text_of(o, "apiVersion").starts_with("apps/"))
+      pod.daemonset = text_of(o, "name");
+  }
+}
+
 }  // namespace
 
 Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
@@ -289,6 +334,7 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
     if (!gpus)
       return std::unexpected(gpus.error().wrap("pod " + pod.pod_namespace + "/" + pod.name));
     pod.gpus = *gpus;
+    read_pod_lifecycle(p, pod);
     for (const auto& c : spec.value("containers", nlohmann::json::array())) {
       if (c.value("securityContext", nlohmann::json::object()).value("privileged", false))
         pod.privileged = true;
@@ -602,6 +648,23 @@ void read_kubelet_view(GatherContext& ctx) {
                                    "(another runtime's, another kubelet's, or made by hand): not "
                                    "judged: ",
                                    join(unknown, ", ")));
+  if (ctx.snap.kube) return;
+  // pod.gpu-held-without-container counts a pod's age from the API server.
+  std::set<std::string> idle;
+  for (const auto& a : *ctx.snap.allocations) {
+    if (a.device_ids.empty()) continue;
+    bool running = std::any_of(ctx.snap.containers.begin(), ctx.snap.containers.end(),
+                               [&](const NodeContainer& c) {
+                                 return c.pod_namespace == a.pod_namespace && c.pod == a.pod;
+                               });
+    if (!running) idle.insert(cat(a.pod_namespace, "/", a.pod));
+  }
+  if (!idle.empty())
+    ctx.snap.skipped.push_back(
+        cat(idle.size(),
+            " pod(s) hold GPUs with no container running; for how long is the API server's to "
+            "say (--kubeconfig or --in-cluster), so not judged: ",
+            join(std::vector<std::string>(idle.begin(), idle.end()), ", ")));
 }
 
 // 6. The device plugin directories: the plugins registered there, and the kubelet's stored
@@ -637,6 +700,10 @@ Snapshot gather_snapshot(const HostFs& host, const GatherOptions& options,
                          const GatherSources& sources) {
   GatherContext ctx{host, options, sources, {}, {}};
   ctx.snap.resource_name = ctx.opt.resource_name;
+  ctx.snap.system_namespace = ctx.opt.system_namespace;
+  ctx.snap.system_daemonsets = ctx.opt.system_daemonsets;
+  ctx.snap.held_after = ctx.opt.held_after;
+  ctx.snap.taken_at = std::chrono::system_clock::now();
   read_api_view(ctx);
   read_gpus(ctx);
   list_gpu_minors(ctx);

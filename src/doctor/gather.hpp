@@ -40,6 +40,12 @@ struct GatherOptions {
   std::string nri_fence_index = "20";
   // gpufence-nri's status file (runtime.toml [nri] status_file).
   std::string nri_status = std::string(kNriStatusFile);
+  // gpufence's own pods (Snapshot::system_namespace): the namespace it was installed in ("" =
+  // none known: no pod is taken for gpufence's) and the chart's DaemonSets.
+  std::string system_namespace;
+  std::vector<std::string> system_daemonsets = {"gpufence-device-plugin",
+                                                "gpufence-node-installer"};
+  std::chrono::seconds held_after{300};  // Snapshot::held_after
 };
 
 class KubeClient;

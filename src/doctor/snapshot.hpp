@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -72,6 +73,16 @@ struct KubePod {
   std::vector<std::string>
       env_visible_devices;  // "container: value" of NVIDIA_VISIBLE_DEVICES set in the spec
   std::map<std::string, std::string> annotations = {};  // metadata.annotations (the pod's bytes)
+  std::string uid = "";    // metadata.uid (the kubelet's checkpoint names pods by it)
+  std::string phase = "";  // status.phase
+  // status.startTime (when the kubelet took the pod on), else metadata.creationTimestamp.
+  std::optional<std::chrono::system_clock::time_point> started = std::nullopt;
+  // "container: reason" of each container status waiting (ContainerCreating, ...).
+  std::vector<std::string> waiting = {};
+  // The ownerReference with controller: true, when it is an apps DaemonSet: its name. Whoever
+  // creates a pod writes its ownerReferences, so this says something only together with the
+  // namespace, which the API's authorization decides (checks.cpp, own_pod).
+  std::string daemonset = "";
 };
 
 struct KubeView {
@@ -109,6 +120,14 @@ struct NriView {
   // Seconds since the status says it connected, when it is connected; -1: unknown.
   int64_t connected_for_s = -1;
   bool uses_nri() const { return enforcement == "nri" || enforcement == "both"; }
+  // gpufence-nri enforces right now, install record or not (a DaemonSet or service the record
+  // does not know): its status says connected and its pid is still that process.
+  bool live() const {
+    return status && status->state == nri::NriState::connected &&
+           plugin_process == Process::running;
+  }
+  // Where NRI is gpufence's enforcement point: the record says so, or the plugin is seen live.
+  bool enforcing() const { return uses_nri() || live(); }
   bool required(const std::string& name) const {
     return validator_enabled && std::find(required_plugins.begin(), required_plugins.end(), name) !=
                                     required_plugins.end();
@@ -139,6 +158,14 @@ struct Snapshot {
   std::string checkpoint_path;                   // the file read, "" if none
   std::optional<NriView> nri;                    // nullopt: no containerd config read
   std::vector<std::string> skipped;              // "NVML: cannot load ...", "kubelet: ..."
+  // gpufence's own pods: in this namespace (the install's, which tenants cannot create pods in;
+  // "" = none known) and controlled by one of these DaemonSets (the chart's).
+  std::string system_namespace;
+  std::vector<std::string> system_daemonsets;
+  std::chrono::system_clock::time_point taken_at{};  // when gathered: pods' ages count from it
+  // A pod holding GPUs with no container running this long is named
+  // (pod.gpu-held-without-container).
+  std::chrono::seconds held_after{300};
 };
 
 }  // namespace gpufence

@@ -208,6 +208,24 @@ TEST_F(DoctorChecks, VisibleDevicesMismatch) {
   for (const auto& f : judge(snap)) EXPECT_NE(f.id, "env.visible-devices-mismatch");
 }
 
+// gpufence's CDI spec sets NVIDIA_VISIBLE_DEVICES=void in every GPU container (so a legacy hook
+// adds nothing; the GPUs arrive as device nodes): under gpufence-nri that is what each one
+// holds. "void" selects nothing, so it cannot disagree with the allocation; a value that names
+// another GPU still does.
+TEST_F(DoctorChecks, GpufencesOwnVoidIsNoMismatch) {
+  auto c = good("a", 100, 0, uuid(0));
+  c.env = env({"NVIDIA_VISIBLE_DEVICES=void", "CUDA_VISIBLE_DEVICES=" + uuid(0)});
+  m_node->add(c);
+  auto d = good("b", 200, 1, uuid(1));
+  d.env = env({"NVIDIA_VISIBLE_DEVICES=0", "CUDA_VISIBLE_DEVICES=" + uuid(1)});
+  m_node->add(d);
+  kubelet({{"default", "a", "main", {uuid(0)}}, {"default", "b", "main", {uuid(1)}}});
+  auto findings = judge(snapshot());
+  ASSERT_EQ(findings.size(), 1u) << findings_text(findings);
+  EXPECT_EQ(findings[0].id, "env.visible-devices-mismatch");
+  EXPECT_NE(findings[0].summary.find("default/b/main"), std::string::npos) << findings[0].summary;
+}
+
 TEST_F(DoctorChecks, NodeCapacityAndUnhealthyGpus) {
   m_node->add(good("a", 100, 0, uuid(0)));
   kubelet({{"default", "a", "main", {uuid(0)}}}, {uuid(0)});

@@ -48,7 +48,8 @@ Snapshot troubled_node() {
   s.containers = {a, b, c};
   s.allocations = std::vector<KubeletAllocation>{{"default", "a", "main", {gpus[0].uuid}},
                                                  {"default", "b", "main", {gpus[1].uuid}},
-                                                 {"default", "c", "main", {}}};
+                                                 {"default", "c", "main", {}},
+                                                 {"default", "stuck", "main", {gpus[1].uuid}}};
   s.allocatable = std::vector<std::string>{};
   // Pod a's stored answer gives GPU 0 by GPU 1's minor: a reboot renumbered them.
   s.checkpoint = {{"uid-a", "main", {gpus[0].uuid}, {gpus[1].minor}}};
@@ -58,6 +59,12 @@ Snapshot troubled_node() {
   kube.allocatable = 0;
   kube.pods = {{"default", "p1", "gpu-class", 1, false, {}},
                {"default", "p2", "", 1, true, {"main: all"}}};
+  // Allocated a GPU an hour ago; none of its containers runs (its sandbox never came up).
+  s.taken_at = std::chrono::system_clock::now();
+  KubePod stuck{"default", "stuck", "", 1, false, {}};
+  stuck.phase = "Pending";
+  stuck.started = s.taken_at - std::chrono::hours(1);
+  kube.pods.push_back(stuck);
   s.kube = kube;
   // /var/run/cdi (priority 1) holds two nvidia.com/gpu specs sharing names, the conflict; the
   // /etc/cdi one is overridden (upstream's priority) and the plugin's own kind shares names with
