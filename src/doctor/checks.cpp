@@ -240,6 +240,21 @@ void check_no_request_can_open(const Snapshot& s, std::vector<Finding>& out) {
                      "its installer runs privileged; no GPU is allocated to either"});
       continue;
     }
+    // A pod controlled by a DaemonSet with one of gpufence's names, outside a namespace known
+    // to be gpufence's: the name proves nothing (anyone may name a DaemonSet so), but an
+    // operator who ran the doctor without the install's namespace is told how to give it.
+    const KubePod* pod = kube_pod(s, c.pod_namespace, c.pod);
+    std::string hint;
+    if (pod && !pod->daemonset.empty() &&
+        std::find(s.system_daemonsets.begin(), s.system_daemonsets.end(), pod->daemonset) !=
+            s.system_daemonsets.end()) {
+      std::string given = s.system_namespace.empty() ? std::string("none was given")
+                                                     : cat("it was given ", s.system_namespace);
+      hint = cat(". If this is gpufence's own DaemonSet ", pod->daemonset,
+                 ", run the doctor with --system-namespace set to the namespace gpufence was "
+                 "installed in (",
+                 given, "); the name alone never makes a pod gpufence's");
+    }
     out.push_back(
         {"gpu.no-request-can-open", Severity::error,
          cat("container ", c.label(), " requested no GPU but can open ", gpu_names(s, o->extra)),
@@ -248,7 +263,8 @@ void check_no_request_can_open(const Snapshot& s, std::vector<Finding>& out) {
                             : ""),
          overreach_fix(s, c,
                        " (gpufence-runtime gives a container with no allocation no GPU, and "
-                       "ignores an image's NVIDIA_VISIBLE_DEVICES=all)")});
+                       "ignores an image's NVIDIA_VISIBLE_DEVICES=all)") +
+             hint});
   }
 }
 
