@@ -119,8 +119,12 @@ int RegistrationLoop::poll_timeout_ms() const {
     return static_cast<int>(std::clamp<long long>(ms, 0, 200));
   };
   // Quick rounds while something is pending (sooner when a retry is due before then); when all
-  // is well, wake only for the stream checks.
-  if (!m_registered || m_watch < 0) return until(std::min(m_retry_at, Clock::now() + 200ms));
+  // is well, wake only for the stream checks. A retry already due is waiting for something else
+  // (the kubelet's socket, the directory): the next quick round.
+  if (!m_registered || m_watch < 0) {
+    auto next_round = Clock::now() + 200ms;
+    return until(m_retry_at > Clock::now() ? std::min(m_retry_at, next_round) : next_round);
+  }
   if (m_resend_at) return until(*m_resend_at);
   return m_cfg.reregister_after ? 1000 : -1;
 }

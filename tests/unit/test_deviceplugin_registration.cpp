@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -194,9 +195,21 @@ TEST(DirEvents, ReadsEachKindOfRecord) {
   EXPECT_FALSE(parse(buf).kubelet_socket_created);
 }
 
+// CPU time this process has used so far.
+std::chrono::microseconds cpu_used() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto tv = [](const timeval& t) {
+    return std::chrono::seconds(t.tv_sec) + std::chrono::microseconds(t.tv_usec);
+  };
+  return tv(ru.ru_utime) + tv(ru.ru_stime);
+}
+
 TEST_F(LoopFixture, WaitsForTheKubeletThenRegistersOnce) {
   start();
-  std::this_thread::sleep_for(300ms);
+  auto cpu_before = cpu_used();
+  std::this_thread::sleep_for(300ms);  // no kubelet for a while: nothing registers
+  EXPECT_LT(cpu_used() - cpu_before, 100ms) << "waiting is a poll, not a spin";
   EXPECT_EQ(m_registrations, 0);
   kubelet_starts();
   ASSERT_TRUE(eventually([&] { return m_registrations == 1; }));
