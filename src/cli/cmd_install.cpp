@@ -123,6 +123,18 @@ Result<InstallOptions> to_options(const InstallArgs& a, const Context& ctx) {
   return o;
 }
 
+// The NVML this installer loads (--nvml-library, a path under --host-root), as the host names
+// it, for the runtime.toml it writes: only for a driver outside the host's root ("/"), whose
+// library the runtimes' default search (libnvidia-ml.so.1 on the library path) cannot find.
+std::string nvml_host_path(const Context& ctx, const std::string& driver_root) {
+  if (driver_root.empty() || driver_root == "/" || ctx.nvml_library.empty()) return {};
+  std::string root = ctx.host_root;
+  while (root.size() > 1 && root.ends_with('/')) root.pop_back();
+  if (root == "/") return ctx.nvml_library.starts_with("/") ? ctx.nvml_library : std::string();
+  if (!ctx.nvml_library.starts_with(root + "/")) return {};
+  return ctx.nvml_library.substr(root.size());
+}
+
 CdiSpecSource nvml_cdi_source(const Context& ctx, const HostFs& host, std::string driver_root) {
   return [&ctx, &host, driver_root](const std::string& hook_path) -> Result<std::string> {
     auto inventory = NvmlInventory::open(nvml_library_path(ctx.nvml_library), host);
@@ -282,6 +294,7 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
       }
       stop.emplace(std::move(*blocked));
     }
+    opt->nvml_library = nvml_host_path(ctx, in->driver_root);
     HostFs host(ctx.host_root);
     SystemProcessRunner runner;
     auto probe = make_cri_probe();

@@ -40,6 +40,16 @@ Result<Fd> HostFs::open(std::string_view host_path, int flags) const {
   return Fd(*fd);
 }
 
+Result<HostFs::SocketPath> HostFs::socket_path(std::string_view host_path) const {
+  std::filesystem::path p(host_path);
+  if (!p.is_absolute() || !p.has_filename())
+    return fail(Errc::invalid_argument, "socket path '", std::string(host_path), "' is not an absolute file path");
+  auto dir = open(p.parent_path().string(), O_PATH | O_DIRECTORY);
+  if (!dir) return std::unexpected(dir.error());
+  auto held = std::make_shared<Fd>(std::move(*dir));
+  return SocketPath{held, cat("/proc/self/fd/", held->fd, "/", p.filename().string())};
+}
+
 // Only regular files (procfs and sysfs files are): a FIFO or a device where a file was expected
 // would block the reader or act on open, so it is opened O_NONBLOCK|O_NOCTTY and refused after
 // fstat (docs/trust-model.md, "Files a pod controls").

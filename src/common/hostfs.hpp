@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,15 @@ class HostFs {
   // Entry names, sorted, without "." and "..".
   Result<std::vector<std::string>> list(std::string_view host_path) const;
   Result<std::string> read_link(std::string_view host_path) const;
+  // A path this process can hand to connect(2) for the host's socket at host_path:
+  // "/proc/self/fd/N/NAME", N a directory descriptor of its parent opened in the root (the host's
+  // links, such as /var/run -> /run, followed as the host follows them), kept open in `dir`.
+  // resolve() would name /host/var/run, whose absolute link leads outside the host's root.
+  struct SocketPath {
+    std::shared_ptr<Fd> dir;
+    std::string path;
+  };
+  Result<SocketPath> socket_path(std::string_view host_path) const;
 
  private:
   Result<Fd> open(std::string_view host_path, int flags) const;

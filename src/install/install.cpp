@@ -569,6 +569,22 @@ bool record(Run& r, InstallState& journal, std::string step) {
 
 // ---- install: the steps ----
 
+// deploy/runtime.toml, with the driver's NVML named when it is not on the host's library path.
+Result<std::string> runtime_config_text(const std::string& nvml_library) {
+  std::string text(kDefaultRuntimeToml);
+  if (nvml_library.empty()) return text;
+  if (!nvml_library.starts_with("/") ||
+      std::ranges::any_of(nvml_library, [](unsigned char c) { return c < 0x20 || c == '"' || c == '\\' || c == 0x7f; }))
+    return fail(Errc::invalid_argument, "the NVML library path '", escape_excerpt(nvml_library),
+                "' is not an absolute path a TOML basic string holds as is");
+  constexpr std::string_view key = "\nnvml_library = \"\"\n";
+  auto at = text.find(key);
+  if (at == std::string::npos)
+    return fail(Errc::internal, "deploy/runtime.toml has no empty nvml_library line to fill");
+  text.replace(at, key.size(), cat("\nnvml_library = \"", nvml_library, "\"\n"));
+  return text;
+}
+
 bool put_runtime_config(Run& r, const InstallPlan& plan, const InstallState& journal) {
   if (!plan.create_runtime_config) {
     bool ours = journal.runtime_config_written &&
@@ -578,9 +594,13 @@ bool put_runtime_config(Run& r, const InstallPlan& plan, const InstallState& jou
            cat(r.opt.runtime_config, ours ? " (written by an earlier install)" : " (kept as is)"));
     return true;
   }
-  if (auto st = write_host(r.env.host, r.opt.runtime_config, kDefaultRuntimeToml); !st)
+  auto text = runtime_config_text(r.opt.nvml_library);
+  if (!text) return r.failed("runtime config", text.error().message);
+  if (auto st = write_host(r.env.host, r.opt.runtime_config, *text); !st)
     return r.failed("runtime config", st.error().message);
-  r.step("runtime config", Outcome::changed, r.opt.runtime_config + " (defaults)");
+  r.step("runtime config", Outcome::changed,
+         cat(r.opt.runtime_config, " (defaults",
+             r.opt.nvml_library.empty() ? "" : cat("; nvml_library ", r.opt.nvml_library), ")"));
   return true;
 }
 
@@ -734,7 +754,10 @@ std::string weakness_text(const Run& r, const std::string& why) {
 }
 
 bool nri_listening(const Run& r) {
-  return r.env.probe.nri_listening(r.env.host.resolve(r.opt.nri_socket).string());
+  // Through the host's own links (/var/run -> /run): under --host-root /host the plain join
+  // /host/var/run/... would follow /var/run's absolute link into this container's /run.
+  auto sock = r.env.host.socket_path(r.opt.nri_socket);
+  return sock && r.env.probe.nri_listening(sock->path);
 }
 
 // The running containerd enforces what the chosen mode needs: the handler, NRI's socket.

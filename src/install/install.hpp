@@ -34,6 +34,11 @@ struct InstallOptions {
   std::optional<int> config_version;  // for a new config (setup's --config-version)
   BinaryInstallOptions binary;
   std::string runtime_config = "/etc/gpufence/runtime.toml";
+  // The driver's NVML as a host path, written as [devices] nvml_library into the runtime.toml
+  // install creates ("": the runtimes' own search, for a driver installed on the host). A driver
+  // elsewhere (the GPU Operator's /run/nvidia/driver) is not on the host's library path, so
+  // without it gpufence-nri and gpufence-runtime refuse every GPU container.
+  std::string nvml_library;
   std::string state_file = "/etc/gpufence/install-state.json";
   CdiMode cdi = CdiMode::generate;
   std::string cdi_output = "/etc/cdi/nvidia.yaml";

@@ -133,3 +133,22 @@ TEST(HostPathArg, RelativePathsAreTheCurrentDirectoryOnlyWhenTheHostIsThisMachin
       << "an absolute path is the host's, as given";
   EXPECT_EQ(host_path_arg("", "--drop-in", "/host").value_or("?"), "") << "flag not given";
 }
+
+// A socket's path under a host root follows the host's absolute links inside the root: with
+// /var/run -> /run, /var/run/nri/nri.sock is the root's run/nri/nri.sock, reachable by connect(2)
+// through the held directory, never this process's own /run.
+TEST(HostFs, SocketPathsFollowTheHostsLinksInsideTheRoot) {
+  test::TempDir root;
+  std::filesystem::create_directories(root / "run/nri");
+  std::filesystem::create_directories(root / "var");
+  std::filesystem::create_symlink("/run", root / "var/run");
+  HostFs host(root.path());
+  auto sock = host.socket_path("/var/run/nri/nri.sock");
+  ASSERT_TRUE(sock) << sock.error().message;
+  ASSERT_TRUE(sock->path.starts_with("/proc/self/fd/")) << sock->path;
+  EXPECT_EQ(std::filesystem::canonical(std::filesystem::path(sock->path).parent_path()),
+            std::filesystem::canonical(root / "run/nri"));
+  EXPECT_TRUE(sock->path.ends_with("/nri.sock"));
+  EXPECT_FALSE(host.socket_path("relative/nri.sock"));
+  EXPECT_FALSE(host.socket_path("/no/such/dir/nri.sock"));
+}

@@ -20,6 +20,7 @@
 #include "containerd/setup.hpp"
 #include "install/install.hpp"
 #include "install/state.hpp"
+#include "runtime/config.hpp"
 #include "support/test_support.hpp"
 
 namespace gpufence {
@@ -102,7 +103,10 @@ class FakeContainerd final : public ProcessRunner, public RuntimeProbe {
   // containerd listens on NRI's socket when the config it loaded (imports merged) enables NRI,
   // with the defaults of its release: off on 1.x, on from 2.0.
   bool nri_listening(const std::string& path) override {
-    nri_sockets.push_back(path);
+    // Where the path leads while the caller holds it open (a /proc/self/fd/N/NAME path).
+    std::error_code ec;
+    auto dir = fs::canonical(fs::path(path).parent_path(), ec);
+    nri_sockets.push_back(ec ? path : (dir / fs::path(path).filename()).string());
     return m_up && m_nri;
   }
   std::vector<std::string> nri_sockets;
@@ -180,6 +184,11 @@ struct Node {
 
   Node() {
     fs::create_directories(host);
+    // As on Debian and Ubuntu: /var/run is an absolute link to /run, where containerd makes
+    // NRI's socket directory. Under a host root that link must be followed inside the root.
+    fs::create_directories(host / "run/nri");
+    fs::create_directories(host / "var");
+    fs::create_symlink("/run", host / "var/run");
     runtime_source = dir.write("build/gpufence-runtime", std::string("\x7f"
                                                                      "ELF fake runtime",
                                                                      20));
@@ -944,6 +953,37 @@ TEST(InstallFlow, UserRuntimeConfigIsNeverReplacedNorRemoved) {
   EXPECT_EQ(slurp(n.host / "etc/gpufence/runtime.toml"), "[log]\nlevel = \"debug\"\n");
 }
 
+// A driver outside the host's root (the GPU Operator's /run/nvidia/driver) is not on the host's
+// library path: the runtime.toml install writes names its NVML, or gpufence-nri and
+// gpufence-runtime refuse every GPU container (seen on a real cluster); a path TOML could not
+// hold as is is refused, changing nothing.
+TEST(InstallFlow, TheRuntimeConfigNamesADriverRootsNvml) {
+  const std::string lib = "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+  {
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+    n.start_containerd("/etc/containerd/config.toml");
+    auto opt = n.options();
+    opt.nvml_library = lib;
+    auto report = run_install(opt, n.env());
+    ASSERT_TRUE(report.ok()) << render_install_report(report);
+    auto cfg = parse_runtime_config(slurp(n.host / "etc/gpufence/runtime.toml"), "runtime.toml");
+    ASSERT_TRUE(cfg) << cfg.error().message;
+    EXPECT_EQ(cfg->nvml_library, lib);
+  }
+  {
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+    n.start_containerd("/etc/containerd/config.toml");
+    auto opt = n.options();
+    opt.nvml_library = "/x\"\ninjected = true\n\"";
+    auto report = run_install(opt, n.env());
+    EXPECT_FALSE(report.ok());
+    EXPECT_FALSE(fs::exists(n.host / "etc/gpufence/runtime.toml"));
+    EXPECT_TRUE(n.containerd->commands.empty());
+  }
+}
+
 TEST(InstallFlow, AShimTheHostCannotRunIsNeverWiredIn) {
   Node n;
   n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
@@ -1426,9 +1466,10 @@ TEST(InstallEnforcement, Auto2_3InstallsNriFailClosedAndUninstallRestoresTheByte
   // What containerd loaded (root + drop-in) has the validator on.
   EXPECT_TRUE(n.containerd->nri.validator_enabled);
   EXPECT_EQ(n.containerd->nri.required_plugins, both);
-  // Verified on NRI's socket, under the host root.
+  // Verified on NRI's socket, under the host root: /var/run's absolute link followed inside it
+  // (not to this process's own /run).
   ASSERT_FALSE(n.containerd->nri_sockets.empty());
-  EXPECT_EQ(n.containerd->nri_sockets.back(), (n.host / "var/run/nri/nri.sock").string());
+  EXPECT_EQ(n.containerd->nri_sockets.back(), fs::canonical(n.host / "run/nri").string() + "/nri.sock");
   auto state = parse_install_state(slurp(n.host / "etc/gpufence/install-state.json"), "state");
   ASSERT_TRUE(state);
   EXPECT_EQ(state->enforcement, "nri");
