@@ -789,6 +789,17 @@ void check_nri_created_while_down(const Snapshot& s, const NriView& n, std::vect
     if (!c.runtime_handler.empty() && bin != s.containerd_binaries.end() &&
         std::filesystem::path(bin->second).filename() == "gpufence-runtime")
       continue;
+    // gpufence's own pods start before gpufence-nri can (the installer puts it there) and need
+    // every GPU (NVML in the device plugin); the same unforgeable facts as for their GPU access.
+    auto same = std::find_if(s.containers.begin(), s.containers.end(),
+                             [&](const NodeContainer& nc) { return nc.id == c.id; });
+    if (auto own = same != s.containers.end() ? own_pod(s, *same) : std::nullopt) {
+      out.push_back({"nri.created-while-down", Severity::info,
+                     cat(*own, ": container ", c.name, " of pod ", c.pod,
+                         " was created before gpufence-nri ran, as the node agents are"),
+                     cat(c.why, "; container ", c.id), "nothing to do"});
+      continue;
+    }
     out.push_back(
         {"nri.created-while-down", Severity::error,
          cat("container ", c.name, " of pod ", c.pod,
@@ -955,8 +966,30 @@ void check_nri(const Snapshot& s, std::vector<Finding>& out) {
   }
 }
 
+// A handler no RuntimeClass names, on a node where gpufence-nri enforces pods without one: the
+// default --handler of an NRI install (which adds none), not a pod that cannot start.
+bool handler_unneeded(const Snapshot& s, const Finding& f) {
+  if (f.id != "containerd.handler-missing" || !s.kube || !s.nri || !s.nri->enforcing() ||
+      !s.nri->enabled || !s.nri->socket_present)
+    return false;
+  auto open = f.summary.find('\'');
+  auto close = open == std::string::npos ? open : f.summary.find('\'', open + 1);
+  if (close == std::string::npos) return false;
+  std::string handler = f.summary.substr(open + 1, close - open - 1);
+  for (const auto& [name, h] : s.kube->runtime_classes)
+    if (h == handler) return false;
+  return true;
+}
+
 void copy_containerd_findings(const Snapshot& s, std::vector<Finding>& out) {
-  out.insert(out.end(), s.containerd_findings.begin(), s.containerd_findings.end());
+  for (auto f : s.containerd_findings) {
+    if (handler_unneeded(s, f)) {
+      f.severity = Severity::info;
+      f.summary += " (no RuntimeClass names it, and gpufence-nri enforces pods without one)";
+      f.fix = "nothing to do while no RuntimeClass names it";
+    }
+    out.push_back(std::move(f));
+  }
 }
 
 const std::vector<DoctorCheck> kChecks = {
