@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -270,12 +271,27 @@ void load_identity(const json& g, nvmlDevice_st& d) {
 }
 
 // Loads the JSON description; any problem makes init fail with UNKNOWN and a line on stderr.
+// The description's path: $MOCK_NVML_CONFIG, else mock-nvml.json beside this library (a
+// process whose environment the test does not set, e.g. a pod of a real cluster, loads the mock
+// from a driver directory that holds its description too); empty when neither is there.
+std::string config_path() {
+  if (const char* v = std::getenv("MOCK_NVML_CONFIG"); v && *v) return v;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&config_path), &info) == 0 || !info.dli_fname) return {};
+  std::string lib = info.dli_fname;
+  auto slash = lib.rfind('/');
+  std::string beside = (slash == std::string::npos ? std::string(".") : lib.substr(0, slash)) + "/mock-nvml.json";
+  struct stat st{};
+  return ::stat(beside.c_str(), &st) == 0 ? beside : std::string();
+}
+
 int load_config(State& s) {
-  const char* path = std::getenv("MOCK_NVML_CONFIG");
+  const std::string config = config_path();
+  const char* path = config.c_str();
   s.devices.clear();
   s.topology.clear();
-  if (!path || !*path) {
-    std::fprintf(stderr, "mock-nvml: MOCK_NVML_CONFIG is not set\n");
+  if (config.empty()) {
+    std::fprintf(stderr, "mock-nvml: MOCK_NVML_CONFIG is not set (and no mock-nvml.json beside the library)\n");
     return nvml::ERROR_DRIVER_NOT_LOADED;
   }
   try {
