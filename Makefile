@@ -33,6 +33,9 @@ test:
 	@# minutes cold, nothing when cached), fetched once here and not inside one test's time limit;
 	@# a line that cannot be fetched is named and its tests skip, saying why.
 	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-containerd.sh 1.7 2 2.3 2.4 || true
+	@# Kubernetes for the cluster tier, from the Go module proxy (~20 min cold on 2 cores, seconds
+	@# when Go's build cache has it: docs/testing.md); without it the cluster tests skip, saying why.
+	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-kubernetes.sh >/dev/null || true
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The libFuzzer build (clang, build-fuzz/); without clang+libFuzzer it records why and the

@@ -19,6 +19,9 @@ packages=(
   runc containerd busybox-static
   # tools the scenario tests and setup use (present on most systems; listed so a minimal one works)
   procps diffutils
+  # the cluster tier (tests/cluster): the pod network's CNI plugins (bridge, host-local,
+  # loopback), its network namespace and dummy link, the cluster's certificates
+  containernetworking-plugins iproute2 openssl
   # the image assembly (scripts/image/assemble.py) and the chart tests' assertions
   python3 python3-yaml
   # helm for the chart tests comes from the npm registry at test time (deploy/helm/fetch-helm.sh)
