@@ -37,7 +37,7 @@ struct InstallArgs {
               state_file = "/etc/gpufence/install-state.json", cdi = "generate",
               cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = "127.0.0.1:9402",
               enforcement = "auto", nri_socket = "/var/run/nri/nri.sock",
-              nri_plugin_name = "gpufence-nri", nri_tolerate_annotation;
+              nri_plugin_name = "gpufence-nri", nri_tolerate_annotation, node_agent_namespace;
   double ready_timeout = 60, interval = 30, lock_timeout = 60;
   int host_pid = 1;
   int config_version = 0;
@@ -102,6 +102,7 @@ Result<InstallOptions> to_options(const InstallArgs& a, const Context& ctx) {
   o.nri_socket = a.nri_socket;
   o.nri_plugin_name = a.nri_plugin_name;
   o.nri_tolerate_annotation = a.nri_tolerate_annotation;
+  o.node_agent_namespace = a.node_agent_namespace;
   o.binary.source = a.runtime_source;
   o.binary.link = a.runtime_link;
   o.binary.versions_dir = a.versions_dir;
@@ -208,6 +209,13 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
                    "KEY/container.NAME), so it is a waiver every pod holds unless an admission "
                    "policy forbids it; a key an earlier install wrote is taken out")
       ->capture_default_str();
+  install
+      ->add_option("--node-agent-namespace", in->node_agent_namespace,
+                   "The Kubernetes namespace gpufence's device plugin runs in (the chart passes "
+                   "its release's): the runtime.toml install creates lists it in [nri] "
+                   "node_agent_namespaces, whose containers gpufence-nri leaves as containerd "
+                   "made them, so the plugin keeps the GPUs NVML opens. Whoever may create pods "
+                   "there gets every GPU");
   install
       ->add_option("--nri-source", in->nri_source,
                    "gpufence-nri to copy onto the host in nri and both modes (default: beside "

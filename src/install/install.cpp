@@ -569,9 +569,28 @@ bool record(Run& r, InstallState& journal, std::string step) {
 
 // ---- install: the steps ----
 
+// A Kubernetes namespace name (RFC 1123 label).
+bool is_namespace_name(std::string_view s) {
+  return !s.empty() && s.size() <= 63 && s.front() != '-' && s.back() != '-' &&
+         std::ranges::all_of(s, [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+         });
+}
+
 // deploy/runtime.toml, with the driver's NVML named when it is not on the host's library path.
-Result<std::string> runtime_config_text(const std::string& nvml_library) {
+Result<std::string> runtime_config_text(const std::string& nvml_library,
+                                        const std::string& node_agent_namespace) {
   std::string text(kDefaultRuntimeToml);
+  if (!node_agent_namespace.empty()) {
+    if (!is_namespace_name(node_agent_namespace))
+      return fail(Errc::invalid_argument, "the node agent namespace '",
+                  escape_excerpt(node_agent_namespace), "' is not a Kubernetes namespace name");
+    constexpr std::string_view key = "\nnode_agent_namespaces = []\n";
+    auto at = text.find(key);
+    if (at == std::string::npos)
+      return fail(Errc::internal, "deploy/runtime.toml has no empty node_agent_namespaces line");
+    text.replace(at, key.size(), cat("\nnode_agent_namespaces = [\"", node_agent_namespace, "\"]\n"));
+  }
   if (nvml_library.empty()) return text;
   if (!nvml_library.starts_with("/") ||
       std::ranges::any_of(nvml_library, [](unsigned char c) { return c < 0x20 || c == '"' || c == '\\' || c == 0x7f; }))
@@ -594,7 +613,7 @@ bool put_runtime_config(Run& r, const InstallPlan& plan, const InstallState& jou
            cat(r.opt.runtime_config, ours ? " (written by an earlier install)" : " (kept as is)"));
     return true;
   }
-  auto text = runtime_config_text(r.opt.nvml_library);
+  auto text = runtime_config_text(r.opt.nvml_library, r.opt.node_agent_namespace);
   if (!text) return r.failed("runtime config", text.error().message);
   if (auto st = write_host(r.env.host, r.opt.runtime_config, *text); !st)
     return r.failed("runtime config", st.error().message);

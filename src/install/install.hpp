@@ -39,6 +39,9 @@ struct InstallOptions {
   // elsewhere (the GPU Operator's /run/nvidia/driver) is not on the host's library path, so
   // without it gpufence-nri and gpufence-runtime refuse every GPU container.
   std::string nvml_library;
+  // The namespace gpufence's node agents run in, written as [nri] node_agent_namespaces into the
+  // runtime.toml install creates ("": none), so gpufence-nri leaves the device plugin its GPUs.
+  std::string node_agent_namespace;
   std::string state_file = "/etc/gpufence/install-state.json";
   CdiMode cdi = CdiMode::generate;
   std::string cdi_output = "/etc/cdi/nvidia.yaml";

@@ -385,6 +385,15 @@ Result<NriDecision> decide_container(const api::PodSandbox& pod, const api::Cont
       !st)
     return std::unexpected(st.error().wrap(where));
 
+  // 0b. gpufence's own node agents (runtime.toml [nri] node_agent_namespaces): left as containerd
+  //     made them, marked decided. The namespace is the kubelet's, from the API server.
+  const auto& agents = ctx.config.nri_node_agent_namespaces;
+  if (std::find(agents.begin(), agents.end(), pod.namespace_()) != agents.end()) {
+    out.node_agent = true;
+    (*out.adjust.mutable_annotations())[std::string(kDecidedAnnotation)] = container.id();
+    return out;
+  }
+
   // 1. The spec as the shim would read it. A device rule or node of a type NRI cannot mean
   //    (containerd builds these from the OCI spec) is refused as the shim refuses it.
   const Json before = container_spec(pod, container);
@@ -837,6 +846,13 @@ Result<api::ContainerAdjustment> GpufenceHandler::create_container(const api::Po
         Error{decision.error().code, "gpufence-nri: " + decision.error().message});
   }
   const ShimDecision& d = decision->shim;
+  if (decision->node_agent) {
+    m_ctx.log.info("nri.node_agent", {{"container", container.id()},
+                                      {"pod", cat(pod.namespace_(), "/", pod.name())},
+                                      {"name", container.name()},
+                                      {"why", "its namespace is in [nri] node_agent_namespaces"}});
+    return std::move(decision->adjust);
+  }
   if (!d.ignored.empty())
     m_ctx.log.info("nri.ignored", {{"container", d.container_id}, {"what", join(d.ignored, "; ")}});
   m_ctx.log.info("nri.decision", {{"container", d.container_id},

@@ -70,6 +70,7 @@ struct NriDecision {
   std::string rules;  // "unchanged", "appended" or "not-applied" (runtime below NRI v0.10)
   std::vector<std::string> gaps;  // promises this runtime cannot keep for this container
   bool edited = false;  // the adjustment changes the container (beyond gpufence-nri's mark)
+  bool node_agent = false;  // in a node agent namespace: left as containerd made it
 };
 
 // Decides for one container; an error means the creation must fail. Every adjustment (an empty

@@ -7,10 +7,19 @@
 #include <functional>
 #include <set>
 
+#include "common/escape.hpp"
 #include "common/file.hpp"
 
 namespace gpufence {
 namespace {
+
+// A namespace name as the API server allows one (RFC 1123 label: 1-63 of [a-z0-9-], alphanumeric
+// at both ends).
+bool is_dns1123_label(std::string_view s) {
+  if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
+  return std::ranges::all_of(s, [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
+}
+
 
 Result<std::vector<std::string>> string_array(const toml::node& node, std::string_view key) {
   const auto* arr = node.as_array();
@@ -169,8 +178,18 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
                          return {};
                        });
     } else if (section == "nri") {
-      st = apply_table(*table, "nri", {"status_file", "keeper_dir", "socket"},
+      st = apply_table(*table, "nri", {"status_file", "keeper_dir", "socket", "node_agent_namespaces"},
                        [&](std::string_view key, const toml::node& n) -> Status {
+                         if (key == "node_agent_namespaces") {
+                           auto list = string_array(n, "value");
+                           if (!list) return std::unexpected(list.error());
+                           for (const auto& ns : *list)
+                             if (!is_dns1123_label(ns))
+                               return fail(Errc::parse, "'", escape_excerpt(ns),
+                                           "' is not a Kubernetes namespace name");
+                           cfg.nri_node_agent_namespaces = *list;
+                           return {};
+                         }
                          auto v = string_value(n, "value");
                          if (!v) return std::unexpected(v.error());
                          if (key == "socket" ? v->empty() || v->front() != '/'

@@ -56,6 +56,12 @@ struct RuntimeConfig {
   // NRI socket a keeper reconnects through ([nri] socket): nri/keeper.hpp.
   std::string nri_keeper_dir;  // "" by default; runtime.toml as install writes it sets one
   std::string nri_socket = "/var/run/nri/nri.sock";
+  // Kubernetes namespaces whose containers gpufence-nri leaves as containerd made them ([nri]
+  // node_agent_namespaces): the one gpufence is installed in, so its device plugin, which opens
+  // every GPU through NVML and requests none, keeps them when it is recreated under NRI. A pod's
+  // namespace is the kubelet's (CRI sandbox metadata), never the pod's own bytes; whoever may
+  // create pods there gets every GPU (docs/trust-model.md).
+  std::vector<std::string> nri_node_agent_namespaces;
 
   bool trusts(Channel c) const;
 };

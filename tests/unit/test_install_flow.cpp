@@ -970,6 +970,28 @@ TEST(InstallFlow, TheRuntimeConfigNamesADriverRootsNvml) {
     auto cfg = parse_runtime_config(slurp(n.host / "etc/gpufence/runtime.toml"), "runtime.toml");
     ASSERT_TRUE(cfg) << cfg.error().message;
     EXPECT_EQ(cfg->nvml_library, lib);
+    EXPECT_TRUE(cfg->nri_node_agent_namespaces.empty());
+  }
+  {
+    // The chart's namespace, for gpufence-nri to leave its device plugin the GPUs.
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+    n.start_containerd("/etc/containerd/config.toml");
+    auto opt = n.options();
+    opt.node_agent_namespace = "gpufence";
+    ASSERT_TRUE(run_install(opt, n.env()).ok());
+    auto cfg = parse_runtime_config(slurp(n.host / "etc/gpufence/runtime.toml"), "runtime.toml");
+    ASSERT_TRUE(cfg) << cfg.error().message;
+    EXPECT_EQ(cfg->nri_node_agent_namespaces, (std::vector<std::string>{"gpufence"}));
+  }
+  for (const char* bad : {"Gpufence", "x\"]\ninjected = [\"", "-x"}) {
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+    n.start_containerd("/etc/containerd/config.toml");
+    auto opt = n.options();
+    opt.node_agent_namespace = bad;
+    EXPECT_FALSE(run_install(opt, n.env()).ok()) << bad;
+    EXPECT_FALSE(fs::exists(n.host / "etc/gpufence/runtime.toml")) << bad;
   }
   {
     Node n;

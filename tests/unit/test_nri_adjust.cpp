@@ -660,3 +660,32 @@ TEST_F(NriDecide, ALaunchedPluginTakesNvmlLibraryFromItsConf) {
   EXPECT_NE(adjust.error().message.find("/opt/nvidia/libnvidia-ml.so.1"), std::string::npos)
       << adjust.error().message;
 }
+
+// gpufence's device plugin is privileged, requests no GPU and opens every GPU through NVML: in a
+// namespace of [nri] node_agent_namespaces it keeps them when recreated under NRI (seen on a real
+// cluster: otherwise its NVML loses every GPU). Only the kubelet's namespace counts: the same
+// container elsewhere, or with a pod annotation or label naming the namespace, loses them.
+TEST_F(NriDecide, ANodeAgentNamespaceKeepsItsContainersAsMade) {
+  api::Container c = privileged(-1);
+  m_config.nri_node_agent_namespaces = {"gpufence"};
+  m_pod.set_namespace_("gpufence");
+  auto agent = decide(c, "v0.12.0");
+  ASSERT_TRUE(agent) << agent.error().message;
+  EXPECT_TRUE(agent->node_agent);
+  EXPECT_EQ(agent->adjust.linux().devices_size(), 0);
+  EXPECT_EQ(agent->adjust.linux().resources().devices_size(), 0);
+  EXPECT_EQ(agent->adjust.annotations().at(std::string(kDecidedAnnotation)), "c1");
+
+  m_pod.set_namespace_("tenant");
+  (*m_pod.mutable_annotations())["io.kubernetes.pod.namespace"] = "gpufence";
+  (*m_pod.mutable_labels())["io.kubernetes.pod.namespace"] = "gpufence";
+  auto tenant = decide(c, "v0.12.0");
+  ASSERT_TRUE(tenant) << tenant.error().message;
+  EXPECT_FALSE(tenant->node_agent);
+  bool removed0 = false, removed1 = false;
+  for (const auto& dev : tenant->adjust.linux().devices()) {
+    removed0 |= dev.path() == "-/dev/nvidia0";
+    removed1 |= dev.path() == "-/dev/nvidia1";
+  }
+  EXPECT_TRUE(removed0 && removed1) << tenant->adjust.ShortDebugString();
+}

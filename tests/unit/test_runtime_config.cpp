@@ -127,3 +127,14 @@ TEST(RuntimeConfig, OnlyTheSwitchableChannelsCanBeListed) {
   ASSERT_TRUE(off) << off.error().message;
   EXPECT_EQ(off->nri_status_file, "");
 }
+
+// [nri] node_agent_namespaces holds Kubernetes namespace names only (RFC 1123 labels).
+TEST(RuntimeConfig, NodeAgentNamespacesAreNamespaceNames) {
+  auto ok = parse_runtime_config("[nri]\nnode_agent_namespaces = [\"gpufence\", \"gpu-system\"]\n", "t");
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(ok->nri_node_agent_namespaces, (std::vector<std::string>{"gpufence", "gpu-system"}));
+  for (const char* bad : {"\"\"", "\"Gpufence\"", "\"-x\"", "\"a/b\"", "\"a.b\""}) {
+    auto r = parse_runtime_config(std::string("[nri]\nnode_agent_namespaces = [") + bad + "]\n", "t");
+    EXPECT_FALSE(r) << bad;
+  }
+}
