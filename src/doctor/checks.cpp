@@ -793,6 +793,9 @@ void check_nri_created_while_down(const Snapshot& s, const NriView& n, std::vect
     // every GPU (NVML in the device plugin); the same unforgeable facts as for their GPU access.
     auto same = std::find_if(s.containers.begin(), s.containers.end(),
                              [&](const NodeContainer& nc) { return nc.id == c.id; });
+    // Gone since that Synchronize (its pod deleted or recreated): it holds nothing now. Only when
+    // this node's containers were read at all; otherwise every entry stands.
+    if (same == s.containers.end() && !s.containers.empty()) continue;
     if (auto own = same != s.containers.end() ? own_pod(s, *same) : std::nullopt) {
       out.push_back({"nri.created-while-down", Severity::info,
                      cat(*own, ": container ", c.name, " of pod ", c.pod,

@@ -794,6 +794,30 @@ TEST_F(DoctorChecks, NriContainersCreatedWhileItWasDownAreNamed) {
   EXPECT_EQ(f[0].id, "nri.created-while-down");
 }
 
+// The list is what containerd showed at the last Synchronize: a container gone since (its pod
+// deleted or recreated) holds nothing now and is not reported, once this node's containers were
+// read; a live one still is (seen on a real cluster after the device plugin's pod was recreated).
+TEST_F(DoctorChecks, NriCreatedWhileDownDropsContainersGoneSince) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  link_nri_plugins(m_dir.path());
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99,
+                   {{"gone", "default/ds-0", "app", "", "would grant GPU-1"},
+                    {"live", "default/ds-2", "app", "", "would grant GPU-0"}});
+  auto snap = snapshot();
+  NodeContainer live;
+  live.id = "live";
+  live.pod = "ds-2";
+  live.pod_namespace = "default";
+  live.name = "app";
+  snap.containers.push_back(live);
+  auto f = nri_findings(judge(snap));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].id, "nri.created-while-down");
+  EXPECT_NE(f[0].summary.find("pod default/ds-2"), std::string::npos) << f[0].summary;
+}
+
 // Connected for longer than a judgement takes with none finished (or only an earlier
 // connection's): the created-while-down list may be incomplete, and the doctor says so.
 TEST_F(DoctorChecks, NriConnectedWithNoJudgementForLongIsReported) {
