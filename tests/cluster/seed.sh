@@ -7,7 +7,7 @@
 #      privileged pod opens both GPUs and both apps run on GPU 0 — shown, so the checks can fail;
 #   1. helm install: the installer configures containerd (LINE 2.3: --enforcement nri, no
 #      RuntimeClass needed; 1.7: the handler behind the RuntimeClass), the device plugin
-#      registers and the node shows nvidia.com/gpu: 2;
+#      registers and the node shows nvidia.com/gpu: 2, also after its pod is recreated;
 #   2. the seed's Deployment (2 replicas, nvidia.com/gpu: 1, privileged) through the real
 #      scheduler and kubelet: each pod opens only its own GPU (by node and after mknod), NVML in
 #      it lists one GPU, and the apps run on GPU 0 and GPU 1;
@@ -108,6 +108,7 @@ look() {
     echo "app $(sed -n "s/.*running on \([^ ]*\).*/\1/p" /tmp/app.out)"
     echo "nvd ${NVIDIA_VISIBLE_DEVICES:-unset}"' 2>&1
 }
+rollout_ready() { kubectl -n gpufence rollout status daemonset "$1" --timeout 120s >/dev/null; }
 field() { awk -v k="$2" '$1 == k {print $2}' <<<"$1"; }
 gpu_index() { case $1 in "${GPU[0]}") echo 0 ;; "${GPU[1]}") echo 1 ;; *) echo "?" ;; esac; }
 
@@ -152,7 +153,7 @@ check "helm install succeeds" test $? = 0 || cat "$work/helm-install.log"
 # helm's --wait counts a DaemonSet ready with maxUnavailable pods missing: on one node, with none.
 for ds in gpufence-node-installer gpufence-device-plugin; do
   f0=$failures
-  check "$ds's pod is ready" kubectl -n gpufence rollout status daemonset "$ds" --timeout 120s >/dev/null
+  check "$ds's pod is ready" rollout_ready "$ds"
   [ "$failures" = "$f0" ] || { kubectl -n gpufence get pods -o wide; kubectl -n gpufence logs "daemonset/$ds" --tail 30; }
 done
 check "the node shows nvidia.com/gpu: 2 from gpufence's device plugin" wait_allocatable 2
@@ -161,6 +162,17 @@ check "the installer restarted containerd through the restart command" test -s "
 if [ "$enforcement" = nri ]; then
   check "containerd runs gpufence-nri (launched from plugin_path)" pgrep -f "/opt/nri/plugins/.*gpufence-nri" >/dev/null
 fi
+
+# The chart's own device plugin, recreated under gpufence-nri (a rollout, an eviction): it opens
+# every GPU through NVML and requests none, so gpufence-nri leaves its namespace as made
+# (install's --node-agent-namespace); without that it would lose every GPU.
+old_plugin=$(kubectl -n gpufence get pods -l app.kubernetes.io/name=gpufence-device-plugin -o name)
+kubectl -n gpufence delete $old_plugin --wait=true >/dev/null
+check "the recreated device plugin pod is ready" rollout_ready gpufence-device-plugin
+new_plugin=$(kubectl -n gpufence get pods -l app.kubernetes.io/name=gpufence-device-plugin -o name)
+check "it is a new pod" test -n "$new_plugin" -a "$new_plugin" != "$old_plugin"
+check "and both GPUs are allocatable (its NVML opens them)" wait_allocatable 2 200
+[ "$failures" = 0 ] || kubectl -n gpufence logs daemonset/gpufence-device-plugin --tail 20
 
 echo "== 2. the seed's Deployment through gpufence${runtime_class:+ (runtimeClassName $runtime_class)}"
 t0=$(date +%s.%N)
@@ -210,6 +222,10 @@ doctor_rc=$?
 echo "$doctor_out" | sed 's/^/  [doctor] /'
 check "the doctor read the real PodResources API (both pods' GPUs)" grep -q "video/deepstream" <<<"$doctor_out"
 check "the doctor finds no error on a correctly installed node (exit $doctor_rc)" test "$doctor_rc" = 0
+# Its probe joins each container's devices cgroup and opens each GPU node: the device plugin's pod
+# recreated under gpufence-nri (step 1) still opens both.
+check "the recreated device plugin's cgroup opens both GPUs (probe)" \
+  grep -qF "gpufence/${new_plugin#pod/}/gpufence-device-plugin [privileged]: allocated - | can open GPU0,GPU1 (probe)" <<<"$doctor_out"
 
 echo "== 5. kubelet restarts x$restarts with the GPU pods running"
 # The real kubelet reports a device plugin's resource as 0 from its start until the plugin
