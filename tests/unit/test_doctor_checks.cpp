@@ -818,6 +818,64 @@ TEST_F(DoctorChecks, NriCreatedWhileDownDropsContainersGoneSince) {
   EXPECT_NE(f[0].summary.find("pod default/ds-2"), std::string::npos) << f[0].summary;
 }
 
+// An NRI install adds no handler, so the doctor's default handler is missing from containerd's
+// config: info while no RuntimeClass names it and gpufence-nri enforces; an error as soon as one
+// does (its pods could not start), and without the API server's view.
+TEST_F(DoctorChecks, AHandlerNoRuntimeClassNamesIsInfoOnAnNriNode) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  link_nri_plugins(m_dir.path());
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99);
+  auto severity_of_missing_handler = [&](const Snapshot& snap) -> std::optional<Severity> {
+    for (const auto& f : judge(snap))
+      if (f.id == "containerd.handler-missing") return f.severity;
+    return std::nullopt;
+  };
+  auto snap = snapshot();
+  EXPECT_EQ(severity_of_missing_handler(snap), Severity::error) << "no API view: it stands";
+  snap.kube = KubeView{};
+  EXPECT_EQ(severity_of_missing_handler(snap), Severity::info);
+  snap.kube->runtime_classes["gpu"] = "nvidia";
+  EXPECT_EQ(severity_of_missing_handler(snap), Severity::error) << "a RuntimeClass names it";
+}
+
+// gpufence's own pods start before the installer puts gpufence-nri there: info when the pod is
+// in the install's namespace and a chart DaemonSet controls it; a tenant's pod listed the same way
+// stays an error.
+TEST_F(DoctorChecks, OwnPodsCreatedBeforeNriAreInfoATenantsAreNot) {
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  link_nri_plugins(m_dir.path());
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99,
+                   {{"own", "gpufence/dp-1", "gpufence-device-plugin", "", "would remove /dev/nvidia0"},
+                    {"tenant", "team/dp-1", "gpufence-device-plugin", "", "would remove /dev/nvidia0"}});
+  auto snap = snapshot();
+  snap.system_namespace = "gpufence";
+  snap.system_daemonsets = {"gpufence-device-plugin"};
+  snap.kube = KubeView{};
+  for (const auto& [id, ns] : {std::pair{"own", "gpufence"}, std::pair{"tenant", "team"}}) {
+    NodeContainer c;
+    c.id = id;
+    c.pod = "dp-1";
+    c.pod_namespace = ns;
+    c.name = "gpufence-device-plugin";
+    snap.containers.push_back(c);
+    KubePod p;
+    p.pod_namespace = ns;
+    p.name = "dp-1";
+    p.daemonset = "gpufence-device-plugin";
+    snap.kube->pods.push_back(p);
+  }
+  std::map<std::string, Severity> by_pod;
+  for (const auto& f : judge(snap))
+    if (f.id == "nri.created-while-down")
+      by_pod[f.summary.find("team/") != std::string::npos ? "tenant" : "own"] = f.severity;
+  EXPECT_EQ(by_pod["own"], Severity::info);
+  EXPECT_EQ(by_pod["tenant"], Severity::error);
+}
+
 // Connected for longer than a judgement takes with none finished (or only an earlier
 // connection's): the created-while-down list may be incomplete, and the doctor says so.
 TEST_F(DoctorChecks, NriConnectedWithNoJudgementForLongIsReported) {
