@@ -348,9 +348,12 @@ Result<SetupPlan> plan_k3s(const SetupOptions& opt, const ReadFile& read,
                   "runtimes of such a file: add `version = 3` as its first line, then run again");
     version = 1;
     version_why = "the template has no version line and does not call k3s's base template";
-  } else if (text.find("io.containerd.cri.v1.runtime") != std::string::npos) {
+  } else if (text.find("io.containerd.cri.v1.") != std::string::npos) {
+    // Version 3 splits CRI into io.containerd.cri.v1.images and .runtime: a template naming
+    // either (k3s's own tests merge a template's [plugins."io.containerd.cri.v1.images"] into
+    // the version 3 base) renders a version 3 file.
     version = 3;
-    version_why = "the template names io.containerd.cri.v1.runtime";
+    version_why = "the template names a version 3 CRI plugin (io.containerd.cri.v1.*)";
   } else if (text.find("io.containerd.grpc.v1.cri") != std::string::npos) {
     version = 2;
     version_why = "the template names io.containerd.grpc.v1.cri";

@@ -867,6 +867,26 @@ TEST(ContainerdK3s, Version3TemplateGetsAVersion3Block) {
   }
 }
 
+// A template whose own sections use version 3 names, though not the runtime plugin's (k3s merges
+// [plugins."io.containerd.cri.v1.images"] into its version 3 base): a version 3 block, whatever
+// k3s rendered last.
+TEST(ContainerdK3s, ATemplateNamingTheV3ImagesPluginGetsAVersion3Block) {
+  const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+  SetupOptions opt;
+  opt.distribution = Distribution::k3s;
+  FakeFiles fs;
+  fs.files[dir + "/config.toml.tmpl"] =
+      "{{ template \"base\" . }}\n\n[plugins.\"io.containerd.cri.v1.images\".pinned_images]\n"
+      "  sandbox = \"registry.k8s.io/pause:3.10\"\n";
+  fs.files[dir + "/config.toml"] = "version = 2\n";
+  auto plan = plan_containerd_setup(opt, fs.reader()).value();
+  const auto& text = plan.changes.at(0).new_text;
+  EXPECT_NE(text.find("[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia]"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("io.containerd.grpc.v1.cri"), std::string::npos) << text;
+}
+
 TEST(ContainerdK3s, ARuntimeK3sRendersItselfIsNotDefinedTwice) {
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   SetupOptions opt;
