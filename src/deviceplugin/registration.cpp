@@ -108,6 +108,18 @@ void RegistrationLoop::wake() {
     auto n = ::write(m_wake, &one, sizeof one);
 }
 
+// Which kubelet.sock the Register that just succeeded went to: the one there now. A live kubelet
+// answered it, and a starting kubelet replaces the socket of one that has exited (whose socket
+// refuses connections), so a socket replaced during the call, after our look at it (`seen`), is
+// the one that answered: its IN_CREATE is then no new kubelet (a second Register would be; seen on
+// a real kubelet in about 1 of 40 restarts). Were it the old kubelet after all (two alive at
+// once), the old one's stream ends as it exits, and that loss registers again with the new one
+// (check_stream_news).
+std::optional<SocketId> RegistrationLoop::registered_socket(std::optional<SocketId> seen) const {
+  auto now = socket_id(m_kubelet_path);
+  return now ? now : seen;
+}
+
 bool RegistrationLoop::registered_with_current_kubelet() const {
   auto kubelet = socket_id(m_kubelet_path);
   return m_registered && kubelet && m_registered_kubelet && *kubelet == *m_registered_kubelet;
@@ -236,7 +248,7 @@ void RegistrationLoop::try_register() {
   if (st) {
     m_registered = true;
     m_registered_at = Clock::now();
-    m_registered_kubelet = kubelet;  // the socket this Register went to
+    m_registered_kubelet = registered_socket(kubelet);
     // Our own stop of an older server ends streams the kubelet handles after this Register; a
     // kubelet that keeps one client per socket then marks the devices unhealthy while our new
     // stream is open. The list again, a little later, undoes that.

@@ -162,6 +162,7 @@ class RegistrationLoop {
   void restart(std::string_view why,
                std::chrono::milliseconds settle = std::chrono::milliseconds(0));
   bool registered_with_current_kubelet() const;
+  std::optional<SocketId> registered_socket(std::optional<SocketId> seen) const;
   int poll_timeout_ms() const;
   std::optional<DirId> identity(const std::filesystem::path& p) const;
 

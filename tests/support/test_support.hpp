@@ -1,8 +1,10 @@
 // Helpers shared by the tests: temporary trees, mock NVML configs, running binaries.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +26,17 @@ class TempDir {
  private:
   std::filesystem::path m_path;
 };
+
+// Whether `pred` holds within `timeout`, asked every 10 ms.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  auto until = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 std::string mock_nvml_library(const std::string& variant = "default");
 std::string source_path(const std::string& rel);
