@@ -4,7 +4,7 @@
   assemble.py rootfs BUILD_DIR OUT_DIR         the image's file tree (the Containerfile copies it)
   assemble.py oci BUILD_DIR OUT.tar [--ref R]  an OCI image layout archive for `ctr images import`
 
-The tree holds the three binaries at /usr/local/bin (stripped), /usr/bin/nsenter (the installer's
+The tree holds the binaries (BINARIES) at /usr/local/bin (stripped), /usr/bin/nsenter (the installer's
 way to the host's systemctl and snap), exactly the shared libraries they load
 (ldd's answer, the ELF interpreter included), /etc/passwd and /etc/group with root and nobody,
 and /tmp. Nothing else: no shell, no package manager. The layer is a reproducible tar (sorted,
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tarfile
 
-BINARIES = ["gpufence", "gpufence-runtime", "gpufence-nri", "gpufence-device-plugin"]
+BINARIES = ["gpufence", "gpufence-runtime", "gpufence-nri", "gpufence-device-plugin", "gpufence-dra"]
 # Host tools the binaries run: the node installer restarts containerd through
 # `nsenter -t 1 ... -- systemctl|snap` (docs/install.md); Debian's util-linux build.
 TOOLS = ["/usr/bin/nsenter"]

@@ -35,7 +35,7 @@ struct HealthOptions {
 struct PluginOptions {
   // The kubelet's default root; the chart passes the distribution's
   // (distribution/distribution.hpp).
-  std::string plugin_dir = device_plugin_dir(distribution_row(Distribution::containerd));
+  std::string plugin_dir = device_plugin_dir();
   std::string resource_name = std::string(kGpuResourceName);
   std::string socket_name = "gpufence-nvidia-gpu.sock";
   DeviceIdStrategy id_strategy = DeviceIdStrategy::uuid;

@@ -149,9 +149,7 @@ std::string distribution_names() {
   return out;
 }
 
-std::string device_plugin_dir(const DistributionRow& row) {
-  return cat(row.kubelet_root, "/device-plugins");
-}
+std::string device_plugin_dir() { return "/var/lib/kubelet/device-plugins"; }
 
 std::string pod_resources_socket(const DistributionRow& row) {
   return cat(row.kubelet_root, "/pod-resources/kubelet.sock");
@@ -170,7 +168,7 @@ std::vector<std::string> every_distribution(NodePath what) {
         path = row.config_read;
         break;
       case NodePath::device_plugin_dir:
-        path = device_plugin_dir(row);
+        path = device_plugin_dir();
         break;
       case NodePath::pod_resources_socket:
         path = pod_resources_socket(row);

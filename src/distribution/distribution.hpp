@@ -54,7 +54,11 @@ std::string_view distribution_name(Distribution d);
 std::string distribution_names();  // "microk8s, rke2, k3s, k0s, containerd", for messages
 
 // Paths that follow from a row.
-std::string device_plugin_dir(const DistributionRow& row);  // <kubelet>/device-plugins
+// The kubelet's device-plugin directory is one constant on every distribution, whatever its
+// --root-dir: kubelet.sock lives in /var/lib/kubelet/device-plugins (k8s.io/kubelet
+// pkg/apis/deviceplugin/v1beta1 DevicePluginPath, used by the device manager's NewManagerImpl;
+// kubernetes/kubernetes#68567). Only the pod-resources socket follows --root-dir.
+std::string device_plugin_dir();
 std::string pod_resources_socket(
     const DistributionRow& row);                   // <kubelet>/pod-resources/kubelet.sock
 std::string task_dir(const DistributionRow& row);  // <state>/io.containerd.runtime.v2.task

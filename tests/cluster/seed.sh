@@ -17,7 +17,9 @@
 #   5. kubelet restarts with the GPU pods running: the plugin registers once a kubelet, and
 #      nvidia.com/gpu is allocatable again within seconds of each (the real kubelet itself shows 0
 #      until the plugin registers), no pod loses its GPU;
-#   6. helm uninstall: containerd's config is the user's again, byte for byte.
+#   6. a GPU pod whose RuntimeClass names a handler containerd lacks: its sandbox is never
+#      created while it holds a GPU, and the doctor names it and why;
+#   7. helm uninstall: containerd's config is the user's again, byte for byte.
 # Usage: seed.sh LINE     (LINE: 2.3 or 1.7)
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -35,82 +37,8 @@ esac
 cluster_up || exit 1
 kubectl create namespace video >/dev/null
 
-# seed_deployment NAME REPLICAS RUNTIME_CLASS: the seed's Deployment (privileged, one GPU a pod,
-# the seed's own deepstream-app with gpu-id=0), with the driver's NVML as it sees it (the mock in
-# its driver visibility: a GPU shows only when its node opens) and the tools as volumes.
-seed_deployment() {
-  local name=$1 replicas=$2 rc=$3
-  cat <<YAML
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: $name, namespace: video}
-spec:
-  replicas: $replicas
-  selector: {matchLabels: {app: $name}}
-  template:
-    metadata: {labels: {app: $name}}
-    spec:
-      ${rc:+runtimeClassName: $rc}
-      terminationGracePeriodSeconds: 0
-      enableServiceLinks: false
-      containers:
-      - name: deepstream
-        image: $GF_SEED_APP_IMAGE
-        imagePullPolicy: Never
-        command: ["/bin/sh", "-c", "deepstream-app -c /app/ds.txt > /tmp/app.out 2>&1"]
-        env:
-        - {name: PATH, value: /bin:/opt/gpufence/bin}
-        - {name: LD_LIBRARY_PATH, value: /opt/driver}
-        - {name: MOCK_NVML_CONFIG, value: /etc/mock-nvml/mock-nvml.json}
-        - {name: MOCK_NVML_VISIBILITY, value: driver}
-        - {name: MOCK_NVML_PROCFS_DIR, value: /fakeproc/gpus}
-        - {name: MOCK_NVML_PROCESSES, value: /run/mock-nvml/processes}
-        resources: {limits: {nvidia.com/gpu: 1}}
-        securityContext: {privileged: true}
-        volumeMounts:
-        - {name: usr, mountPath: /usr, readOnly: true}
-        - {name: tools, mountPath: /opt/gpufence/bin, readOnly: true}
-        - {name: driver, mountPath: /opt/driver, readOnly: true}
-        - {name: driver, mountPath: /etc/mock-nvml, readOnly: true}
-        - {name: acct, mountPath: /run/mock-nvml}
-        - {name: procfs, mountPath: /fakeproc/gpus, readOnly: true}
-      volumes:
-      - {name: usr, hostPath: {path: /usr}}
-      - {name: tools, hostPath: {path: $build/bin}}
-      - {name: driver, hostPath: {path: $driver_lib}}
-      - {name: acct, emptyDir: {}}
-      - {name: procfs, hostPath: {path: $node/fakeproc/gpus}}
-YAML
-}
-# pods_of NAME: the Deployment's pods, Running, sorted.
-pods_of() { kubectl -n video get pods -l "app=$1" --field-selector=status.phase=Running -o name 2>/dev/null | sort; }
-wait_running() {  # wait_running NAME COUNT
-  local _
-  for _ in $(seq 600); do [ "$(pods_of "$1" | wc -l)" = "$2" ] && return 0; sleep 0.1; done
-  kubectl -n video get pods -o wide
-  kubectl -n video get pods -o jsonpath='{range .items[*]}{.metadata.name}: {.status.containerStatuses[*].state.waiting.message}{"\n"}{end}' | cut -c1-600
-  return 1
-}
-allocatable() { kubectl get node "$cluster_node" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}' 2>/dev/null; }
-wait_allocatable() {  # wait_allocatable N [TENTHS]
-  local _
-  for _ in $(seq "${2:-600}"); do [ "$(allocatable)" = "$1" ] && return 0; sleep 0.1; done
-  return 1
-}
-# look POD: inside the pod, what opens (the probe's errno oracle: ENXIO allowed, EPERM denied,
-# ENOENT absent), also after mknod, what NVML lists, where the app runs, its NVIDIA_VISIBLE_DEVICES.
-look() {
-  kubectl -n video exec "$1" -- sh -c '
-    gpufence-probe /dev/nvidia0 /dev/nvidia1
-    mknod /tmp/n0 c 195 0 2>/dev/null; mknod /tmp/n1 c 195 1 2>/dev/null; gpufence-probe /tmp/n0 /tmp/n1
-    echo "smi $(gpufence-smi 2>/dev/null | wc -l)"
-    i=0; while [ $i -lt 100 ] && ! grep -q "running on" /tmp/app.out 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    echo "app $(sed -n "s/.*running on \([^ ]*\).*/\1/p" /tmp/app.out)"
-    echo "nvd ${NVIDIA_VISIBLE_DEVICES:-unset}"' 2>&1
-}
-rollout_ready() { kubectl -n gpufence rollout status daemonset "$1" --timeout 120s >/dev/null; }
-field() { awk -v k="$2" '$1 == k {print $2}' <<<"$1"; }
-gpu_index() { case $1 in "${GPU[0]}") echo 0 ;; "${GPU[1]}") echo 1 ;; *) echo "?" ;; esac; }
+# shellcheck source=tests/cluster/pods.sh
+. "$src/tests/cluster/pods.sh"
 
 echo "== 0. the seed's setup: a device plugin with NVIDIA's envvar strategy, plain runc, privileged pods"
 "$build/bin/gpufence-device-plugin" --plugin-dir /var/lib/kubelet/device-plugins \
@@ -179,21 +107,7 @@ t0=$(date +%s.%N)
 seed_deployment deepstream 2 "$runtime_class" | kubectl apply -f - >/dev/null
 check "deepstream: both pods run" wait_running deepstream 2
 cluster_log "deepstream (gpufence): apply to both pods Running in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
-gpus=""
-for p in $(pods_of deepstream); do
-  out=$(look "${p#pod/}")
-  f0=$failures
-  own=$(gpu_index "$(field "$out" app)")
-  gpus+=$own
-  other=$((1 - ${own/\?/0}))
-  check "deepstream: $p's app runs on a GPU of the node ($own)" test "$own" != "?"
-  check "deepstream: $p's NVML lists one GPU" test "$(field "$out" smi)" = 1
-  check "deepstream: $p opens its own GPU $own" test "$(field "$out" "/tmp/n$own")" = ENXIO
-  check "deepstream: $p cannot open GPU $other, by node or after mknod" \
-    test "$(field "$out" "/dev/nvidia$other")" != ENXIO -a "$(field "$out" "/tmp/n$other")" != ENXIO -a -n "$(field "$out" "/tmp/n$other")"
-  [ "$failures" = "$f0" ] || sed "s|^|  [$p] |" <<<"$out"
-done
-check "deepstream: the apps run on GPU 0 and GPU 1" test "$(echo "$gpus" | grep -o . | sort | tr -d '\n')" = 01
+check_isolated deepstream 01
 
 echo "== 3. gpufence autoscale on the real Deployment"
 kubectl -n video create configmap streams --from-literal=count=24 >/dev/null
@@ -253,11 +167,45 @@ done
 cluster_log "kubelet restarts: nvidia.com/gpu below 2 for at most $worst ms after a restart"
 check "nvidia.com/gpu is 2 allocatable again within 5 s of each of $restarts kubelet restarts" test "$late" = 0
 check "both pods kept running" test "$(pods_of deepstream | wc -l)" = 2
-check "the device plugin registered once per kubelet start ($restarts restarts)" \
-  test "$(kubectl -n gpufence logs daemonset/gpufence-device-plugin 2>/dev/null | grep -c 'plugin.registered')" -le $((restarts + 1))
+kubectl -n gpufence logs daemonset/gpufence-device-plugin > "$work/device-plugin.log" 2>&1
+registrations=$(grep -c 'plugin.registered' "$work/device-plugin.log")
+check "the device plugin registered once per kubelet start ($registrations for $restarts restarts)" \
+  test "$registrations" -le $((restarts + 1))
+[ "$registrations" -le $((restarts + 1)) ] ||
+  grep -E "plugin\.(registered|restart|no_stream|kubelet|socket|register_failed|resend|dir)" "$work/device-plugin.log"
 
-echo "== 6. helm uninstall"
+echo "== 6. a GPU pod whose sandbox can never be created"
+# A RuntimeClass naming a handler containerd does not have: the kubelet admits the pod (its GPU
+# allocated), then fails RunPodSandbox for ever; the doctor names the pod holding that GPU.
 kubectl -n video delete deployment deepstream --ignore-not-found --wait=true >/dev/null
+for _ in $(seq 300); do [ -z "$(kubectl -n video get pods -o name)" ] && break; sleep 0.1; done
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: gf-missing}
+handler: gf-no-such-handler
+YAML
+seed_deployment stuck 1 gf-missing | kubectl apply -f - >/dev/null
+sandbox_failed=""
+for _ in $(seq 300); do
+  sandbox_failed=$(kubectl -n video get events --field-selector reason=FailedCreatePodSandBox -o jsonpath='{.items[*].message}' 2>/dev/null)
+  [ -n "$sandbox_failed" ] && break; sleep 0.1
+done
+check "the kubelet cannot create its sandbox (FailedCreatePodSandBox)" test -n "$sandbox_failed"
+sleep 2  # older than --gpu-held-after
+stuck_out=$("$build/bin/gpufence" --nvml-library $driver_lib/libnvidia-ml.so.1 doctor \
+  --kubeconfig "$work/pki/admin.kubeconfig" --node-name "$cluster_node" --system-namespace gpufence \
+  --gpu-held-after 1 2>&1)
+stuck_pod=$(kubectl -n video get pods -l app=stuck -o name)
+check "the doctor names the pod holding a GPU it can never use" \
+  grep -qF "pod video/${stuck_pod#pod/} holds GPU" <<<"$stuck_out"
+check "and why: its RuntimeClass's handler is not in containerd's config" \
+  grep -qF "RuntimeClass gf-missing -> handler gf-no-such-handler" <<<"$stuck_out"
+[ "$failures" = 0 ] || grep -A3 "gpu-held-without-container" <<<"$stuck_out" | sed 's/^/  [doctor] /'
+kubectl -n video delete deployment stuck --wait=true >/dev/null
+kubectl delete runtimeclass gf-missing >/dev/null
+
+echo "== 7. helm uninstall"
 "$helm" uninstall gpufence --kubeconfig "$work/pki/admin.kubeconfig" --namespace gpufence --wait --timeout 120s > "$work/helm-uninstall.log" 2>&1
 check "helm uninstall succeeds" test $? = 0
 # The node's own undo: what the chart's documented uninstall step runs (docs/install.md).

@@ -64,8 +64,10 @@ case ${1:?usage: helm.sh CASE} in  # gf:cases
       installer=true
       [ "$config" = - ] && installer=false
       template --set distribution=$d --set installer.enabled=$installer --set doctor.nodeName=n1 > "$work/$d.yaml" || { check "render $d" false; continue; }
-      check "$d: device plugin registers under $kubelet" assert "$work/$d.yaml" \
-        "hostpaths(one('DaemonSet','gpufence-device-plugin'))['device-plugins'] == '$kubelet/device-plugins'" \
+      # The kubelet's device-plugin directory ignores --root-dir (k0s's and microk8s's kubelet
+      # dirs have no device-plugins of the kubelet's): the same on every distribution.
+      check "$d: device plugin registers in the kubelet's constant directory" assert "$work/$d.yaml" \
+        "hostpaths(one('DaemonSet','gpufence-device-plugin'))['device-plugins'] == '/var/lib/kubelet/device-plugins'" \
         "'--plugin-dir=/var/lib/kubelet/device-plugins' in args(one('DaemonSet','gpufence-device-plugin'))"
       [ $installer = true ] && check "$d: installer edits $config and verifies on $socket" assert "$work/$d.yaml" \
         "'--distribution=$d' in args(one('DaemonSet','gpufence-node-installer'))" \
@@ -89,9 +91,11 @@ for name, d in yaml.safe_load(body).items():
 PY
 )
     check "the chart's distributions were read ($rows)" test "$rows" -gt 0
-    template --set distribution=microk8s --set paths.kubeletDir=/srv/kubelet --set driver.root=/run/nvidia/driver > "$work/o.yaml"
+    template --set distribution=microk8s --set paths.kubeletDir=/srv/kubelet --set paths.devicePluginDir=/srv/dp \
+      --set driver.root=/run/nvidia/driver --set doctor.nodeName=n1 > "$work/o.yaml"
     check "paths.* and driver.root override the distribution's" assert "$work/o.yaml" \
-      "hostpaths(one('DaemonSet','gpufence-device-plugin'))['device-plugins'] == '/srv/kubelet/device-plugins'" \
+      "hostpaths(one('DaemonSet','gpufence-device-plugin'))['device-plugins'] == '/srv/dp'" \
+      "'--pod-resources-socket=/srv/kubelet/pod-resources/kubelet.sock' in args(one('Job','gpufence-doctor'))" \
       "hostpaths(one('DaemonSet','gpufence-device-plugin'))['driver-libs'] == '/run/nvidia/driver/usr/lib/x86_64-linux-gnu'" \
       "'--nvml-library=/host/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1' in args(one('DaemonSet','gpufence-node-installer'))" \
       "'--driver-root=/run/nvidia/driver' in args(one('DaemonSet','gpufence-node-installer'))"
@@ -252,6 +256,34 @@ print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
     out=$(template --kube-version 1.29.0 2>&1)
     check "before Kubernetes 1.30 (no admissionregistration.k8s.io/v1 policies) it says to switch it off" grep -q "set nriWaiverPolicy.enabled=false" <<<"$out"
     check "which renders there" bash -c "'$helm' template gf '$chart' --namespace gpufence --kube-version 1.29.0 --set nriWaiverPolicy.enabled=false >/dev/null"
+    ;;
+  dra)
+    # allocation=dra: gpufence-dra and its DeviceClass instead of the device plugin (never both
+    # for nvidia.com/gpu on a node), RBAC exactly as src/dra/driver.cpp calls the API.
+    template --set allocation=dra --set doctor.nodeName=n1 > "$work/d.yaml"
+    check "gpufence-dra runs, the device plugin does not" assert "$work/d.yaml" \
+      "one('DaemonSet','gpufence-dra')" \
+      "[d for d in kind('DaemonSet') if d['metadata']['name'] == 'gpufence-device-plugin'] == []"
+    check "the DeviceClass keeps nvidia.com/gpu pod specs working" assert "$work/d.yaml" \
+      "one('DeviceClass','gpu.gpufence.io')['apiVersion'] == 'resource.k8s.io/v1'" \
+      "one('DeviceClass','gpu.gpufence.io')['spec']['extendedResourceName'] == 'nvidia.com/gpu'" \
+      "one('DeviceClass','gpu.gpufence.io')['spec']['selectors'] == [{'cel': {'expression': 'device.driver == \"gpufence.io\"'}}]"
+    check "its socket's path is the same in the pod and on the host (the kubelet dials it)" assert "$work/d.yaml" \
+      "hostpaths(one('DaemonSet','gpufence-dra'))['plugins-registry'] == '/var/lib/kubelet/plugins_registry'" \
+      "'/var/lib/kubelet/plugins_registry' in mounts(one('DaemonSet','gpufence-dra'))" \
+      "'--registry-dir=/var/lib/kubelet/plugins_registry' in args(one('DaemonSet','gpufence-dra'))" \
+      "pod(one('DaemonSet','gpufence-dra'))['containers'][0]['env'][0]['valueFrom']['fieldRef']['fieldPath'] == 'spec.nodeName'"
+    check "RBAC: exactly the calls gpufence-dra makes" assert "$work/d.yaml" \
+      "rules('ClusterRole','gpufence-dra') == sorted([('', 'nodes', 'get', ()), ('resource.k8s.io', 'resourceslices', 'get', ()), ('resource.k8s.io', 'resourceslices', 'create', ()), ('resource.k8s.io', 'resourceslices', 'update', ()), ('resource.k8s.io', 'resourceclaims', 'get', ())])"
+    template --set allocation=dra --set dra.extendedResourceName= > "$work/e.yaml"
+    check "extendedResourceName empty: claims only" assert "$work/e.yaml" \
+      "'extendedResourceName' not in one('DeviceClass','gpu.gpufence.io')['spec']"
+    template > "$work/dp.yaml"
+    check "the default is the device plugin, with no DRA object" assert "$work/dp.yaml" \
+      "one('DaemonSet','gpufence-device-plugin')" "kind('DeviceClass') == []" \
+      "[d for d in kind('DaemonSet') if d['metadata']['name'] == 'gpufence-dra'] == []"
+    out=$(template --set allocation=both 2>&1)
+    check "another allocation is refused, naming the choices" grep -q "allocation must be device-plugin or dra" <<<"$out"
     ;;
   manifests-in-sync)
     HELM=$helm "$src/deploy/helm/render-manifests.sh" "$work/k8s" 2>/dev/null

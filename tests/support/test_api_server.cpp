@@ -273,6 +273,11 @@ nlohmann::json TestApiServer::object(const std::string& path) {
   return m_objects[path];
 }
 
+void TestApiServer::remove_object(const std::string& path) {
+  std::lock_guard lock(m_mu);
+  m_objects.erase(path);
+}
+
 bool TestApiServer::has_object(const std::string& path) {
   std::lock_guard lock(m_mu);
   return m_objects.contains(path);

@@ -44,6 +44,8 @@ class TestApiServer {
   void set_versioned(const std::string& path, nlohmann::json object);
   nlohmann::json object(const std::string& path);
   bool has_object(const std::string& path);
+  // Deletes a versioned object (as a DELETE by someone else would).
+  void remove_object(const std::string& path);
   // The next PUT finds the object changed by someone else first (its write gets 409).
   void race_next_put() { m_race = true; }
   // The next PUT is answered with this status (e.g. 503) and changes nothing.

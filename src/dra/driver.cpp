@@ -1,0 +1,362 @@
+#include "dra/driver.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/file.hpp"
+#include "common/strings.hpp"
+#include "dra/v1/api.grpc.pb.h"
+#include "drahealth/v1alpha1/api.grpc.pb.h"
+#include "pluginregistration/v1/api.grpc.pb.h"
+
+namespace gpufence {
+
+namespace dra = k8s::io::kubelet::pkg::apis::dra::v1;
+
+namespace {
+
+constexpr std::string_view kCheckpointFile = "checkpoint.json";
+// The service names the kubelet takes in supported_versions (docs/dra.md): v1 only; the kubelet
+// picks the first it knows in our order.
+constexpr std::string_view kDraService = "v1.DRAPlugin";
+
+std::string claim_text(const dra::Claim& c) { return cat(c.namespace_(), "/", c.name()); }
+
+}  // namespace
+
+std::string dra_socket_name(const DraIdentity& id) { return cat(id.driver, "-reg.sock"); }
+
+struct DraDriver::State {
+  DraOptions opt;
+  KubeClient& kube;
+  std::vector<Gpu> gpus;
+  Logger& log;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::map<std::string, DraPreparedClaim> prepared;  // by claim UID
+  std::uint64_t health_version = 0;
+  int wake_fd = -1;  // an eventfd: check the slice now
+
+  State(DraOptions o, KubeClient& k, std::vector<Gpu> g, Logger& l)
+      : opt(std::move(o)), kube(k), gpus(std::move(g)), log(l) {}
+
+  std::filesystem::path checkpoint_path() const { return opt.state_dir / kCheckpointFile; }
+  std::filesystem::path socket_path() const { return opt.registry_dir / dra_socket_name(opt.id); }
+
+  void wake() {
+    std::uint64_t one = 1;
+    if (wake_fd >= 0) [[maybe_unused]]
+      auto n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  // ---- the checkpoint ----
+  Status load_checkpoint() {
+    auto text = read_file(checkpoint_path());
+    if (!text) {
+      if (text.error().code == Errc::not_found) return {};
+      return std::unexpected(text.error());
+    }
+    auto claims = dra_parse_checkpoint(*text);
+    if (!claims) return std::unexpected(claims.error().wrap(checkpoint_path().string()));
+    prepared = std::move(*claims);
+    log.info("dra.checkpoint_loaded", {{"claims", std::to_string(prepared.size())}});
+    return {};
+  }
+  // Under mu.
+  Status save_checkpoint() {
+    return write_file_atomic(checkpoint_path(), dra_checkpoint_text(prepared), Durability::fsync,
+                             Symlinks::none, MakeDir::yes);
+  }
+
+  // ---- NodePrepareResources, one claim ----
+  // A claim prepared before answers as then (the kubelet retries a call that failed for
+  // another claim, and replays after its restart): `again`. Else it is read from the API server.
+  struct Prepared {
+    DraPreparedClaim claim;
+    bool again = false;
+  };
+  Result<Prepared> prepare(const dra::Claim& c) {
+    {
+      std::lock_guard lock(mu);
+      if (auto it = prepared.find(c.uid()); it != prepared.end()) return Prepared{it->second, true};
+    }
+    auto obj = kube.get(cat("/apis/resource.k8s.io/v1/namespaces/", url_escape(c.namespace_()),
+                            "/resourceclaims/", url_escape(c.name())));
+    if (!obj) return std::unexpected(obj.error());
+    auto claim = dra_claim_devices(*obj, c.uid(), opt.id, gpus);
+    if (!claim) return std::unexpected(claim.error());
+    std::lock_guard lock(mu);
+    if (auto it = prepared.find(c.uid()); it != prepared.end()) return Prepared{it->second, true};
+    prepared.emplace(c.uid(), *claim);
+    if (auto st = save_checkpoint(); !st) {
+      prepared.erase(c.uid());  // not prepared until it is on disk: the kubelet retries
+      return std::unexpected(st.error().wrap("checkpoint"));
+    }
+    return Prepared{std::move(*claim), false};
+  }
+
+  Status unprepare(const dra::Claim& c) {
+    std::lock_guard lock(mu);
+    auto it = prepared.find(c.uid());
+    if (it == prepared.end()) return {};  // never prepared, or unprepared already
+    auto kept = it->second;
+    prepared.erase(it);
+    if (auto st = save_checkpoint(); !st) {
+      prepared.emplace(c.uid(), std::move(kept));
+      return std::unexpected(st.error().wrap("checkpoint"));
+    }
+    return {};
+  }
+
+  // ---- the ResourceSlice ----
+  std::optional<std::string> node_uid;
+  std::int64_t generation = 1;
+
+  Status ensure_slice() {
+    if (!node_uid) {
+      auto node = kube.get(cat("/api/v1/nodes/", url_escape(opt.id.node)));
+      if (node && (*node)["metadata"].contains("uid"))
+        node_uid = (*node)["metadata"]["uid"].get<std::string>();
+    }
+    auto want = dra_resource_slice(opt.id, gpus, generation);
+    if (node_uid) {
+      // Deleted with the node, as the kubelet plugin helper's slices are.
+      want["metadata"]["ownerReferences"] = {{{"apiVersion", "v1"},
+                                              {"kind", "Node"},
+                                              {"name", opt.id.node},
+                                              {"uid", *node_uid},
+                                              {"controller", true}}};
+    }
+    const std::string base = "/apis/resource.k8s.io/v1/resourceslices";
+    auto have = kube.call("GET", cat(base, "/", url_escape(dra_slice_name(opt.id))));
+    if (!have) return std::unexpected(have.error());
+    if (have->status == 404) {
+      auto made = kube.request("POST", base, want.dump());
+      if (!made) return std::unexpected(made.error());
+      log.info("dra.slice_published", {{"slice", dra_slice_name(opt.id)},
+                                       {"devices", std::to_string(gpus.size())},
+                                       {"generation", std::to_string(generation)}});
+      return {};
+    }
+    if (have->status != 200)
+      return fail(Errc::rpc, "GET ResourceSlice ", dra_slice_name(opt.id), ": HTTP ",
+                  have->status);
+    if (dra_same_slice_spec(have->body, want)) return {};
+    auto gen = have->body["spec"]["pool"].value("generation", std::int64_t{0});
+    generation = std::max(generation, gen + 1);
+    want["spec"]["pool"]["generation"] = generation;
+    want["metadata"]["resourceVersion"] = have->body["metadata"].value("resourceVersion", "");
+    auto put = kube.request("PUT", cat(base, "/", url_escape(dra_slice_name(opt.id))), want.dump());
+    if (!put) return std::unexpected(put.error());
+    log.info("dra.slice_updated",
+             {{"slice", dra_slice_name(opt.id)}, {"generation", std::to_string(generation)}});
+    return {};
+  }
+
+  // ---- health: every device healthy until the health policy says otherwise ----
+  v1alpha1::NodeWatchResourcesResponse health_list() const {
+    v1alpha1::NodeWatchResourcesResponse out;
+    const auto now = static_cast<std::int64_t>(std::time(nullptr));
+    for (const Gpu& g : gpus) {
+      auto* d = out.add_devices();
+      d->mutable_device()->set_pool_name(opt.id.node);
+      d->mutable_device()->set_device_name(dra_device_name(g));
+      d->set_health(v1alpha1::HEALTHY);
+      d->set_last_updated_time(now);
+    }
+    return out;
+  }
+};
+
+namespace {
+
+class RegistrationService final : public pluginregistration::Registration::Service {
+ public:
+  explicit RegistrationService(DraDriver::State& s) : m_s(s) {}
+  grpc::Status GetInfo(grpc::ServerContext*, const pluginregistration::InfoRequest*,
+                       pluginregistration::PluginInfo* info) override {
+    info->set_type("DRAPlugin");
+    info->set_name(m_s.opt.id.driver);
+    info->set_endpoint(m_s.socket_path().string());
+    info->add_supported_versions(std::string(kDraService));
+    m_s.wake();  // a kubelet (re)starting: it deleted the node's slices
+    return grpc::Status::OK;
+  }
+  grpc::Status NotifyRegistrationStatus(grpc::ServerContext*,
+                                        const pluginregistration::RegistrationStatus* status,
+                                        pluginregistration::RegistrationStatusResponse*) override {
+    if (status->plugin_registered()) {
+      m_s.log.info("dra.registered", {{"driver", m_s.opt.id.driver},
+                                      {"endpoint", m_s.socket_path().string()}});
+    } else {
+      m_s.log.error("dra.registration_refused", {{"error", status->error()}});
+    }
+    m_s.wake();
+    return grpc::Status::OK;
+  }
+
+ private:
+  DraDriver::State& m_s;
+};
+
+class DraService final : public dra::DRAPlugin::Service {
+ public:
+  explicit DraService(DraDriver::State& s) : m_s(s) {}
+  grpc::Status NodePrepareResources(grpc::ServerContext*, const dra::NodePrepareResourcesRequest* req,
+                                    dra::NodePrepareResourcesResponse* resp) override {
+    for (const auto& c : req->claims()) {
+      auto& answer = (*resp->mutable_claims())[c.uid()];
+      auto prepared = m_s.prepare(c);
+      if (!prepared) {
+        answer.set_error(prepared.error().message);
+        m_s.log.warn("dra.prepare_failed",
+                     {{"claim", claim_text(c)}, {"uid", c.uid()}, {"error", prepared.error().message}});
+        continue;
+      }
+      std::vector<std::string> ids;
+      for (const auto& d : prepared->claim.devices) {
+        auto* dev = answer.add_devices();
+        if (!d.request.empty()) dev->add_request_names(d.request);
+        dev->set_pool_name(d.pool);
+        dev->set_device_name(d.device);
+        dev->add_cdi_device_ids(d.cdi_id);
+        ids.push_back(d.cdi_id);
+      }
+      // "again": answered from the checkpoint, nothing read or allocated anew.
+      m_s.log.info(prepared->again ? "dra.prepared_again" : "dra.prepared",
+                   {{"claim", claim_text(c)}, {"uid", c.uid()}, {"cdi", join(ids, ",")}});
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status NodeUnprepareResources(grpc::ServerContext*,
+                                      const dra::NodeUnprepareResourcesRequest* req,
+                                      dra::NodeUnprepareResourcesResponse* resp) override {
+    for (const auto& c : req->claims()) {
+      auto& answer = (*resp->mutable_claims())[c.uid()];
+      if (auto st = m_s.unprepare(c); !st) {
+        answer.set_error(st.error().message);
+        m_s.log.warn("dra.unprepare_failed", {{"claim", claim_text(c)}, {"error", st.error().message}});
+        continue;
+      }
+      m_s.log.info("dra.unprepared", {{"claim", claim_text(c)}, {"uid", c.uid()}});
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  DraDriver::State& m_s;
+};
+
+class HealthService final : public v1alpha1::DRAResourceHealth::Service {
+ public:
+  explicit HealthService(DraDriver::State& s) : m_s(s) {}
+  grpc::Status NodeWatchResources(
+      grpc::ServerContext* ctx, const v1alpha1::NodeWatchResourcesRequest*,
+      grpc::ServerWriter<v1alpha1::NodeWatchResourcesResponse>* writer) override {
+    std::uint64_t sent = 0;
+    std::unique_lock lock(m_s.mu);
+    while (true) {
+      auto list = m_s.health_list();
+      sent = m_s.health_version;
+      lock.unlock();
+      if (!writer->Write(list)) return grpc::Status::OK;  // the kubelet went away
+      lock.lock();
+      m_s.cv.wait_for(lock, std::chrono::seconds(1), [&] {
+        return m_s.stopping || m_s.health_version != sent || ctx->IsCancelled();
+      });
+      if (m_s.stopping || ctx->IsCancelled()) return grpc::Status::OK;
+    }
+  }
+
+ private:
+  DraDriver::State& m_s;
+};
+
+}  // namespace
+
+DraDriver::DraDriver(DraOptions options, KubeClient& kube, std::vector<Gpu> gpus, Logger& log)
+    : m_state(std::make_unique<State>(std::move(options), kube, std::move(gpus), log)) {}
+
+DraDriver::~DraDriver() = default;
+
+std::filesystem::path DraDriver::socket_path() const { return m_state->socket_path(); }
+
+Status DraDriver::run(int stop_fd) {
+  State& s = *m_state;
+  if (auto st = s.load_checkpoint(); !st) return st;
+  if (!s.opt.cdi.dir.empty() && !s.gpus.empty()) {
+    auto built = build_plugin_cdi_spec(HostFs(s.opt.host_root), s.gpus, s.opt.cdi);
+    if (!built) return std::unexpected(built.error().wrap("CDI spec"));
+    auto written = write_plugin_cdi_spec(built->spec, s.opt.cdi);
+    if (!written) return std::unexpected(written.error().wrap("CDI spec"));
+    s.log.info("dra.cdi_spec", {{"path", plugin_cdi_spec_path(s.opt.cdi).string()}});
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(s.opt.registry_dir, ec);
+  struct stat st {};
+  // A socket left by a crash; anything else there is not ours to remove.
+  if (::lstat(s.socket_path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode))
+    std::filesystem::remove(s.socket_path(), ec);
+  RegistrationService reg(s);
+  DraService dra_service(s);
+  HealthService health(s);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix://" + s.socket_path().string(), grpc::InsecureServerCredentials());
+  builder.RegisterService(&reg);
+  builder.RegisterService(&dra_service);
+  builder.RegisterService(&health);
+  auto server = builder.BuildAndStart();
+  if (!server) return fail(Errc::rpc, "cannot serve on ", s.socket_path().string());
+  s.log.info("dra.serving", {{"socket", s.socket_path().string()},
+                             {"driver", s.opt.id.driver},
+                             {"node", s.opt.id.node},
+                             {"devices", std::to_string(s.gpus.size())}});
+
+  s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  std::string last_error;
+  while (true) {
+    if (auto st2 = s.ensure_slice(); !st2) {
+      if (st2.error().message != last_error)
+        s.log.warn("dra.slice_failed", {{"error", st2.error().message}});
+      last_error = st2.error().message;
+    } else {
+      last_error.clear();
+    }
+    pollfd fds[2] = {{stop_fd, POLLIN, 0}, {s.wake_fd, POLLIN, 0}};
+    if (::poll(fds, 2, static_cast<int>(s.opt.slice_check.count())) < 0 && errno != EINTR) break;
+    if (fds[0].revents) break;
+    if (fds[1].revents & POLLIN) {
+      std::uint64_t n;
+      [[maybe_unused]] auto r = ::read(s.wake_fd, &n, sizeof n);
+      // The kubelet deletes the node's slices as it starts, around our registration: look again
+      // once it has.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+  {
+    std::lock_guard lock(s.mu);
+    s.stopping = true;
+  }
+  s.cv.notify_all();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server.reset();
+  std::filesystem::remove(s.socket_path(), ec);
+  ::close(s.wake_fd);
+  s.wake_fd = -1;
+  s.log.info("dra.stopped", {{"socket", s.socket_path().string()}});
+  return {};
+}
+
+}  // namespace gpufence
