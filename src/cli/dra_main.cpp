@@ -8,6 +8,7 @@
 #include "common/hostfs.hpp"
 #include "common/log.hpp"
 #include "common/stop_signals.hpp"
+#include "deviceplugin/health_monitor.hpp"
 #include "deviceplugin/options.hpp"
 #include "deviceplugin/watchdog.hpp"
 #include "dra/driver.hpp"
@@ -23,6 +24,14 @@ int fail_startup(const std::string& message) {
   return 2;
 }
 
+// Ends the process with `code`; while an NVML call is stuck, nothing it may touch can be
+// destroyed under it, so the process leaves with _exit (as gpufence-device-plugin does).
+int leave(int code, NvmlWatchdog& nvml) {
+  if (nvml.wait_idle(std::chrono::milliseconds(0))) return code;
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -33,7 +42,9 @@ int main(int argc, char** argv) try {
   DraOptions opt;
   std::string kubeconfig, nvml_library, log_level = "info", log_file, slice_check = "5s",
                                         nvml_timeout = "10s", registry_dir = opt.registry_dir,
-                                        state_dir = opt.state_dir;
+                                        state_dir = opt.state_dir, ignore_xids, recovery = "off",
+                                        no_execute_xids = "79";
+  bool disable_health = false;
   if (const char* n = std::getenv("NODE_NAME")) opt.id.node = n;
 
   CLI::App app{
@@ -63,6 +74,18 @@ int main(int argc, char** argv) try {
   app.add_option("--nvml-library", nvml_library, "libnvidia-ml.so.1 to load");
   app.add_option("--nvml-timeout", nvml_timeout, "how long one NVML call may take")
       ->capture_default_str();
+  app.add_option("--ignore-xids", ignore_xids,
+                 "XIDs that never make a GPU unhealthy (default: the application XIDs 13,31,43,45,"
+                 "68,109)");
+  app.add_option("--health-recovery", recovery,
+                 "an XID-unhealthy GPU is healthy again after this long without a new one (off: "
+                 "never)")
+      ->capture_default_str();
+  app.add_option("--no-execute-xids", no_execute_xids,
+                 "XIDs whose GPU's taint is NoExecute (its pods evicted), not NoSchedule; a lost "
+                 "GPU always is")
+      ->capture_default_str();
+  app.add_flag("--disable-health-checks", disable_health, "no XID monitoring: every GPU healthy");
   app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
   app.add_option("--log-file", log_file, "append logs here instead of stderr");
   CLI11_PARSE(app, argc, argv);
@@ -86,29 +109,60 @@ int main(int argc, char** argv) try {
     return fail_startup("--nvml-timeout: " +
                         (timeout ? std::string("must not be off") : timeout.error().message));
 
+  HealthOptions health;
+  health.enabled = !disable_health;
+  if (!ignore_xids.empty()) {
+    auto xids = parse_xid_list(ignore_xids);
+    if (!xids) return fail_startup("--ignore-xids: " + xids.error().message);
+    health.ignored_xids = *xids;
+  }
+  auto rec = parse_duration(recovery);
+  if (!rec) return fail_startup("--health-recovery: " + rec.error().message);
+  health.recovery = *rec;
+  auto no_exec = parse_xid_list(no_execute_xids);
+  if (!no_exec) return fail_startup("--no-execute-xids: " + no_exec.error().message);
+
   auto creds = load_credentials(kubeconfig);
   if (!creds) return fail_startup(creds.error().message);
   auto kube = make_rest_client(std::move(*creds));
 
-  // The GPUs, once: a new GPU set means a restart (as for the device plugin).
+  // The GPUs, once: a new GPU set means a restart (as for the device plugin). Every NVML call
+  // runs on the watchdog's thread with a deadline.
   NvmlWatchdog watchdog(**timeout);
-  auto gpus = watchdog.call<Result<std::vector<Gpu>>>(
+  auto nvml = watchdog.call<Result<std::unique_ptr<NvmlInventory>>>(
       "nvmlInit_v2",
-      [library = nvml_library_path(nvml_library), root = opt.host_root]() -> Result<std::vector<Gpu>> {
-        auto nvml = NvmlInventory::open(library, HostFs(root));
-        if (!nvml) return std::unexpected(nvml.error());
-        return (*nvml)->gpus();
+      [library = nvml_library_path(nvml_library), root = opt.host_root] {
+        return NvmlInventory::open(library, HostFs(root));
       },
       sfd, **timeout * 6);
-  if (!gpus) return fail_startup(gpus.error().message);
+  if (!nvml) return leave(fail_startup(nvml.error().message), watchdog);
+  NvmlInventory& inventory = **nvml;
+  auto gpus = watchdog.call<Result<std::vector<Gpu>>>(
+      "nvmlDeviceGetCount", [&inventory] { return inventory.gpus(); }, sfd, **timeout * 6);
+  if (!gpus) return leave(fail_startup(gpus.error().message), watchdog);
 
-  DraDriver driver(opt, *kube, std::move(*gpus), log);
+  // The device plugin's health monitor: NVML XIDs and lost GPUs, the same policy.
+  std::vector<MonitoredGpu> monitored;
+  for (const Gpu& g : *gpus) monitored.push_back({dra_device_name(g), g.uuid});
+  DraDriver* driver_at = nullptr;
+  HealthMonitor monitor(inventory, watchdog, monitored, health, log, [&driver_at] {
+    if (driver_at) driver_at->health_changed();
+  });
+  std::vector<std::string> uuids;
+  for (const Gpu& g : *gpus) uuids.push_back(g.uuid);
+  DraHealthView view = [&monitor, uuids, xids = *no_exec] {
+    std::map<std::string, DraDeviceHealth> out;
+    for (const auto& u : uuids) out[u] = dra_health_of(monitor.healthy(u), monitor.reason(u), xids);
+    return out;
+  };
+  DraDriver driver(opt, *kube, std::move(*gpus), log, view);
+  driver_at = &driver;
+  if (auto st = monitor.start(); !st) return leave(fail_startup(st.error().message), watchdog);
   auto st = driver.run(sfd);
-  if (!st) {
-    log.error("dra.failed", {{"error", st.error().message}});
-    return 1;
-  }
-  return 0;
+  monitor.stop();
+  driver_at = nullptr;
+  if (!st) log.error("dra.failed", {{"error", st.error().message}});
+  return leave(st ? 0 : 1, watchdog);
 } catch (const std::exception& e) {
   std::cerr << "gpufence-dra: internal error: " << e.what() << "\n";
   return 2;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <ctime>
 #include <mutex>
@@ -40,16 +41,24 @@ struct DraDriver::State {
   KubeClient& kube;
   std::vector<Gpu> gpus;
   Logger& log;
+  DraHealthView health_view;
 
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
   std::map<std::string, DraPreparedClaim> prepared;  // by claim UID
   std::uint64_t health_version = 0;
-  int wake_fd = -1;  // an eventfd: check the slice now
+  int wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // check the slice now
+  ~State() {
+    if (wake_fd >= 0) ::close(wake_fd);
+  }
 
-  State(DraOptions o, KubeClient& k, std::vector<Gpu> g, Logger& l)
-      : opt(std::move(o)), kube(k), gpus(std::move(g)), log(l) {}
+  State(DraOptions o, KubeClient& k, std::vector<Gpu> g, Logger& l, DraHealthView h)
+      : opt(std::move(o)), kube(k), gpus(std::move(g)), log(l), health_view(std::move(h)) {}
+
+  std::map<std::string, DraDeviceHealth> health() const {
+    return health_view ? health_view() : std::map<std::string, DraDeviceHealth>{};
+  }
 
   std::filesystem::path checkpoint_path() const { return opt.state_dir / kCheckpointFile; }
   std::filesystem::path socket_path() const { return opt.registry_dir / dra_socket_name(opt.id); }
@@ -129,7 +138,7 @@ struct DraDriver::State {
       if (node && (*node)["metadata"].contains("uid"))
         node_uid = (*node)["metadata"]["uid"].get<std::string>();
     }
-    auto want = dra_resource_slice(opt.id, gpus, generation);
+    auto want = dra_resource_slice(opt.id, gpus, generation, health());
     if (node_uid) {
       // Deleted with the node, as the kubelet plugin helper's slices are.
       want["metadata"]["ownerReferences"] = {{{"apiVersion", "v1"},
@@ -164,15 +173,19 @@ struct DraDriver::State {
     return {};
   }
 
-  // ---- health: every device healthy until the health policy says otherwise ----
+  // ---- health: the full list, each device HEALTHY or UNHEALTHY with why ----
   v1alpha1::NodeWatchResourcesResponse health_list() const {
     v1alpha1::NodeWatchResourcesResponse out;
     const auto now = static_cast<std::int64_t>(std::time(nullptr));
+    const auto h = health();
     for (const Gpu& g : gpus) {
       auto* d = out.add_devices();
       d->mutable_device()->set_pool_name(opt.id.node);
       d->mutable_device()->set_device_name(dra_device_name(g));
-      d->set_health(v1alpha1::HEALTHY);
+      auto it = h.find(g.uuid);
+      const bool healthy = it == h.end() || it->second.healthy;
+      d->set_health(healthy ? v1alpha1::HEALTHY : v1alpha1::UNHEALTHY);
+      if (!healthy) d->set_message(it->second.reason.substr(0, 1024));
       d->set_last_updated_time(now);
     }
     return out;
@@ -285,10 +298,21 @@ class HealthService final : public v1alpha1::DRAResourceHealth::Service {
 
 }  // namespace
 
-DraDriver::DraDriver(DraOptions options, KubeClient& kube, std::vector<Gpu> gpus, Logger& log)
-    : m_state(std::make_unique<State>(std::move(options), kube, std::move(gpus), log)) {}
+DraDriver::DraDriver(DraOptions options, KubeClient& kube, std::vector<Gpu> gpus, Logger& log,
+                     DraHealthView health)
+    : m_state(std::make_unique<State>(std::move(options), kube, std::move(gpus), log,
+                                      std::move(health))) {}
 
 DraDriver::~DraDriver() = default;
+
+void DraDriver::health_changed() {
+  {
+    std::lock_guard lock(m_state->mu);
+    ++m_state->health_version;
+  }
+  m_state->cv.notify_all();
+  m_state->wake();
+}
 
 std::filesystem::path DraDriver::socket_path() const { return m_state->socket_path(); }
 
@@ -324,8 +348,10 @@ Status DraDriver::run(int stop_fd) {
                              {"node", s.opt.id.node},
                              {"devices", std::to_string(s.gpus.size())}});
 
-  s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   std::string last_error;
+  // After a wake (a kubelet registering us: it deletes the node's slices as it starts, perhaps
+  // just after), look again a second later too.
+  int next_ms = static_cast<int>(s.opt.slice_check.count());
   while (true) {
     if (auto st2 = s.ensure_slice(); !st2) {
       if (st2.error().message != last_error)
@@ -335,14 +361,13 @@ Status DraDriver::run(int stop_fd) {
       last_error.clear();
     }
     pollfd fds[2] = {{stop_fd, POLLIN, 0}, {s.wake_fd, POLLIN, 0}};
-    if (::poll(fds, 2, static_cast<int>(s.opt.slice_check.count())) < 0 && errno != EINTR) break;
+    if (::poll(fds, 2, next_ms) < 0 && errno != EINTR) break;
     if (fds[0].revents) break;
+    next_ms = static_cast<int>(s.opt.slice_check.count());
     if (fds[1].revents & POLLIN) {
       std::uint64_t n;
       [[maybe_unused]] auto r = ::read(s.wake_fd, &n, sizeof n);
-      // The kubelet deletes the node's slices as it starts, around our registration: look again
-      // once it has.
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      next_ms = std::min(next_ms, 1000);
     }
   }
   {
@@ -353,8 +378,6 @@ Status DraDriver::run(int stop_fd) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server.reset();
   std::filesystem::remove(s.socket_path(), ec);
-  ::close(s.wake_fd);
-  s.wake_fd = -1;
   s.log.info("dra.stopped", {{"socket", s.socket_path().string()}});
   return {};
 }

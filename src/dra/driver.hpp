@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,9 +39,14 @@ struct DraOptions {
 
 std::string dra_socket_name(const DraIdentity& id);  // "<driver>-reg.sock"
 
+// The GPUs' health now, by uuid (absent: healthy). gpufence-dra's main reads the device plugin's
+// HealthMonitor; tests give their own.
+using DraHealthView = std::function<std::map<std::string, DraDeviceHealth>()>;
+
 class DraDriver {
  public:
-  DraDriver(DraOptions options, KubeClient& kube, std::vector<Gpu> gpus, Logger& log);
+  DraDriver(DraOptions options, KubeClient& kube, std::vector<Gpu> gpus, Logger& log,
+            DraHealthView health = {});
   ~DraDriver();
   DraDriver(const DraDriver&) = delete;
   DraDriver& operator=(const DraDriver&) = delete;
@@ -52,6 +58,10 @@ class DraDriver {
 
   // The socket's path (registry_dir / dra_socket_name).
   std::filesystem::path socket_path() const;
+
+  // Some GPU's health changed (thread-safe): the health stream sends the list again and the
+  // slice is republished with its taints.
+  void health_changed();
 
   struct State;
 

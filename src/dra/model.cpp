@@ -1,6 +1,7 @@
 #include "dra/model.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include "common/strings.hpp"
 #include "gpu/wire_contract.hpp"
@@ -49,12 +50,41 @@ std::string str_at(const json& j, std::initializer_list<const char*> keys) {
 
 std::string dra_device_name(const Gpu& gpu) { return cat("gpu-", gpu.minor); }
 
+DraDeviceHealth dra_health_of(bool healthy, const std::string& reason,
+                              const std::set<std::uint64_t>& no_execute_xids) {
+  DraDeviceHealth h{healthy, healthy ? std::string() : reason, false};
+  if (healthy) return h;
+  if (reason.starts_with("lost")) {
+    h.no_execute = true;
+  } else if (reason.starts_with("xid ")) {
+    if (auto xid = parse_number<std::uint64_t>(std::string_view(reason).substr(4)))
+      h.no_execute = no_execute_xids.contains(*xid);
+  }
+  return h;
+}
+
+std::string dra_taint_value(std::string_view reason) {
+  // A label value: [A-Za-z0-9._-], starting and ending alphanumeric, at most 63.
+  std::string out;
+  std::string_view head = reason.substr(0, reason.find(':'));
+  for (char c : head) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    out += ok ? c : '-';
+    if (out.size() == 63) break;
+  }
+  while (!out.empty() && !std::isalnum(static_cast<unsigned char>(out.back()))) out.pop_back();
+  while (!out.empty() && !std::isalnum(static_cast<unsigned char>(out.front()))) out.erase(0, 1);
+  return out.empty() ? "unhealthy" : out;
+}
+
 std::string dra_slice_name(const DraIdentity& id) {
   return cat(id.node, "-", id.driver).substr(0, 253);
 }
 
 json dra_resource_slice(const DraIdentity& id, const std::vector<Gpu>& gpus,
-                        std::int64_t generation) {
+                        std::int64_t generation,
+                        const std::map<std::string, DraDeviceHealth>& health) {
   json devices = json::array();
   std::vector<Gpu> sorted = gpus;
   std::sort(sorted.begin(), sorted.end(),
@@ -70,6 +100,11 @@ json dra_resource_slice(const DraIdentity& id, const std::vector<Gpu>& gpus,
       attrs["driverVersion"] = json{{"version", g.driver_version}};
     json dev = {{"name", dra_device_name(g)}, {"attributes", attrs}};
     if (g.memory_total) dev["capacity"] = {{"memory", {{"value", std::to_string(g.memory_total)}}}};
+    if (auto h = health.find(g.uuid); h != health.end() && !h->second.healthy) {
+      dev["taints"] = json::array({{{"key", kDraUnhealthyTaintKey},
+                                    {"value", dra_taint_value(h->second.reason)},
+                                    {"effect", h->second.no_execute ? "NoExecute" : "NoSchedule"}}});
+    }
     devices.push_back(std::move(dev));
   }
   return json{{"apiVersion", "resource.k8s.io/v1"},
@@ -86,9 +121,15 @@ bool dra_same_slice_spec(const json& a, const json& b) {
   const json* sa = find_path(a, {"spec"});
   const json* sb = find_path(b, {"spec"});
   if (!sa || !sb) return false;
-  // The pool generation is ours to bump; compare what the scheduler reads.
+  // The pool generation is ours to bump, and the API server stamps a taint's timeAdded:
+  // compare what we say.
   auto strip = [](json s) {
     if (s.contains("pool")) s["pool"].erase("generation");
+    if (s.contains("devices") && s["devices"].is_array())
+      for (auto& d : s["devices"])
+        if (d.is_object() && d.contains("taints") && d["taints"].is_array())
+          for (auto& t : d["taints"])
+            if (t.is_object()) t.erase("timeAdded");
     return s;
   };
   return strip(*sa) == strip(*sb);

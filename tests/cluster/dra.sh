@@ -11,7 +11,10 @@
 #      twice (the checkpoint answers), the slice is back, the pods keep their GPUs;
 #   4. deleting the pods unprepares their claims; a ResourceClaim with a CEL selector (one GPU's
 #      uuid) gets that GPU, and only it opens;
-#   5. helm uninstall: the slice and the DeviceClass go with it.
+#   5. an XID on GPU 1 (the mock NVML's events file): the slice's device carries a NoSchedule
+#      taint and the claim's pod shows the GPU Unhealthy in its status; after the quiet time both
+#      are back to healthy;
+#   6. helm uninstall: the DeviceClass goes with it.
 # Usage: dra.sh LINE     (LINE: 2.3; Kubernetes 1.36 supports containerd 2.2+ only)
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -24,7 +27,16 @@ cluster_up || exit 1
 kubectl create namespace video >/dev/null
 # shellcheck source=tests/cluster/pods.sh
 . "$src/tests/cluster/pods.sh"
-dra_log() { kubectl -n gpufence logs daemonset/gpufence-dra 2>/dev/null; }
+# The current gpufence-dra pod's log, through the kubelet's API (retried: just after a kubelet
+# restart it answers nothing for a moment).
+dra_log() {
+  local out _
+  for _ in $(seq 50); do
+    out=$(kubectl -n gpufence logs daemonset/gpufence-dra 2>/dev/null) && grep -q "event=dra.serving" <<<"$out" && break
+    sleep 0.2
+  done
+  printf '%s\n' "$out"
+}
 slice_devices() {
   kubectl get resourceslices -o jsonpath='{range .items[?(@.spec.driver=="gpufence.io")]}{range .spec.devices[*]}{.name}={.attributes.uuid.string}{"\n"}{end}{end}' 2>/dev/null
 }
@@ -33,6 +45,14 @@ wait_slice() {  # wait_slice COUNT
   for _ in $(seq 300); do [ "$(slice_devices | grep -c =GPU-)" = "$1" ] && return 0; sleep 0.1; done
   return 1
 }
+# The driver's NVML takes XIDs from a file beside its config (tools/mock-nvml): the test appends.
+python3 - "$driver_lib/mock-nvml.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["events_file"] = "mock-events"
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+: > "$driver_lib/mock-events"
+
 echo "== 1. helm install (allocation dra, enforcement nri)"
 python3 "$src/scripts/image/assemble.py" oci "$build" "$work/gpufence.tar" > /dev/null &&
   "$cbin/ctr" -n k8s.io images import "$work/gpufence.tar" >/dev/null || { echo "cannot import the gpufence image"; exit 1; }
@@ -41,6 +61,7 @@ t0=$(date +%s.%N)
   --namespace gpufence --create-namespace --set distribution=containerd --set allocation=dra \
   --set installer.enforcement=nri --set driver.root=$driver_root --set image.pullPolicy=Never \
   --set-json "installer.extraArgs=[\"--host-pid=$$\",\"--restart-command=$work/restart-containerd.sh\"]" \
+  --set-json 'dra.extraArgs=["--health-recovery=4s"]' \
   --wait --timeout 240s > "$work/helm-install.log" 2>&1
 check "helm install succeeds" test $? = 0 || cat "$work/helm-install.log"
 for ds in gpufence-node-installer gpufence-dra; do
@@ -67,6 +88,8 @@ check "the scheduler made one extended-resource claim a pod, allocated from gpuf
 check_isolated deepstream 01
 prepared=$(dra_log | grep -c "event=dra.prepared ")
 check "gpufence-dra prepared the two claims ($prepared)" test "$prepared" = 2
+dra_pid=$(pgrep -f "^/usr/local/bin/gpufence-dra" | head -1)
+[ -n "$dra_pid" ] && cluster_log "gpufence-dra RSS $(awk '/^VmRSS/ {print $2, $3}' "/proc/$dra_pid/status") with two claims prepared"
 kubectl -n video scale deployment deepstream --replicas 3 >/dev/null
 pending=""
 for _ in $(seq 200); do
@@ -86,8 +109,10 @@ for _ in $(seq 300); do u=$(slice_uid); [ -n "$u" ] && [ "$u" != "$uid0" ] && br
 check "the kubelet deleted the node's slice as it started, and gpufence-dra made it again" \
   test -n "$(slice_uid)" -a "$(slice_uid)" != "$uid0"
 check "with both GPUs" wait_slice 2
+anew=$(dra_log | grep -c "event=dra.prepared ")
 check "nothing was prepared anew (a repeat is answered from the checkpoint: $(dra_log | grep -c "event=dra.prepared_again"))" \
-  test "$(dra_log | grep -c "event=dra.prepared ")" = 2
+  test "$anew" = 2
+[ "$anew" = 2 ] || { dra_log | grep "event=dra\." | cut -c1-200; kubectl -n video get pods -o wide; kubectl -n video get resourceclaims; }
 old_dra=$(kubectl -n gpufence get pods -l app.kubernetes.io/name=gpufence-dra -o name)
 kubectl -n gpufence delete $old_dra --wait=true >/dev/null
 check "the recreated gpufence-dra pod is ready" rollout_ready gpufence-dra
@@ -121,11 +146,41 @@ check "chosen: its pod runs" wait_running chosen 1
 check "chosen: the claim got GPU 1" \
   test "$(kubectl -n video get resourceclaim by-uuid -o jsonpath='{.status.allocation.devices.results[0].device}')" = gpu-1
 check_isolated chosen 1
+echo "== 5. an XID on GPU 1: tainted, unhealthy in its pod's status, then recovered"
+# The kubelet puts a claim's health into the status of containers that name claims
+# (resources.claims: cm/dra UpdateAllocatedResourcesStatus), so the claim's pod shows it; a pod
+# with only an extended-resource claim does not.
+taint_of() {  # taint_of DEVICE: effect=value of its taints
+  kubectl get resourceslice "$cluster_node-gpufence.io" -o jsonpath="{range .spec.devices[?(@.name==\"$1\")].taints[*]}{.effect}={.value}{end}" 2>/dev/null
+}
+wait_taint() {  # wait_taint DEVICE WANT
+  local _
+  for _ in $(seq 150); do [ "$(taint_of "$1")" = "$2" ] && return 0; sleep 0.1; done
+  return 1
+}
+echo '{"gpu": 1, "xid": 48}' >> "$driver_lib/mock-events"
+check "the slice's gpu-1 carries the NoSchedule taint of XID 48" wait_taint gpu-1 NoSchedule=xid-48
+check "gpu-0 stays untainted" test -z "$(taint_of gpu-0)"
+p1=$(pods_of chosen | head -1)
+p1=${p1#pod/}
+health=""
+for _ in $(seq 150); do
+  health=$(kubectl -n video get pod "$p1" -o jsonpath='{.status.containerStatuses[0].allocatedResourcesStatus[*].resources[*].health}' 2>/dev/null)
+  [ "$health" = Unhealthy ] && break; sleep 0.1
+done
+check "chosen's pod shows its GPU Unhealthy in its status (the health stream)" test "$health" = Unhealthy
+check "after the quiet time (--health-recovery) the taint is gone" wait_taint gpu-1 ""
+for _ in $(seq 150); do
+  health=$(kubectl -n video get pod "$p1" -o jsonpath='{.status.containerStatuses[0].allocatedResourcesStatus[*].resources[*].health}' 2>/dev/null)
+  [ "$health" = Healthy ] && break; sleep 0.1
+done
+check "and the pod shows it Healthy again" test "$health" = Healthy
+
 kubectl -n video delete deployment chosen --wait=true >/dev/null
 kubectl -n video delete resourceclaim by-uuid --wait=true >/dev/null
 
 dra_log > "$work/dra.log"
-echo "== 5. helm uninstall"
+echo "== 6. helm uninstall"
 "$helm" uninstall gpufence --kubeconfig "$work/pki/admin.kubeconfig" --namespace gpufence --wait --timeout 120s > "$work/helm-uninstall.log" 2>&1
 check "helm uninstall succeeds" test $? = 0
 check "the DeviceClass is gone" bash -c "! '$kbin/kubectl' --kubeconfig '$work/pki/admin.kubeconfig' get deviceclass gpu.gpufence.io >/dev/null 2>&1"

@@ -167,10 +167,15 @@ done
 cluster_log "kubelet restarts: nvidia.com/gpu below 2 for at most $worst ms after a restart"
 check "nvidia.com/gpu is 2 allocatable again within 5 s of each of $restarts kubelet restarts" test "$late" = 0
 check "both pods kept running" test "$(pods_of deepstream | wc -l)" = 2
-kubectl -n gpufence logs daemonset/gpufence-device-plugin > "$work/device-plugin.log" 2>&1
+# Through the kubelet's API, which answers nothing for a moment after a restart: retried.
+for _ in $(seq 50); do
+  kubectl -n gpufence logs daemonset/gpufence-device-plugin > "$work/device-plugin.log" 2>&1 &&
+    grep -q 'plugin.registered' "$work/device-plugin.log" && break
+  sleep 0.2
+done
 registrations=$(grep -c 'plugin.registered' "$work/device-plugin.log")
 check "the device plugin registered once per kubelet start ($registrations for $restarts restarts)" \
-  test "$registrations" -le $((restarts + 1))
+  test "$registrations" -ge 1 -a "$registrations" -le $((restarts + 1))
 [ "$registrations" -le $((restarts + 1)) ] ||
   grep -E "plugin\.(registered|restart|no_stream|kubelet|socket|register_failed|resend|dir)" "$work/device-plugin.log"
 

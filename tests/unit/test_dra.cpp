@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -87,6 +89,31 @@ TEST(DraModel, TheSliceHasOnePoolPerNodeAndOneDevicePerGpuWithAttributes) {
                                    dra_resource_slice(node1(), test::fake_gpus(1), 1)));
 }
 
+TEST(DraModel, AnUnhealthyGpuIsTaintedNoScheduleOrNoExecuteByThePolicy) {
+  EXPECT_FALSE(dra_health_of(false, "xid 48", kDraNoExecuteXids).no_execute);
+  EXPECT_TRUE(dra_health_of(false, "xid 79", kDraNoExecuteXids).no_execute);
+  EXPECT_TRUE(dra_health_of(false, "lost: GPU is lost", kDraNoExecuteXids).no_execute);
+  EXPECT_TRUE(dra_health_of(false, "xid 48", {48}).no_execute) << "the policy names it";
+  EXPECT_TRUE(dra_health_of(true, "", kDraNoExecuteXids).healthy);
+  EXPECT_EQ(dra_taint_value("xid 48"), "xid-48");
+  EXPECT_EQ(dra_taint_value("lost: nvmlDeviceGetUUID did not return"), "lost");
+  EXPECT_EQ(dra_taint_value(std::string(100, 'x')).size(), 63u);
+  EXPECT_EQ(dra_taint_value("::"), "unhealthy");
+
+  auto gpus = test::fake_gpus(2);
+  std::map<std::string, DraDeviceHealth> health;
+  health[gpus[1].uuid] = dra_health_of(false, "xid 79", kDraNoExecuteXids);
+  json s = dra_resource_slice(node1(), gpus, 1, health);
+  EXPECT_FALSE(s["spec"]["devices"][0].contains("taints"));
+  EXPECT_EQ(s["spec"]["devices"][1]["taints"],
+            json::parse(R"([{"key":"gpufence.io/unhealthy","value":"xid-79","effect":"NoExecute"}])"));
+  // The API server stamps timeAdded: still the same slice.
+  json stamped = s;
+  stamped["spec"]["devices"][1]["taints"][0]["timeAdded"] = "2026-12-07T10:00:00Z";
+  EXPECT_TRUE(dra_same_slice_spec(stamped, s));
+  EXPECT_FALSE(dra_same_slice_spec(dra_resource_slice(node1(), gpus, 1), s)) << "recovery untaints";
+}
+
 TEST(DraModel, AClaimGivesOurDevicesAsGpufenceCdiNames) {
   auto gpus = test::fake_gpus(2);
   json c = allocated_claim("c1", "u1",
@@ -154,11 +181,14 @@ class DraDriverTest : public ::testing::Test {
     o.registry_dir = m_dir.path() / "plugins_registry";
     o.state_dir = m_dir.path() / "state";
     o.cdi.dir = (m_dir.path() / "cdi").string();
-    o.slice_check = 100ms;
+    o.slice_check = m_slice_check;
     return o;
   }
   void start() {
-    m_driver = std::make_unique<DraDriver>(options(), *m_kube, m_gpus, m_log);
+    m_driver = std::make_unique<DraDriver>(options(), *m_kube, m_gpus, m_log, [this] {
+      std::lock_guard lock(m_health_mu);
+      return m_health;
+    });
     m_thread = std::thread([this] { m_result = m_driver->run(m_stop); });
     ASSERT_TRUE(eventually([&] { return std::filesystem::exists(m_driver->socket_path()); }));
     m_channel = grpc::CreateChannel("unix://" + m_driver->socket_path().string(),
@@ -187,6 +217,20 @@ class DraDriverTest : public ::testing::Test {
     return n;
   }
 
+  void set_health(const std::string& uuid, std::optional<DraDeviceHealth> h) {
+    {
+      std::lock_guard lock(m_health_mu);
+      if (h)
+        m_health[uuid] = *h;
+      else
+        m_health.erase(uuid);
+    }
+    m_driver->health_changed();
+  }
+
+  std::chrono::milliseconds m_slice_check = 100ms;
+  std::mutex m_health_mu;
+  std::map<std::string, DraDeviceHealth> m_health;
   test::TempDir m_dir;
   test::TestApiServer m_api;
   std::unique_ptr<KubeClient> m_kube;
@@ -323,6 +367,37 @@ TEST_F(DraDriverTest, TheHealthStreamListsEveryDeviceAndEndsOnStop) {
   while (reader->Read(&more)) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s) << "a stop ends the stream";
+}
+
+// An XID: the health stream says UNHEALTHY with why and the slice's device gets the taint;
+// recovery: HEALTHY, untainted.
+TEST_F(DraDriverTest, AnUnhealthyGpuIsStreamedAndTaintedAndRecovers) {
+  const std::string path = kSlices + "/node1-gpufence.io";
+  m_slice_check = 60s;  // a change republishes at once, not at the next check
+  start();
+  ASSERT_TRUE(eventually([&] { return m_api.has_object(path); }));
+  auto stub = v1alpha1::DRAResourceHealth::NewStub(m_channel);
+  grpc::ClientContext ctx;
+  auto reader = stub->NodeWatchResources(&ctx, {});
+  v1alpha1::NodeWatchResourcesResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));
+  EXPECT_EQ(msg.devices(1).health(), v1alpha1::HEALTHY);
+
+  set_health(m_gpus[1].uuid, dra_health_of(false, "xid 48", kDraNoExecuteXids));
+  ASSERT_TRUE(reader->Read(&msg));
+  EXPECT_EQ(msg.devices(0).health(), v1alpha1::HEALTHY);
+  EXPECT_EQ(msg.devices(1).health(), v1alpha1::UNHEALTHY);
+  EXPECT_EQ(msg.devices(1).message(), "xid 48");
+  auto taints = [&] { return m_api.object(path)["spec"]["devices"][1].value("taints", json::array()); };
+  ASSERT_TRUE(eventually([&] { return taints().size() == 1; }, 3s)) << "republished at once";
+  EXPECT_EQ(taints()[0]["effect"], "NoSchedule");
+  EXPECT_EQ(taints()[0]["value"], "xid-48");
+
+  set_health(m_gpus[1].uuid, std::nullopt);
+  ASSERT_TRUE(reader->Read(&msg));
+  EXPECT_EQ(msg.devices(1).health(), v1alpha1::HEALTHY);
+  EXPECT_TRUE(eventually([&] { return taints().empty(); }, 3s)) << "recovery removes the taint";
+  ctx.TryCancel();
 }
 
 TEST_F(DraDriverTest, ACorruptCheckpointStopsTheDriverRatherThanPrepareTwice) {

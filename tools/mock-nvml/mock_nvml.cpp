@@ -1,7 +1,7 @@
 // A stand-in for the NVIDIA driver's libnvidia-ml.so.1: the same C ABI (src/gpu/nvml_abi.hpp,
 // from docs/nvml.md), answered from a JSON description named by
 // $MOCK_NVML_CONFIG. Events are injected at run time by appending JSON lines to an events file
-// ("events_file" in the config, or $MOCK_NVML_EVENTS):
+// ("events_file" in the config, relative to the config's directory, or $MOCK_NVML_EVENTS):
 //   {"gpu": 0, "xid": 48}        a critical XID on GPU 0 (index or UUID)
 //   {"gpu": 1, "lost": true}     GPU 1 fell off the bus: its queries answer GPU_IS_LOST (15)
 //   {"gpu": 1, "lost": false}    GPU 1 answers again
@@ -350,6 +350,13 @@ int load_config(State& s) {
                               topology_level(t.value("level", std::string("SYSTEM"))));
     }
     s.events_file = cfg.value("events_file", std::string());
+    // A relative one is beside the config (a driver root mounted elsewhere in a pod still finds
+    // the file the host appends to).
+    if (!s.events_file.empty() && s.events_file[0] != '/') {
+      std::string dir(path);
+      dir = dir.find('/') == std::string::npos ? "." : dir.substr(0, dir.rfind('/'));
+      s.events_file = dir + "/" + s.events_file;
+    }
     if (s.events_file.empty()) {
       if (const char* ev = std::getenv("MOCK_NVML_EVENTS")) s.events_file = ev;
     }
