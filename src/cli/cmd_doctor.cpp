@@ -29,7 +29,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
     std::string kubeconfig, node_name;
     bool in_cluster = false;
     bool json = false;
-    std::vector<std::string> system_daemonsets;
+    std::vector<std::string> system_daemonsets, gpu_dra_drivers;
     long held_after_s = 300;
   };
   auto args = std::make_shared<Args>();
@@ -77,6 +77,9 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
   d->add_option("--system-daemonset", args->system_daemonsets,
                 "A DaemonSet of gpufence's in --system-namespace (repeatable; default " +
                     join(GatherOptions{}.system_daemonsets, ", ") + ")");
+  d->add_option("--gpu-dra-driver", args->gpu_dra_drivers,
+                "A DRA driver whose devices are GPUs (repeatable; default " +
+                    join(GatherOptions{}.gpu_dra_drivers, ", ") + ")");
   d->add_option("--gpu-held-after", args->held_after_s,
                 "Seconds a pod may hold GPUs with no container running before it is named "
                 "(pod.gpu-held-without-container)")
@@ -106,6 +109,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
              }
              if (!args->handlers.empty()) opt.handlers = args->handlers;
              if (!args->system_daemonsets.empty()) opt.system_daemonsets = args->system_daemonsets;
+             if (!args->gpu_dra_drivers.empty()) opt.gpu_dra_drivers = args->gpu_dra_drivers;
              opt.held_after = std::chrono::seconds(args->held_after_s);
              if (opt.system_namespace.empty() && args->in_cluster) {
                // The doctor's own pod runs in the install's namespace (the chart's Job and

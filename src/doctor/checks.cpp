@@ -230,14 +230,15 @@ void check_no_request_can_open(const Snapshot& s, std::vector<Finding>& out) {
     auto o = overreach(s, c);
     if (!o || !o->allocated.empty()) continue;
     if (auto own = own_pod(s, c)) {
-      // The device plugin asks NVML about every GPU and the installer runs privileged: neither
-      // requests a GPU, and neither runs a tenant's code.
+      // The device plugin and gpufence-dra ask NVML about every GPU and the installer runs
+      // privileged: none requests a GPU, and none runs a tenant's code.
       out.push_back({"gpu.no-request-can-open", Severity::info,
                      cat(*own, ": container ", c.label(), " requested no GPU and can open ",
                          gpu_names(s, o->extra), ", as it needs to"),
                      cat(o->evidence, "; ", *own),
-                     "nothing to do: gpufence's device plugin opens every GPU through NVML and "
-                     "its installer runs privileged; no GPU is allocated to either"});
+                     "nothing to do: gpufence's device plugin and DRA driver open every GPU "
+                     "through NVML and its installer runs privileged; no GPU is allocated to "
+                     "them"});
       continue;
     }
     // A pod controlled by a DaemonSet with one of gpufence's names, outside a namespace known
@@ -536,11 +537,30 @@ std::string sockets(const Snapshot& s) {
 }
 
 // What the node advertises (the API's view, else the kubelet's) against the GPUs present.
+// The GPU devices this node's ResourceSlices publish, by GPU DRA driver ("gpufence.io: 2").
+std::vector<std::string> dra_gpu_drivers(const Snapshot& s, long& devices) {
+  std::vector<std::string> out;
+  devices = 0;
+  if (!s.kube) return out;
+  for (const auto& [driver, n] : s.kube->dra_devices) {
+    if (n <= 0 || std::find(s.gpu_dra_drivers.begin(), s.gpu_dra_drivers.end(), driver) ==
+                      s.gpu_dra_drivers.end())
+      continue;
+    devices += n;
+    out.push_back(cat(driver, ": ", n));
+  }
+  return out;
+}
+
 void check_gpu_capacity(const Snapshot& s, std::vector<Finding>& out) {
   if (s.gpus.empty()) return;
   if (s.kube && s.kube->capacity) {
     long cap = *s.kube->capacity;
     if (cap != 0 && cap >= static_cast<long>(s.gpus.size())) return;
+    // Served through DRA instead: the node advertises none by design (docs/dra.md).
+    long dra = 0;
+    if (cap == 0 && !dra_gpu_drivers(s, dra).empty() && dra >= static_cast<long>(s.gpus.size()))
+      return;
     out.push_back({"node.gpu-capacity", Severity::error,
                    cat("the node advertises ", cap, " ", s.resource_name, " but ", s.gpus.size(),
                        " GPU(s) are present"),
@@ -556,6 +576,26 @@ void check_gpu_capacity(const Snapshot& s, std::vector<Finding>& out) {
                  cat("PodResources GetAllocatableResources lists no ", s.resource_name,
                      " devices; device plugin sockets: ", sockets(s)),
                  kFixPlugin});
+}
+
+// One resource through two backends: a device plugin's nvidia.com/gpu and a GPU DRA driver's
+// slices on one node. The scheduler then counts the same GPUs twice: a plain limit takes the
+// plugin's count, a claim the slice's device, and both can land on one GPU.
+void check_gpu_two_backends(const Snapshot& s, std::vector<Finding>& out) {
+  if (!s.kube || !s.kube->capacity || *s.kube->capacity <= 0) return;
+  long dra = 0;
+  auto drivers = dra_gpu_drivers(s, dra);
+  if (drivers.empty()) return;
+  out.push_back(
+      {"node.gpu-two-backends", Severity::error,
+       cat("the node's GPUs are served twice: ", *s.kube->capacity, " ", s.resource_name,
+           " from a device plugin and ", dra, " device(s) from DRA (", join(drivers, ", "),
+           "): one GPU can be given to a pod of each"),
+       cat("node status capacity ", s.resource_name, "=", *s.kube->capacity,
+           "; this node's ResourceSlices: ", join(drivers, ", "),
+           "; device plugin sockets: ", sockets(s)),
+       "run one of them on this node: the chart's allocation is device-plugin or dra, never "
+       "both (docs/dra.md); remove the other's DaemonSet from this node"});
 }
 
 void check_gpu_not_allocatable(const Snapshot& s, std::vector<Finding>& out) {
@@ -1009,6 +1049,7 @@ const std::vector<DoctorCheck> kChecks = {
     {"pod.env-visible-devices", check_pod_env},
     {"node.gpu-capacity", check_gpu_capacity},
     {"node.gpu-not-allocatable", check_gpu_not_allocatable},
+    {"node.gpu-two-backends", check_gpu_two_backends},
     {"cdi.duplicate-device", check_cdi_duplicate_device},
     {"gpu.left-devices-cgroup", check_left_devices_cgroup},
     {"gpu.checkpoint-renumbered", check_checkpoint_renumbered},

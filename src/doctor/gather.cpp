@@ -310,6 +310,20 @@ Result<KubeView> read_kube_view(KubeClient& kube, const std::string& node_name,
     return std::unexpected(allocatable.error().wrap("node " + node_name + " allocatable"));
   view.capacity = *capacity;
   view.allocatable = *allocatable;
+  // DRA: the node's slices (a cluster without resource.k8s.io/v1, or a doctor whose RBAC
+  // predates it, answers 404/403: no DRA devices known).
+  auto slices = kube.call("GET", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=" +
+                                     url_escape("spec.nodeName=" + node_name));
+  if (slices && slices->status == 200 && slices->body.is_object()) {
+    for (const auto& sl : slices->body.value("items", nlohmann::json::array())) {
+      if (!sl.is_object()) continue;
+      const auto spec = sl.value("spec", nlohmann::json::object());
+      if (!spec.is_object()) continue;
+      const auto devices = spec.value("devices", nlohmann::json::array());
+      if (devices.is_array())
+        view.dra_devices[spec.value("driver", "")] += static_cast<long>(devices.size());
+    }
+  }
   auto classes = kube.get("/apis/node.k8s.io/v1/runtimeclasses");
   if (!classes) return std::unexpected(classes.error());
   for (const auto& rc : classes->value("items", nlohmann::json::array())) {
@@ -703,6 +717,7 @@ Snapshot gather_snapshot(const HostFs& host, const GatherOptions& options,
   ctx.snap.system_namespace = ctx.opt.system_namespace;
   ctx.snap.system_daemonsets = ctx.opt.system_daemonsets;
   ctx.snap.held_after = ctx.opt.held_after;
+  ctx.snap.gpu_dra_drivers = ctx.opt.gpu_dra_drivers;
   ctx.snap.taken_at = std::chrono::system_clock::now();
   read_api_view(ctx);
   read_gpus(ctx);

@@ -43,14 +43,24 @@ struct GatherOptions {
   // gpufence's own pods (Snapshot::system_namespace): the namespace it was installed in ("" =
   // none known: no pod is taken for gpufence's) and the chart's DaemonSets.
   std::string system_namespace;
-  std::vector<std::string> system_daemonsets = {"gpufence-device-plugin",
+  std::vector<std::string> system_daemonsets = {"gpufence-device-plugin", "gpufence-dra",
                                                 "gpufence-node-installer"};
   std::chrono::seconds held_after{300};  // Snapshot::held_after
+  // DRA drivers whose devices are GPUs (Snapshot::gpu_dra_drivers): gpufence-dra's and
+  // NVIDIA's.
+  std::vector<std::string> gpu_dra_drivers = {"gpufence.io", "gpu.nvidia.com"};
 };
 
 class KubeClient;
 
 // PodResources v1 over the kubelet's socket: List and GetAllocatableResources.
+// The GPU ids in a container's DRA claims as PodResources lists them (DynamicResource
+// claim_resources cdi_devices): the names of GPU CDI kinds (kGpuCdiKinds: gpufence-dra's
+// "gpufence.io/gpu=<uuid>"), each once. The kubelet lists a claim's CDI devices cumulatively per
+// driver and does not filter them by request (docs/dra.md), so a claim shared by two containers
+// counts for both.
+std::vector<std::string> gpu_ids_of_cdi_names(const std::vector<std::string>& names);
+
 struct PodResourcesView {
   std::vector<KubeletAllocation> allocations;
   std::vector<std::string> allocatable;

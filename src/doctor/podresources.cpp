@@ -1,9 +1,23 @@
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+
 #include "doctor/gather.hpp"
+#include "gpu/wire_contract.hpp"
 #include "podresources/v1/api.grpc.pb.h"
 
 namespace gpufence {
+
+std::vector<std::string> gpu_ids_of_cdi_names(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    auto cdi = split_cdi_name(n);
+    if (!cdi || !is_gpu_cdi_kind(cdi->kind) || cdi->name.empty()) continue;
+    std::string id(cdi->name);
+    if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(std::move(id));
+  }
+  return out;
+}
 
 Result<PodResourcesView> read_pod_resources(const std::string& socket_path,
                                             const std::string& resource_name) {
@@ -24,6 +38,14 @@ Result<PodResourcesView> read_pod_resources(const std::string& socket_path,
           if (d.resource_name() == resource_name)
             a.device_ids.insert(a.device_ids.end(), d.device_ids().begin(), d.device_ids().end());
         }
+        // GPUs through DRA (gpufence-dra, or any driver naming GPU CDI kinds).
+        std::vector<std::string> cdi;
+        for (const auto& dr : c.dynamic_resources())
+          for (const auto& cr : dr.claim_resources())
+            for (const auto& n : cr.cdi_devices()) cdi.push_back(n.name());
+        for (auto& id : gpu_ids_of_cdi_names(cdi))
+          if (std::find(a.device_ids.begin(), a.device_ids.end(), id) == a.device_ids.end())
+            a.device_ids.push_back(std::move(id));
         view.allocations.push_back(std::move(a));
       }
     }

@@ -87,6 +87,9 @@ struct KubePod {
 
 struct KubeView {
   std::optional<long> capacity, allocatable;           // the node's, for the resource
+  // Devices this node's ResourceSlices publish, by DRA driver (empty where resource.k8s.io/v1
+  // is not served or not readable).
+  std::map<std::string, long> dra_devices;
   std::map<std::string, std::string> runtime_classes;  // name -> handler
   std::vector<KubePod> pods;
 };
@@ -166,6 +169,9 @@ struct Snapshot {
   // A pod holding GPUs with no container running this long is named
   // (pod.gpu-held-without-container).
   std::chrono::seconds held_after{300};
+  // DRA drivers whose devices are GPUs: their slices serve the node's GPUs instead of (never
+  // beside) a device plugin.
+  std::vector<std::string> gpu_dra_drivers;
 };
 
 }  // namespace gpufence

@@ -121,6 +121,15 @@ check "both pods kept running" test "$(pods_of deepstream | wc -l)" = 2
 check "the new gpufence-dra read the two prepared claims back" grep -q 'event=dra.checkpoint_loaded claims=2' <<<"$(dra_log)"
 check "and prepared nothing anew" test "$(dra_log | grep -c "event=dra.prepared ")" = 0
 check_isolated deepstream 01
+# The doctor joins what the kubelet allocated through DRA (PodResources' DynamicResource) with
+# what each container opens: no false alarm on a DRA node, gpufence-dra's own pod included.
+doctor_out=$("$build/bin/gpufence" --nvml-library $driver_lib/libnvidia-ml.so.1 doctor \
+  --kubeconfig "$work/pki/admin.kubeconfig" --node-name "$cluster_node" --system-namespace gpufence --probe 2>&1)
+doctor_rc=$?
+check "the doctor finds no error on the DRA node (exit $doctor_rc)" test "$doctor_rc" = 0
+check "it reads each pod's GPU from its DRA claim" \
+  test "$(grep -cE "video/deepstream-[^ ]* \[privileged\]: allocated GPU([01]) \| can open GPU\1 \(probe\)" <<<"$doctor_out")" = 2
+[ "$doctor_rc" = 0 ] || echo "$doctor_out" | sed 's/^/  [doctor] /'
 
 echo "== 4. a ResourceClaim with a CEL selector: GPU 1 by its uuid"
 kubectl -n video delete deployment deepstream --wait=true >/dev/null

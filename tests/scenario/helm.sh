@@ -157,8 +157,8 @@ print(' '.join(x.split('=')[0] for x in a[a.index('install')+1:]))"); do
     # watch), each a rule below. If a call is added there, the count check fails until this table
     # and the chart's RBAC follow (tests/unit/test_autoscale.cpp RbacIsExactlyWhatTheCallsNeed
     # checks the same against the requests the controller really sends).
-    check "doctor: nodes get, pods list, runtimeclasses list — nothing more" assert "$work/r.yaml" \
-      "rules('ClusterRole','gpufence-doctor') == sorted([('', 'nodes', 'get', ()), ('', 'pods', 'list', ()), ('node.k8s.io', 'runtimeclasses', 'list', ())])"
+    check "doctor: nodes get, pods list, runtimeclasses list, resourceslices list — nothing more" assert "$work/r.yaml" \
+      "rules('ClusterRole','gpufence-doctor') == sorted([('', 'nodes', 'get', ()), ('', 'pods', 'list', ()), ('node.k8s.io', 'runtimeclasses', 'list', ()), ('resource.k8s.io', 'resourceslices', 'list', ())])"
     check "autoscaler: nodes and pods list + watch cluster-wide, never get — nothing more" assert "$work/r.yaml" \
       "rules('ClusterRole','gpufence-autoscale') == sorted([('', 'nodes', 'list', ()), ('', 'nodes', 'watch', ()), ('', 'pods', 'list', ()), ('', 'pods', 'watch', ())])"
     check "autoscaler: the one Deployment (get), its scale (get, update), Events (create), in its namespace" assert "$work/r.yaml" \
@@ -214,7 +214,9 @@ print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
       check "$what makes the $want API calls the table covers (found $n)" test "$n" = "$want"
       [ "$n" = "$want" ] || calls "$@" | sed 's/^/    /'
     }
-    count 3 "the doctor" "$src"/src/doctor/*.cpp
+    count 4 "the doctor" "$src"/src/doctor/*.cpp
+    # gpufence-dra (the dra case checks its ClusterRole): node get, claim get, slice get/post/put.
+    count 5 "gpufence-dra" "$src"/src/dra/*.cpp
     # nodes and pods list + watch (the same two lines of watch.cpp), Deployment get, scale get and
     # put, ConfigMap get, Event post (twice: again with a later name after a 409), Lease
     # get/post/put, and the release's get and put.

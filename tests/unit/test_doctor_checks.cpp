@@ -975,3 +975,44 @@ TEST_F(DoctorChecks, NriWaiverKeyInTheConfigIsAnError) {
   m_node->write("etc/gpufence/install-state.json", state("runtime"));
   EXPECT_TRUE(nri_findings(judge(snapshot())).empty());
 }
+
+// DRA: a node whose GPUs a GPU DRA driver's slices publish advertises no nvidia.com/gpu by
+// design (no node.gpu-capacity); a device plugin's count beside such slices serves one GPU twice.
+TEST(DoctorDra, SlicesServeTheGpusAndTwoBackendsAreAnError) {
+  Snapshot s;
+  s.resource_name = "nvidia.com/gpu";
+  s.gpu_dra_drivers = GatherOptions{}.gpu_dra_drivers;
+  for (unsigned i = 0; i < 2; ++i) {
+    NodeGpu g;
+    g.gpu.index = i;
+    g.gpu.minor = i;
+    g.gpu.uuid = "GPU-" + std::to_string(i);
+    s.gpus.push_back(g);
+  }
+  auto ids = [](const std::vector<Finding>& f) {
+    std::vector<std::string> out;
+    for (const auto& x : f) out.push_back(x.id);
+    return out;
+  };
+  auto has = [&](const std::vector<Finding>& f, const std::string& id) {
+    auto v = ids(f);
+    return std::find(v.begin(), v.end(), id) != v.end();
+  };
+  s.kube = KubeView{};
+  s.kube->capacity = 0;
+  s.kube->allocatable = 0;
+  EXPECT_TRUE(has(judge(s), "node.gpu-capacity")) << "no backend at all";
+  s.kube->dra_devices["gpufence.io"] = 2;
+  EXPECT_FALSE(has(judge(s), "node.gpu-capacity")) << "served by gpufence-dra";
+  EXPECT_FALSE(has(judge(s), "node.gpu-two-backends"));
+  s.kube->dra_devices = {{"nic.example.com", 2}};
+  EXPECT_TRUE(has(judge(s), "node.gpu-capacity")) << "another driver's devices are no GPUs";
+  s.kube->dra_devices = {{"gpu.nvidia.com", 2}};
+  s.kube->capacity = 2;
+  s.kube->allocatable = 2;
+  auto f = judge(s);
+  ASSERT_TRUE(has(f, "node.gpu-two-backends"));
+  auto two = std::find_if(f.begin(), f.end(), [](const Finding& x) { return x.id == "node.gpu-two-backends"; });
+  EXPECT_EQ(two->severity, Severity::error);
+  EXPECT_NE(two->summary.find("gpu.nvidia.com: 2"), std::string::npos) << two->summary;
+}

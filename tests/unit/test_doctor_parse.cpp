@@ -4,6 +4,7 @@
 #include "common/base64.hpp"
 #include "common/file.hpp"
 #include "deviceplugin/api.hpp"
+#include "doctor/gather.hpp"
 #include "doctor/parse.hpp"
 #include "support/test_support.hpp"
 
@@ -198,4 +199,13 @@ TEST(DoctorParse, KubeletCheckpointEntries) {
   EXPECT_FALSE(parse_kubelet_checkpoint(R"({"Data":{"PodDeviceEntries":[{"ResourceName":
       "nvidia.com/gpu","AllocResp":"@@@@"}]}})",
                                         "nvidia.com/gpu"));
+}
+
+// PodResources' DRA claims: GPU CDI names give the container's GPUs, each once (the kubelet
+// repeats a driver's earlier devices in each later one's list); other kinds are no GPU.
+TEST(DoctorPodResources, DraClaimsGiveTheGpusOfTheirGpuCdiNames) {
+  EXPECT_EQ(gpu_ids_of_cdi_names({"gpufence.io/gpu=GPU-a", "gpufence.io/gpu=GPU-a",
+                                  "gpufence.io/gpu=GPU-b", "nvidia.com/gpu=1",
+                                  "vendor.example.com/nic=eth0", "gpufence.io/gpu=", "no-kind"}),
+            (std::vector<std::string>{"GPU-a", "GPU-b", "1"}));
 }
