@@ -11,3 +11,25 @@ foreach(name ${GPUFENCE_FUZZ_TARGETS})
                    ${GPUFENCE_FUZZ_BUILD_DIR})
   set_tests_properties(fuzz.${name} PROPERTIES LABELS fuzz SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
+
+# The corpora replayed as ordinary unit tests (label unit: `make check`), built with the main
+# compiler: every committed input, crash regressions included, through each target's oracles,
+# without clang or libFuzzer (tests/fuzz/replay_main.cpp). The libraries are the main build's.
+set(replay_libs_selector gpufence_gpu)
+set(replay_libs_oci_spec gpufence_runtime gpufence_doctor)
+set(replay_libs_cdi_spec gpufence_cdi)
+set(replay_libs_containerd_config gpufence_containerd)
+set(replay_libs_ldcache gpufence_cdi)
+set(replay_libs_doctor_parse gpufence_doctor)
+set(replay_libs_runc_args gpufence_runtime)
+set(replay_libs_quantity gpufence_kube)
+set(replay_libs_go_match gpufence_common)
+set(replay_libs_nri_wire gpufence_nri)
+foreach(name ${GPUFENCE_FUZZ_TARGETS})
+  add_executable(replay_${name} ${CMAKE_CURRENT_LIST_DIR}/fuzz_${name}.cpp
+                                ${CMAKE_CURRENT_LIST_DIR}/replay_main.cpp)
+  target_link_libraries(replay_${name} PRIVATE ${replay_libs_${name}})
+  add_test(NAME fuzz-replay.${name}
+           COMMAND replay_${name} ${CMAKE_CURRENT_LIST_DIR}/corpus/${name})
+  set_tests_properties(fuzz-replay.${name} PROPERTIES LABELS unit TIMEOUT 120)
+endforeach()

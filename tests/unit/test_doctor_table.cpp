@@ -111,10 +111,15 @@ TEST(DoctorTable, EveryCheckFiresAndEmitsOnlyItsOwnId) {
   Snapshot plugin_view = s;  // what only the kubelet's view (no API) can show
   plugin_view.kube.reset();
   plugin_view.allocatable = std::vector<std::string>{s.gpus[0].gpu.uuid};
+  Snapshot two_backends = s;  // a device plugin's count beside a GPU DRA driver's slices
+  two_backends.kube->capacity = 2;
+  two_backends.kube->dra_devices = {{"gpufence.io", 2}};
+  two_backends.gpu_dra_drivers = {"gpufence.io"};
   for (const auto& check : doctor_checks()) {
     std::vector<Finding> out;
     check.run(s, out);
     if (out.empty()) check.run(plugin_view, out);
+    if (out.empty()) check.run(two_backends, out);
     EXPECT_FALSE(out.empty()) << check.id << " never fires: a check nothing can trigger";
     for (const auto& f : out) {
       EXPECT_TRUE(check_id_matches(check.id, f.id)) << check.id << " emitted " << f.id;
