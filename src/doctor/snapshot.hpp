@@ -95,7 +95,7 @@ struct KubeView {
 };
 
 // containerd's NRI as the node has it, and the enforcement `gpufence install` recorded
-// (docs/nri.md; issue 18).
+// (docs/nri.md).
 struct NriView {
   std::string enforcement;  // the install record's "runtime", "nri", "both"; "" = no record
   std::string state_file;   // the record read
