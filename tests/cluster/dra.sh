@@ -13,7 +13,7 @@
 #      uuid) gets that GPU, and only it opens;
 #   5. an XID on GPU 1 (the mock NVML's events file): the slice's device carries a NoSchedule
 #      taint and the claim's pod shows the GPU Unhealthy in its status; after the quiet time both
-#      are back to healthy;
+#      are back to healthy; GPU 1 lost: a NoExecute taint, and the pod using it is evicted;
 #   6. helm uninstall: the DeviceClass goes with it.
 # Usage: dra.sh LINE     (LINE: 2.3; Kubernetes 1.36 supports containerd 2.2+ only)
 set -uo pipefail
@@ -184,6 +184,20 @@ for _ in $(seq 150); do
   [ "$health" = Healthy ] && break; sleep 0.1
 done
 check "and the pod shows it Healthy again" test "$health" = Healthy
+# GPU 1 falls off the bus: NoExecute, and the controller manager's device taint eviction
+# (DRADeviceTaints, on by default in 1.36) evicts the pod using it.
+uid1=$(kubectl -n video get pod "$p1" -o jsonpath='{.metadata.uid}')
+echo '{"gpu": 1, "lost": true}' >> "$driver_lib/mock-events"
+check "a lost GPU's device carries a NoExecute taint" wait_taint gpu-1 NoExecute=lost
+evicted=""
+for _ in $(seq 300); do
+  u=$(kubectl -n video get pod "$p1" -o jsonpath='{.metadata.uid}{.metadata.deletionTimestamp}' 2>/dev/null)
+  [ "$u" != "$uid1" ] && { evicted=yes; break; }
+  sleep 0.1
+done
+check "the pod using it is evicted" test "$evicted" = yes
+echo '{"gpu": 1, "lost": false}' >> "$driver_lib/mock-events"
+check "the GPU answers again: untainted" wait_taint gpu-1 ""
 
 kubectl -n video delete deployment chosen --wait=true >/dev/null
 kubectl -n video delete resourceclaim by-uuid --wait=true >/dev/null
