@@ -22,7 +22,7 @@ enum class DriverFiles { required, optional };
 
 struct CdiGenerateOptions {
   std::string driver_root = "/";  // GPU Operator installs the driver under /run/nvidia/driver
-  std::string hook_path = "/usr/local/bin/gpufence-runtime";
+  std::string hook_path = std::string(kRuntimeBinaryPath);
   std::string kind = std::string(kNvidiaCdiKind);  // as nvidia-ctk writes it
   DriverFiles driver_files = DriverFiles::required;
 };

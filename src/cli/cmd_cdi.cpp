@@ -40,7 +40,7 @@ std::vector<Command> add_cdi_commands(CLI::App& app, Context& ctx) {
   cdi->require_subcommand(1);
 
   struct GenerateArgs {
-    std::string driver_root = "/", output, format, hook_path = "/usr/local/bin/gpufence-runtime",
+    std::string driver_root = "/", output, format, hook_path = std::string(kRuntimeBinaryPath),
                 kind = std::string(kNvidiaCdiKind);
   };
   auto gen = std::make_shared<GenerateArgs>();

@@ -12,6 +12,7 @@
 #include "common/hostfs.hpp"
 #include "common/stop_signals.hpp"
 #include "gpu/nvml_inventory.hpp"
+#include "gpu/wire_contract.hpp"
 #include "install/install.hpp"
 #include "install/watch.hpp"
 
@@ -31,7 +32,7 @@ struct InstallArgs {
               runtime_name = std::string(kDefaultHandlerName),
               runtime_source = sibling("gpufence-runtime"), nri_source = sibling("gpufence-nri"),
               nri_link = "/usr/local/bin/gpufence-nri", nri_plugin_path = "/opt/nri/plugins",
-              runtime_link = "/usr/local/bin/gpufence-runtime",
+              runtime_link = std::string(kRuntimeBinaryPath),
               versions_dir = "/usr/local/lib/gpufence",
               runtime_config = "/etc/gpufence/runtime.toml",
               state_file = "/etc/gpufence/install-state.json", cdi = "generate",
@@ -209,13 +210,12 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
                    "KEY/container.NAME), so it is a waiver every pod holds unless an admission "
                    "policy forbids it; a key an earlier install wrote is taken out")
       ->capture_default_str();
-  install
-      ->add_option("--node-agent-namespace", in->node_agent_namespace,
-                   "The Kubernetes namespace gpufence's device plugin runs in (the chart passes "
-                   "its release's): the runtime.toml install creates lists it in [nri] "
-                   "node_agent_namespaces, whose containers gpufence-nri leaves as containerd "
-                   "made them, so the plugin keeps the GPUs NVML opens. Whoever may create pods "
-                   "there gets every GPU");
+  install->add_option("--node-agent-namespace", in->node_agent_namespace,
+                      "The Kubernetes namespace gpufence's device plugin runs in (the chart passes "
+                      "its release's): the runtime.toml install creates lists it in [nri] "
+                      "node_agent_namespaces, whose containers gpufence-nri leaves as containerd "
+                      "made them, so the plugin keeps the GPUs NVML opens. Whoever may create pods "
+                      "there gets every GPU");
   install
       ->add_option("--nri-source", in->nri_source,
                    "gpufence-nri to copy onto the host in nri and both modes (default: beside "

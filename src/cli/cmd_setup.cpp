@@ -11,6 +11,7 @@
 #include "containerd/config.hpp"
 #include "containerd/setup.hpp"
 #include "distribution/distribution.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence::cli {
 namespace {
@@ -23,7 +24,7 @@ std::string installed_runtime() {
     auto sibling = self.parent_path() / "gpufence-runtime";
     if (::access(sibling.c_str(), X_OK) == 0) return sibling.string();
   }
-  return "/usr/local/bin/gpufence-runtime";
+  return std::string(kRuntimeBinaryPath);
 }
 
 }  // namespace

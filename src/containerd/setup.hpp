@@ -12,6 +12,7 @@
 #include "common/hostfs.hpp"
 #include "containerd/config.hpp"
 #include "distribution/distribution.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -48,7 +49,7 @@ struct SetupOptions {
   Distribution distribution = Distribution::containerd;
   std::string config_path;
   std::string runtime_name = std::string(kDefaultHandlerName);
-  std::string binary = "/usr/local/bin/gpufence-runtime";
+  std::string binary = std::string(kRuntimeBinaryPath);
   bool set_as_default = false;
   DefaultForNodeAgents node_agents = DefaultForNodeAgents::refuse;
   std::optional<int> version;  // for a new file or a k3s template (default: detected, else 2)

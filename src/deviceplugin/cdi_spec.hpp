@@ -12,6 +12,7 @@
 #include "cdi/generate.hpp"
 #include "common/hostfs.hpp"
 #include "gpu/gpu.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
@@ -24,7 +25,7 @@ struct PluginCdiSpecOptions {
   // The directory as this process sees it (mount the host's /var/run/cdi there); "" = off.
   std::string dir = "/var/run/cdi";
   std::string file_name = kPluginCdiSpecFile;
-  std::string hook_path = "/usr/local/bin/gpufence-runtime";  // a host path: runc runs it
+  std::string hook_path = std::string(kRuntimeBinaryPath);  // a host path: runc runs it
   // Prefix of device node hostPaths, as DeviceSpec host_path (PluginOptions::dev_root).
   std::string dev_root = "/";
   // Host path of the driver's root filesystem (GPU Operator: /run/nvidia/driver), read under

@@ -54,7 +54,7 @@ struct PluginOptions {
   // every CDI reader scans.
   std::string cdi_spec_dir = "/var/run/cdi";
   // The host path of gpufence-runtime, run by the spec's update-ldcache hook.
-  std::string cdi_hook_path = "/usr/local/bin/gpufence-runtime";
+  std::string cdi_hook_path = std::string(kRuntimeBinaryPath);
   // The driver's root on the host, for the spec's driver files (cdi_spec.hpp).
   std::string driver_root = "/";
   HealthOptions health;

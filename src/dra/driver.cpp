@@ -30,11 +30,15 @@ constexpr std::string_view kCheckpointFile = "checkpoint.json";
 // picks the first it knows in our order.
 constexpr std::string_view kDraService = "v1.DRAPlugin";
 
-std::string claim_text(const dra::Claim& c) { return cat(c.namespace_(), "/", c.name()); }
+std::string claim_text(const dra::Claim& c) {
+  return cat(c.namespace_(), "/", c.name());
+}
 
 }  // namespace
 
-std::string dra_socket_name(const DraIdentity& id) { return cat(id.driver, "-reg.sock"); }
+std::string dra_socket_name(const DraIdentity& id) {
+  return cat(id.driver, "-reg.sock");
+}
 
 struct DraDriver::State {
   DraOptions opt;
@@ -159,8 +163,7 @@ struct DraDriver::State {
       return {};
     }
     if (have->status != 200)
-      return fail(Errc::rpc, "GET ResourceSlice ", dra_slice_name(opt.id), ": HTTP ",
-                  have->status);
+      return fail(Errc::rpc, "GET ResourceSlice ", dra_slice_name(opt.id), ": HTTP ", have->status);
     if (dra_same_slice_spec(have->body, want)) return {};
     auto gen = have->body["spec"]["pool"].value("generation", std::int64_t{0});
     generation = std::max(generation, gen + 1);
@@ -210,8 +213,8 @@ class RegistrationService final : public pluginregistration::Registration::Servi
                                         const pluginregistration::RegistrationStatus* status,
                                         pluginregistration::RegistrationStatusResponse*) override {
     if (status->plugin_registered()) {
-      m_s.log.info("dra.registered", {{"driver", m_s.opt.id.driver},
-                                      {"endpoint", m_s.socket_path().string()}});
+      m_s.log.info("dra.registered",
+                   {{"driver", m_s.opt.id.driver}, {"endpoint", m_s.socket_path().string()}});
     } else {
       m_s.log.error("dra.registration_refused", {{"error", status->error()}});
     }
@@ -226,15 +229,17 @@ class RegistrationService final : public pluginregistration::Registration::Servi
 class DraService final : public dra::DRAPlugin::Service {
  public:
   explicit DraService(DraDriver::State& s) : m_s(s) {}
-  grpc::Status NodePrepareResources(grpc::ServerContext*, const dra::NodePrepareResourcesRequest* req,
+  grpc::Status NodePrepareResources(grpc::ServerContext*,
+                                    const dra::NodePrepareResourcesRequest* req,
                                     dra::NodePrepareResourcesResponse* resp) override {
     for (const auto& c : req->claims()) {
       auto& answer = (*resp->mutable_claims())[c.uid()];
       auto prepared = m_s.prepare(c);
       if (!prepared) {
         answer.set_error(prepared.error().message);
-        m_s.log.warn("dra.prepare_failed",
-                     {{"claim", claim_text(c)}, {"uid", c.uid()}, {"error", prepared.error().message}});
+        m_s.log.warn(
+            "dra.prepare_failed",
+            {{"claim", claim_text(c)}, {"uid", c.uid()}, {"error", prepared.error().message}});
         continue;
       }
       std::vector<std::string> ids;
@@ -259,7 +264,8 @@ class DraService final : public dra::DRAPlugin::Service {
       auto& answer = (*resp->mutable_claims())[c.uid()];
       if (auto st = m_s.unprepare(c); !st) {
         answer.set_error(st.error().message);
-        m_s.log.warn("dra.unprepare_failed", {{"claim", claim_text(c)}, {"error", st.error().message}});
+        m_s.log.warn("dra.unprepare_failed",
+                     {{"claim", claim_text(c)}, {"error", st.error().message}});
         continue;
       }
       m_s.log.info("dra.unprepared", {{"claim", claim_text(c)}, {"uid", c.uid()}});
@@ -314,7 +320,9 @@ void DraDriver::health_changed() {
   m_state->wake();
 }
 
-std::filesystem::path DraDriver::socket_path() const { return m_state->socket_path(); }
+std::filesystem::path DraDriver::socket_path() const {
+  return m_state->socket_path();
+}
 
 Status DraDriver::run(int stop_fd) {
   State& s = *m_state;

@@ -14,8 +14,12 @@ using nlohmann::json;
 
 constexpr std::string_view kCheckpointKind = "gpufence.io/dra-checkpoint/v1";
 
-json string_attr(std::string_view v) { return json{{"string", std::string(v.substr(0, 64))}}; }
-json int_attr(std::int64_t v) { return json{{"int", v}}; }
+json string_attr(std::string_view v) {
+  return json{{"string", std::string(v.substr(0, 64))}};
+}
+json int_attr(std::int64_t v) {
+  return json{{"int", v}};
+}
 
 // "550.54.15" -> "550.54.15" as semver needs three numbers: a version attribute only when it
 // is one, so a driver version NVML reports in another shape never makes the slice invalid.
@@ -48,7 +52,9 @@ std::string str_at(const json& j, std::initializer_list<const char*> keys) {
 
 }  // namespace
 
-std::string dra_device_name(const Gpu& gpu) { return cat("gpu-", gpu.minor); }
+std::string dra_device_name(const Gpu& gpu) {
+  return cat("gpu-", gpu.minor);
+}
 
 DraDeviceHealth dra_health_of(bool healthy, const std::string& reason,
                               const std::set<std::uint64_t>& no_execute_xids) {
@@ -101,20 +107,22 @@ json dra_resource_slice(const DraIdentity& id, const std::vector<Gpu>& gpus,
     json dev = {{"name", dra_device_name(g)}, {"attributes", attrs}};
     if (g.memory_total) dev["capacity"] = {{"memory", {{"value", std::to_string(g.memory_total)}}}};
     if (auto h = health.find(g.uuid); h != health.end() && !h->second.healthy) {
-      dev["taints"] = json::array({{{"key", kDraUnhealthyTaintKey},
-                                    {"value", dra_taint_value(h->second.reason)},
-                                    {"effect", h->second.no_execute ? "NoExecute" : "NoSchedule"}}});
+      dev["taints"] =
+          json::array({{{"key", kDraUnhealthyTaintKey},
+                        {"value", dra_taint_value(h->second.reason)},
+                        {"effect", h->second.no_execute ? "NoExecute" : "NoSchedule"}}});
     }
     devices.push_back(std::move(dev));
   }
-  return json{{"apiVersion", "resource.k8s.io/v1"},
-              {"kind", "ResourceSlice"},
-              {"metadata", {{"name", dra_slice_name(id)}}},
-              {"spec",
-               {{"driver", id.driver},
-                {"nodeName", id.node},
-                {"pool", {{"name", id.node}, {"generation", generation}, {"resourceSliceCount", 1}}},
-                {"devices", devices}}}};
+  return json{
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceSlice"},
+      {"metadata", {{"name", dra_slice_name(id)}}},
+      {"spec",
+       {{"driver", id.driver},
+        {"nodeName", id.node},
+        {"pool", {{"name", id.node}, {"generation", generation}, {"resourceSliceCount", 1}}},
+        {"devices", devices}}}};
 }
 
 bool dra_same_slice_spec(const json& a, const json& b) {
@@ -153,8 +161,7 @@ Result<DraPreparedClaim> dra_claim_devices(const json& claim, std::string_view u
     std::string pool = str_at(r, {"pool"}), device = str_at(r, {"device"});
     if (pool != id.node)
       return fail(Errc::invalid_argument, "ResourceClaim ", out.claim_namespace, "/", out.name,
-                  ": device ", device, " is from pool ", pool, ", not this node's (", id.node,
-                  ")");
+                  ": device ", device, " is from pool ", pool, ", not this node's (", id.node, ")");
     auto gpu = std::find_if(gpus.begin(), gpus.end(),
                             [&](const Gpu& g) { return dra_device_name(g) == device; });
     if (gpu == gpus.end())
@@ -191,8 +198,8 @@ Result<std::map<std::string, DraPreparedClaim>> dra_parse_checkpoint(std::string
     if (claim.uid.empty()) return fail(Errc::invalid_argument, "checkpoint: a claim has no uid");
     if (c.contains("devices") && c["devices"].is_array()) {
       for (const json& d : c["devices"])
-        claim.devices.push_back({str_at(d, {"request"}), str_at(d, {"pool"}),
-                                 str_at(d, {"device"}), str_at(d, {"cdiID"})});
+        claim.devices.push_back({str_at(d, {"request"}), str_at(d, {"pool"}), str_at(d, {"device"}),
+                                 str_at(d, {"cdiID"})});
     }
     out.emplace(claim.uid, std::move(claim));
   }

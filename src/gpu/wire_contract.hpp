@@ -12,6 +12,10 @@
 
 namespace gpufence {
 
+// Where gpufence-runtime is on the host: the stable link `gpufence install` makes, which a
+// containerd handler's BinaryName and the CDI specs' hooks name (runc runs it by this path).
+inline constexpr std::string_view kRuntimeBinaryPath = "/usr/local/bin/gpufence-runtime";
+
 // The extended resource the device plugin advertises and pods request.
 inline constexpr std::string_view kGpuResourceName = "nvidia.com/gpu";
 

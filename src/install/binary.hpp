@@ -10,12 +10,13 @@
 
 #include "common/error.hpp"
 #include "common/hostfs.hpp"
+#include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
 struct BinaryInstallOptions {
   std::string source;                                    // a path this process can read
-  std::string link = "/usr/local/bin/gpufence-runtime";  // host path: the stable name
+  std::string link = std::string(kRuntimeBinaryPath);    // host path: the stable name
   std::string versions_dir = "/usr/local/lib/gpufence";  // host path: the versioned files
 };
 

@@ -32,7 +32,9 @@ namespace {
 const std::string kClaims = "/apis/resource.k8s.io/v1/namespaces/video/resourceclaims";
 const std::string kSlices = "/apis/resource.k8s.io/v1/resourceslices";
 
-DraIdentity node1() { return {std::string(kDraDriverName), "node1"}; }
+DraIdentity node1() {
+  return {std::string(kDraDriverName), "node1"};
+}
 
 // A claim as the scheduler leaves it: allocated, one result per request.
 json allocated_claim(const std::string& name, const std::string& uid,
@@ -68,7 +70,8 @@ TEST(DraModel, TheSliceHasOnePoolPerNodeAndOneDevicePerGpuWithAttributes) {
   EXPECT_EQ(s["metadata"]["name"], "node1-gpufence.io");
   EXPECT_EQ(s["spec"]["driver"], "gpufence.io");
   EXPECT_EQ(s["spec"]["nodeName"], "node1");
-  EXPECT_EQ(s["spec"]["pool"], (json{{"name", "node1"}, {"generation", 3}, {"resourceSliceCount", 1}}));
+  EXPECT_EQ(s["spec"]["pool"],
+            (json{{"name", "node1"}, {"generation", 3}, {"resourceSliceCount", 1}}));
   ASSERT_EQ(s["spec"]["devices"].size(), 2u);
   const json& d = s["spec"]["devices"][0];
   EXPECT_EQ(d["name"], "gpu-0");
@@ -83,7 +86,8 @@ TEST(DraModel, TheSliceHasOnePoolPerNodeAndOneDevicePerGpuWithAttributes) {
   gpus[0].driver_version = "550.54";
   EXPECT_FALSE(dra_resource_slice(node1(), gpus, 1)["spec"]["devices"][0]["attributes"].contains(
       "driverVersion"));
-  EXPECT_TRUE(dra_same_slice_spec(dra_resource_slice(node1(), gpus, 1), dra_resource_slice(node1(), gpus, 9)))
+  EXPECT_TRUE(dra_same_slice_spec(dra_resource_slice(node1(), gpus, 1),
+                                  dra_resource_slice(node1(), gpus, 9)))
       << "the generation is ours to bump";
   EXPECT_FALSE(dra_same_slice_spec(dra_resource_slice(node1(), gpus, 1),
                                    dra_resource_slice(node1(), test::fake_gpus(1), 1)));
@@ -105,8 +109,9 @@ TEST(DraModel, AnUnhealthyGpuIsTaintedNoScheduleOrNoExecuteByThePolicy) {
   health[gpus[1].uuid] = dra_health_of(false, "xid 79", kDraNoExecuteXids);
   json s = dra_resource_slice(node1(), gpus, 1, health);
   EXPECT_FALSE(s["spec"]["devices"][0].contains("taints"));
-  EXPECT_EQ(s["spec"]["devices"][1]["taints"],
-            json::parse(R"([{"key":"gpufence.io/unhealthy","value":"xid-79","effect":"NoExecute"}])"));
+  EXPECT_EQ(
+      s["spec"]["devices"][1]["taints"],
+      json::parse(R"([{"key":"gpufence.io/unhealthy","value":"xid-79","effect":"NoExecute"}])"));
   // The API server stamps timeAdded: still the same slice.
   json stamped = s;
   stamped["spec"]["devices"][1]["taints"][0]["timeAdded"] = "2026-12-07T10:00:00Z";
@@ -124,15 +129,15 @@ TEST(DraModel, AClaimGivesOurDevicesAsGpufenceCdiNames) {
   EXPECT_EQ(p->name, "c1");
   EXPECT_EQ(p->claim_namespace, "video");
   ASSERT_EQ(p->devices.size(), 1u) << "another driver's result is not ours to prepare";
-  EXPECT_EQ(p->devices[0],
-            (DraPreparedDevice{"container-0-request-0", "node1", "gpu-1", "gpufence.io/gpu=" + gpus[1].uuid}));
+  EXPECT_EQ(p->devices[0], (DraPreparedDevice{"container-0-request-0", "node1", "gpu-1",
+                                              "gpufence.io/gpu=" + gpus[1].uuid}));
 }
 
 TEST(DraModel, AClaimThatIsNotOursToPrepareIsRefused) {
   auto gpus = test::fake_gpus(2);
   auto with = [&](const std::string& pool, const std::string& device) {
-    return dra_claim_devices(allocated_claim("c1", "u1", {{"r", "gpufence.io", pool, device}}), "u1",
-                             node1(), gpus);
+    return dra_claim_devices(allocated_claim("c1", "u1", {{"r", "gpufence.io", pool, device}}),
+                             "u1", node1(), gpus);
   };
   EXPECT_FALSE(with("node2", "gpu-0")) << "allocated on another node";
   EXPECT_NE(with("node2", "gpu-0").error().message.find("pool node2"), std::string::npos);
@@ -281,8 +286,9 @@ TEST_F(DraDriverTest, PublishesTheSliceOwnedByTheNodeAndRepublishesItWhenDeleted
 }
 
 TEST_F(DraDriverTest, PreparesFromTheClaimOnceAndAgainAfterARestartWithoutAskingTheApi) {
-  m_api.set_versioned(kClaims + "/c1",
-                      allocated_claim("c1", "u1", {{"container-0-request-0", "gpufence.io", "node1", "gpu-1"}}));
+  m_api.set_versioned(
+      kClaims + "/c1",
+      allocated_claim("c1", "u1", {{"container-0-request-0", "gpufence.io", "node1", "gpu-1"}}));
   start();
   auto resp = prepare("c1", "u1");
   ASSERT_EQ(resp.claims().count("u1"), 1u);
@@ -329,7 +335,8 @@ TEST_F(DraDriverTest, RefusesAClaimItCannotPrepareAndAnswersEveryClaim) {
 }
 
 TEST_F(DraDriverTest, UnprepareForgetsTheClaimAndIsIdempotent) {
-  m_api.set_versioned(kClaims + "/c1", allocated_claim("c1", "u1", {{"r", "gpufence.io", "node1", "gpu-0"}}));
+  m_api.set_versioned(kClaims + "/c1",
+                      allocated_claim("c1", "u1", {{"r", "gpufence.io", "node1", "gpu-0"}}));
   start();
   prepare("c1", "u1");
   auto stub = dra::DRAPlugin::NewStub(m_channel);
@@ -388,7 +395,9 @@ TEST_F(DraDriverTest, AnUnhealthyGpuIsStreamedAndTaintedAndRecovers) {
   EXPECT_EQ(msg.devices(0).health(), v1alpha1::HEALTHY);
   EXPECT_EQ(msg.devices(1).health(), v1alpha1::UNHEALTHY);
   EXPECT_EQ(msg.devices(1).message(), "xid 48");
-  auto taints = [&] { return m_api.object(path)["spec"]["devices"][1].value("taints", json::array()); };
+  auto taints = [&] {
+    return m_api.object(path)["spec"]["devices"][1].value("taints", json::array());
+  };
   ASSERT_TRUE(eventually([&] { return taints().size() == 1; }, 3s)) << "republished at once";
   EXPECT_EQ(taints()[0]["effect"], "NoSchedule");
   EXPECT_EQ(taints()[0]["value"], "xid-48");
