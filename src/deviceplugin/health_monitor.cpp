@@ -38,6 +38,9 @@ struct HealthMonitor::Impl {
   int stop_fd = -1;  // an eventfd: readable once stop() is called
   std::atomic<bool> stopping{false};
   bool events_broken = false;
+  // The last event was a GPU lost with no UUID (the wait itself answered GPU_IS_LOST): the
+  // driver answers every wait so at once while the GPU stays lost.
+  bool lost_wait = false;
   bool failures_reported = false;
 
   Impl(GpuInventory& i, NvmlWatchdog& w, std::vector<MonitoredGpu> g, HealthOptions o, Logger& l,
@@ -189,12 +192,18 @@ bool HealthMonitor::step() {
     if (next->has_value()) {
       event = **next;
       const GpuEvent& ev = *event;
-      s.log.info("plugin.gpu_event",
-                 {{"uuid", ev.uuid},
-                  {"xid", std::to_string(ev.xid)},
-                  {"lost", ev.gpu_lost ? "true" : "false"},
-                  {"ignored",
-                   s.options.ignored_xids.contains(ev.xid) && !ev.gpu_lost ? "true" : "false"}});
+      const bool lost_wait = ev.gpu_lost && ev.uuid.empty();
+      // Logged once while it repeats (a lost GPU answers every wait at once).
+      if (!(lost_wait && s.lost_wait))
+        s.log.info("plugin.gpu_event",
+                   {{"uuid", ev.uuid},
+                    {"xid", std::to_string(ev.xid)},
+                    {"lost", ev.gpu_lost ? "true" : "false"},
+                    {"ignored",
+                     s.options.ignored_xids.contains(ev.xid) && !ev.gpu_lost ? "true" : "false"}});
+      s.lost_wait = lost_wait;
+    } else {
+      s.lost_wait = false;
     }
   }
   auto answers = s.ask_liveness(event);
@@ -205,7 +214,8 @@ bool HealthMonitor::step() {
     s.log_health();
     if (s.on_change) s.on_change();
   }
-  if (s.events_broken) s.pause(kPollWithoutEvents);
+  // No busy loop on a wait that returns at once: a broken event stream, or a lost GPU.
+  if (s.events_broken || s.lost_wait) s.pause(kPollWithoutEvents);
   return changed;
 }
 

@@ -582,16 +582,18 @@ void check_gpu_capacity(const Snapshot& s, std::vector<Finding>& out) {
 // slices on one node. The scheduler then counts the same GPUs twice: a plain limit takes the
 // plugin's count, a claim the slice's device, and both can land on one GPU.
 void check_gpu_two_backends(const Snapshot& s, std::vector<Finding>& out) {
-  if (!s.kube || !s.kube->capacity || *s.kube->capacity <= 0) return;
+  // Allocatable, not capacity: after a switch to DRA the kubelet keeps a removed plugin's
+  // capacity (with allocatable 0) for a while.
+  if (!s.kube || !s.kube->allocatable || *s.kube->allocatable <= 0) return;
   long dra = 0;
   auto drivers = dra_gpu_drivers(s, dra);
   if (drivers.empty()) return;
   out.push_back(
       {"node.gpu-two-backends", Severity::error,
-       cat("the node's GPUs are served twice: ", *s.kube->capacity, " ", s.resource_name,
+       cat("the node's GPUs are served twice: ", *s.kube->allocatable, " ", s.resource_name,
            " from a device plugin and ", dra, " device(s) from DRA (", join(drivers, ", "),
            "): one GPU can be given to a pod of each"),
-       cat("node status capacity ", s.resource_name, "=", *s.kube->capacity,
+       cat("node status allocatable ", s.resource_name, "=", *s.kube->allocatable,
            "; this node's ResourceSlices: ", join(drivers, ", "),
            "; device plugin sockets: ", sockets(s)),
        "run one of them on this node: the chart's allocation is device-plugin or dra, never "

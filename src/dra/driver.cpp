@@ -2,11 +2,14 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <ctime>
 #include <mutex>
 #include <thread>
@@ -32,6 +35,23 @@ constexpr std::string_view kDraService = "v1.DRAPlugin";
 
 std::string claim_text(const dra::Claim& c) {
   return cat(c.namespace_(), "/", c.name());
+}
+
+// Whether a process accepts connections on the unix socket at `path`.
+bool socket_answers(const std::filesystem::path& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string p = path.string();
+  if (p.size() >= sizeof addr.sun_path) {
+    ::close(fd);
+    return false;
+  }
+  std::memcpy(addr.sun_path, p.c_str(), p.size() + 1);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
 }
 
 }  // namespace
@@ -135,12 +155,28 @@ struct DraDriver::State {
   // ---- the ResourceSlice ----
   std::optional<std::string> node_uid;
   std::int64_t generation = 1;
+  // What we last wrote, and the spec the API server stored for it: the server canonicalises
+  // (a quantity "80000000000" comes back "80G") and drops fields a gate of its own turns off
+  // (taints before 1.36), so its copy is compared with what it answered last time, never with
+  // ours, or the slice would be written again every check.
+  std::optional<nlohmann::json> last_want, last_stored;
+
+  static const nlohmann::json& at(const nlohmann::json& j, const char* key) {
+    static const nlohmann::json null;
+    return j.is_object() && j.contains(key) ? j[key] : null;
+  }
+  static std::string text_at(const nlohmann::json& j, const char* key) {
+    const auto& v = at(j, key);
+    return v.is_string() ? v.get<std::string>() : std::string();
+  }
 
   Status ensure_slice() {
     if (!node_uid) {
       auto node = kube.get(cat("/api/v1/nodes/", url_escape(opt.id.node)));
-      if (node && (*node)["metadata"].contains("uid"))
-        node_uid = (*node)["metadata"]["uid"].get<std::string>();
+      if (node) {
+        auto uid = text_at(at(*node, "metadata"), "uid");
+        if (!uid.empty()) node_uid = uid;
+      }
     }
     auto want = dra_resource_slice(opt.id, gpus, generation, health());
     if (node_uid) {
@@ -152,28 +188,51 @@ struct DraDriver::State {
                                               {"controller", true}}};
     }
     const std::string base = "/apis/resource.k8s.io/v1/resourceslices";
-    auto have = kube.call("GET", cat(base, "/", url_escape(dra_slice_name(opt.id))));
+    const std::string name = dra_slice_name(opt.id);
+    auto have = kube.call("GET", cat(base, "/", url_escape(name)));
     if (!have) return std::unexpected(have.error());
     if (have->status == 404) {
-      auto made = kube.request("POST", base, want.dump());
+      auto made = kube.request("POST", base, dump_json(want));
       if (!made) return std::unexpected(made.error());
-      log.info("dra.slice_published", {{"slice", dra_slice_name(opt.id)},
+      remember(want, *made);
+      log.info("dra.slice_published", {{"slice", name},
                                        {"devices", std::to_string(gpus.size())},
                                        {"generation", std::to_string(generation)}});
       return {};
     }
     if (have->status != 200)
-      return fail(Errc::rpc, "GET ResourceSlice ", dra_slice_name(opt.id), ": HTTP ", have->status);
-    if (dra_same_slice_spec(have->body, want)) return {};
-    auto gen = have->body["spec"]["pool"].value("generation", std::int64_t{0});
-    generation = std::max(generation, gen + 1);
+      return fail(Errc::rpc, "GET ResourceSlice ", name, ": HTTP ", have->status);
+    const auto& spec = at(have->body, "spec");
+    // A slice of this name for another node or driver is not ours to overwrite.
+    if (text_at(spec, "nodeName") != opt.id.node || text_at(spec, "driver") != opt.id.driver)
+      return fail(Errc::conflict, "ResourceSlice ", name, " belongs to node '",
+                  text_at(spec, "nodeName"), "', driver '", text_at(spec, "driver"),
+                  "': not overwritten");
+    auto unchanged = [&] {
+      if (last_want && last_stored && dra_same_slice_spec(*last_want, want))
+        return dra_same_slice_spec(*last_stored, have->body);
+      return dra_same_slice_spec(have->body, want);
+    };
+    const bool owner_ok = !node_uid || at(at(have->body, "metadata"), "ownerReferences") ==
+                                           want["metadata"]["ownerReferences"];
+    if (unchanged() && owner_ok) return {};
+    const auto& gen = at(at(spec, "pool"), "generation");
+    if (gen.is_number_integer()) generation = std::max(generation, gen.get<std::int64_t>() + 1);
     want["spec"]["pool"]["generation"] = generation;
-    want["metadata"]["resourceVersion"] = have->body["metadata"].value("resourceVersion", "");
-    auto put = kube.request("PUT", cat(base, "/", url_escape(dra_slice_name(opt.id))), want.dump());
+    want["metadata"]["resourceVersion"] = text_at(at(have->body, "metadata"), "resourceVersion");
+    auto put = kube.request("PUT", cat(base, "/", url_escape(name)), dump_json(want));
     if (!put) return std::unexpected(put.error());
-    log.info("dra.slice_updated",
-             {{"slice", dra_slice_name(opt.id)}, {"generation", std::to_string(generation)}});
+    remember(want, *put);
+    log.info("dra.slice_updated", {{"slice", name}, {"generation", std::to_string(generation)}});
     return {};
+  }
+  void remember(const nlohmann::json& want, const nlohmann::json& stored) {
+    last_want = want;
+    last_stored = stored;
+  }
+  // Never throws: a byte that is no UTF-8 (a GPU name NVML gave) is replaced.
+  static std::string dump_json(const nlohmann::json& j) {
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
 
   // ---- health: the full list, each device HEALTHY or UNHEALTHY with why ----
@@ -291,9 +350,11 @@ class HealthService final : public v1alpha1::DRAResourceHealth::Service {
       lock.unlock();
       if (!writer->Write(list)) return grpc::Status::OK;  // the kubelet went away
       lock.lock();
-      m_s.cv.wait_for(lock, std::chrono::seconds(1), [&] {
+      // Only a change is sent again; the kubelet going away is seen within a second.
+      while (!m_s.cv.wait_for(lock, std::chrono::seconds(1), [&] {
         return m_s.stopping || m_s.health_version != sent || ctx->IsCancelled();
-      });
+      })) {
+      }
       if (m_s.stopping || ctx->IsCancelled()) return grpc::Status::OK;
     }
   }
@@ -337,10 +398,16 @@ Status DraDriver::run(int stop_fd) {
 
   std::error_code ec;
   std::filesystem::create_directories(s.opt.registry_dir, ec);
+  // A socket left by a crash (nothing answers on it); a live one is another instance's (a rolling
+  // update's surge), and anything else there is not ours to remove.
   struct stat st {};
-  // A socket left by a crash; anything else there is not ours to remove.
-  if (::lstat(s.socket_path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode))
+  if (::lstat(s.socket_path().c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode) || socket_answers(s.socket_path()))
+      return fail(Errc::conflict, s.socket_path().string(),
+                  S_ISSOCK(st.st_mode) ? " is served by another process"
+                                       : " exists and is no socket");
     std::filesystem::remove(s.socket_path(), ec);
+  }
   RegistrationService reg(s);
   DraService dra_service(s);
   HealthService health(s);
@@ -351,6 +418,8 @@ Status DraDriver::run(int stop_fd) {
   builder.RegisterService(&health);
   auto server = builder.BuildAndStart();
   if (!server) return fail(Errc::rpc, "cannot serve on ", s.socket_path().string());
+  struct stat ours {};
+  ::lstat(s.socket_path().c_str(), &ours);
   s.log.info("dra.serving", {{"socket", s.socket_path().string()},
                              {"driver", s.opt.id.driver},
                              {"node", s.opt.id.node},
@@ -361,7 +430,13 @@ Status DraDriver::run(int stop_fd) {
   // just after), look again a second later too.
   int next_ms = static_cast<int>(s.opt.slice_check.count());
   while (true) {
-    if (auto st2 = s.ensure_slice(); !st2) {
+    Status st2;
+    try {
+      st2 = s.ensure_slice();
+    } catch (const std::exception& e) {  // an API answer of a shape nobody expected
+      st2 = fail(Errc::internal, "ResourceSlice: ", e.what());
+    }
+    if (!st2) {
       if (st2.error().message != last_error)
         s.log.warn("dra.slice_failed", {{"error", st2.error().message}});
       last_error = st2.error().message;
@@ -385,7 +460,11 @@ Status DraDriver::run(int stop_fd) {
   s.cv.notify_all();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server.reset();
-  std::filesystem::remove(s.socket_path(), ec);
+  // Only our own: a successor may have made its socket there meanwhile.
+  struct stat now {};
+  if (::lstat(s.socket_path().c_str(), &now) == 0 && now.st_dev == ours.st_dev &&
+      now.st_ino == ours.st_ino)
+    std::filesystem::remove(s.socket_path(), ec);
   s.log.info("dra.stopped", {{"socket", s.socket_path().string()}});
   return {};
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 #include "common/strings.hpp"
 #include "gpu/wire_contract.hpp"
@@ -85,7 +86,17 @@ std::string dra_taint_value(std::string_view reason) {
 }
 
 std::string dra_slice_name(const DraIdentity& id) {
-  return cat(id.node, "-", id.driver).substr(0, 253);
+  std::string name = cat(id.node, "-", id.driver);
+  if (name.size() <= 253) return name;
+  // A long node name: its start, a hash of all of it (so two long names never share a slice),
+  // and the driver, within a DNS subdomain's 253 characters.
+  std::uint32_t h = 2166136261u;  // FNV-1a
+  for (unsigned char c : id.node) h = (h ^ c) * 16777619u;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(h));
+  std::string head = id.node.substr(0, 253 - 1 - 8 - 1 - std::min<size_t>(id.driver.size(), 200));
+  while (!head.empty() && (head.back() == '-' || head.back() == '.')) head.pop_back();
+  return cat(head, "-", hex, "-", id.driver);
 }
 
 json dra_resource_slice(const DraIdentity& id, const std::vector<Gpu>& gpus,
@@ -182,7 +193,9 @@ std::string dra_checkpoint_text(const std::map<std::string, DraPreparedClaim>& c
     list.push_back(
         {{"uid", uid}, {"namespace", c.claim_namespace}, {"name", c.name}, {"devices", devices}});
   }
-  return json{{"kind", kCheckpointKind}, {"claims", list}}.dump(1) + "\n";
+  return json{{"kind", kCheckpointKind}, {"claims", list}}.dump(
+             1, ' ', false, json::error_handler_t::replace) +
+         "\n";
 }
 
 Result<std::map<std::string, DraPreparedClaim>> dra_parse_checkpoint(std::string_view text) {

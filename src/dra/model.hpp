@@ -53,7 +53,8 @@ std::string dra_device_name(const Gpu& gpu);
 nlohmann::json dra_resource_slice(const DraIdentity& id, const std::vector<Gpu>& gpus,
                                   std::int64_t generation,
                                   const std::map<std::string, DraDeviceHealth>& health = {});
-// The slice's object name: "<node>-gpufence.io" (at most 253 characters).
+// The slice's object name: "<node>-gpufence.io"; for a node name too long for that, its start, a
+// hash of the whole name and the driver (at most 253 characters, distinct per node).
 std::string dra_slice_name(const DraIdentity& id);
 // Whether two slices say the same to the scheduler (spec only; metadata and status aside).
 bool dra_same_slice_spec(const nlohmann::json& a, const nlohmann::json& b);

@@ -75,6 +75,21 @@ check "each device names its GPU's uuid" test "$(slice_devices | sort)" = "$(pri
 check "the kubelet registered it (its plugin watcher called)" grep -q "event=dra.registered" <<<"$(dra_log)"
 check "no device plugin: the node advertises no nvidia.com/gpu" test -z "$(allocatable)"
 check "no device plugin DaemonSet" bash -c "! '$kbin/kubectl' --kubeconfig '$work/pki/admin.kubeconfig' -n gpufence get daemonset gpufence-device-plugin >/dev/null 2>&1"
+# gpufence-dra's own credentials (a token bound to its pod, as the kubelet projects it) write
+# only this node's slice: the chart's admission policy, on the real API server.
+dra_pod=$(kubectl -n gpufence get pods -l app.kubernetes.io/name=gpufence-dra -o name)
+dra_token=$(kubectl -n gpufence create token gpufence-dra --bound-object-kind Pod --bound-object-name "${dra_pod#pod/}" 2>&1)
+as_dra() { "$kbin/kubectl" --kubeconfig /dev/null --server https://127.0.0.1:443 \
+  --certificate-authority "$work/pki/ca.crt" --token "$dra_token" "$@"; }
+foreign_slice() {  # foreign_slice NODE: a slice for NODE's pool, as gpufence-dra would write it
+  printf '{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"%s-gpufence.io"},"spec":{"driver":"gpufence.io","nodeName":"%s","pool":{"name":"%s","generation":1,"resourceSliceCount":1},"devices":[{"name":"gpu-0"}]}}' "$1" "$1" "$1"
+}
+out=$(foreign_slice other-node | as_dra create -f - 2>&1)
+check "gpufence-dra's token cannot create another node's slice (the admission policy)" \
+  grep -q "only the ResourceSlice of the node its pod runs on" <<<"$out"
+[ "$failures" = 0 ] || echo "  [as gpufence-dra] $out"
+# (Moving its own slice to another node's pool the API server refuses by itself: spec.pool.name
+# is immutable.)
 check "the DeviceClass maps nvidia.com/gpu" \
   test "$(kubectl get deviceclass gpu.gpufence.io -o jsonpath='{.spec.extendedResourceName}')" = nvidia.com/gpu
 

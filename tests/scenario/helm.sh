@@ -277,6 +277,11 @@ print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
       "pod(one('DaemonSet','gpufence-dra'))['containers'][0]['env'][0]['valueFrom']['fieldRef']['fieldPath'] == 'spec.nodeName'"
     check "RBAC: exactly the calls gpufence-dra makes" assert "$work/d.yaml" \
       "rules('ClusterRole','gpufence-dra') == sorted([('', 'nodes', 'get', ()), ('resource.k8s.io', 'resourceslices', 'get', ()), ('resource.k8s.io', 'resourceslices', 'create', ()), ('resource.k8s.io', 'resourceslices', 'update', ()), ('resource.k8s.io', 'resourceclaims', 'get', ())])"
+    check "an admission policy keeps gpufence-dra's writes to its own node's slice" assert "$work/d.yaml" \
+      "one('ValidatingAdmissionPolicy','gpufence-dra-own-node-slices')['spec']['failurePolicy'] == 'Fail'" \
+      "one('ValidatingAdmissionPolicy','gpufence-dra-own-node-slices')['spec']['matchConditions'][0]['expression'] == \"request.userInfo.username == 'system:serviceaccount:gpufence:gpufence-dra'\"" \
+      "'object.spec.nodeName == variables.node' in one('ValidatingAdmissionPolicy','gpufence-dra-own-node-slices')['spec']['validations'][0]['expression']" \
+      "one('ValidatingAdmissionPolicyBinding','gpufence-dra-own-node-slices')['spec'] == {'policyName': 'gpufence-dra-own-node-slices', 'validationActions': ['Deny']}"
     template --set allocation=dra --set dra.extendedResourceName= > "$work/e.yaml"
     check "extendedResourceName empty: claims only" assert "$work/e.yaml" \
       "'extendedResourceName' not in one('DeviceClass','gpu.gpufence.io')['spec']"

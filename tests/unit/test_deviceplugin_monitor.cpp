@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "deviceplugin/health_monitor.hpp"
 #include "support/test_support.hpp"
@@ -31,6 +32,9 @@ class HangingInventory final : public GpuInventory {
     return {};
   }
   Result<std::optional<GpuEvent>> wait_event(std::chrono::milliseconds) override {
+    ++waits;
+    // The driver answers every wait at once with GPU_IS_LOST while a GPU is lost.
+    if (lost) return std::optional<GpuEvent>{GpuEvent{"", 79, true}};
     if (events) return std::optional<GpuEvent>{};
     return fail(Errc::nvml, "NVML library has no event API (nvmlEventSetWait_v2)");
   }
@@ -49,6 +53,8 @@ class HangingInventory final : public GpuInventory {
   }
 
   bool events = false;
+  std::atomic<bool> lost{false};
+  std::atomic<int> waits{0};
 
  private:
   std::mutex mu;
@@ -117,4 +123,28 @@ TEST(HealthMonitor, LogsEachGpuWhoseEventsCouldNotBeRegistered) {
   auto first = text.find(line);
   ASSERT_NE(first, std::string::npos) << text;
   EXPECT_EQ(text.find(line, first + line.size()), std::string::npos) << "reported once";
+}
+
+// A lost GPU makes every event wait return at once: the monitor must not spin on it, nor log
+// each one (a node's log filled at thousands of lines a second).
+TEST(HealthMonitor, ALostGpusImmediateWaitsNeitherSpinNorFloodTheLog) {
+  test::TempDir dir;
+  HangingInventory inv;
+  inv.events = true;
+  inv.lost = true;
+  NvmlWatchdog nvml(1s);
+  Logger log(LogLevel::info);
+  ASSERT_TRUE(log.open_file((dir / "log").string()));
+  HealthMonitor m(inv, nvml, two_gpus(), HealthOptions{}, log, nullptr);
+  ASSERT_TRUE(m.start());
+  std::this_thread::sleep_for(1200ms);
+  m.stop();
+  EXPECT_LE(inv.waits.load(), 5) << "about one wait per 500 ms, not a busy loop";
+  std::ifstream in(dir / "log");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  size_t n = 0;
+  for (size_t at = text.find("event=plugin.gpu_event "); at != std::string::npos;
+       at = text.find("event=plugin.gpu_event ", at + 1))
+    ++n;
+  EXPECT_EQ(n, 1u) << text;
 }

@@ -113,6 +113,7 @@ TEST(DoctorTable, EveryCheckFiresAndEmitsOnlyItsOwnId) {
   plugin_view.allocatable = std::vector<std::string>{s.gpus[0].gpu.uuid};
   Snapshot two_backends = s;  // a device plugin's count beside a GPU DRA driver's slices
   two_backends.kube->capacity = 2;
+  two_backends.kube->allocatable = 2;
   two_backends.kube->dra_devices = {{"gpufence.io", 2}};
   two_backends.gpu_dra_drivers = {"gpufence.io"};
   for (const auto& check : doctor_checks()) {

@@ -2,8 +2,11 @@
 // real gRPC socket against the test API server (what the kubelet calls, in the kubelet's order).
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -117,6 +120,17 @@ TEST(DraModel, AnUnhealthyGpuIsTaintedNoScheduleOrNoExecuteByThePolicy) {
   stamped["spec"]["devices"][1]["taints"][0]["timeAdded"] = "2026-12-07T10:00:00Z";
   EXPECT_TRUE(dra_same_slice_spec(stamped, s));
   EXPECT_FALSE(dra_same_slice_spec(dra_resource_slice(node1(), gpus, 1), s)) << "recovery untaints";
+}
+
+TEST(DraModel, ALongNodeNameStillGivesADistinctValidSliceName) {
+  const std::string a(250, 'a');
+  std::string b = a;
+  b.back() = 'b';
+  auto na = dra_slice_name({"gpufence.io", a}), nb = dra_slice_name({"gpufence.io", b});
+  EXPECT_LE(na.size(), 253u);
+  EXPECT_NE(na, nb) << "two nodes, two slices";
+  EXPECT_TRUE(na.ends_with("-gpufence.io"));
+  EXPECT_EQ(dra_slice_name({"gpufence.io", "node1"}), "node1-gpufence.io");
 }
 
 TEST(DraModel, AClaimGivesOurDevicesAsGpufenceCdiNames) {
@@ -285,6 +299,63 @@ TEST_F(DraDriverTest, PublishesTheSliceOwnedByTheNodeAndRepublishesItWhenDeleted
       << "the CDI spec its names resolve in";
 }
 
+// The API server stores quantities in canonical form (and drops fields its gates turn off): its
+// copy differs from ours for good, which must not make the driver write the slice every check.
+TEST_F(DraDriverTest, TheServersCanonicalFormIsNoReasonToWriteAgain) {
+  const std::string path = kSlices + "/node1-gpufence.io";
+  m_gpus[0].memory_total = 80'000'000'000;
+  start();
+  ASSERT_TRUE(eventually([&] { return m_api.has_object(path); }));
+  json stored = m_api.object(path);
+  stored["spec"]["devices"][0]["capacity"]["memory"]["value"] = "80G";
+  m_api.set_versioned(path, stored);  // as if the server had stored it so
+  std::this_thread::sleep_for(300ms);
+  // One write to settle what the server keeps, then none.
+  int puts = m_api.puts();
+  EXPECT_LE(puts, 1);
+  if (puts == 1) {
+    json again = m_api.object(path);
+    again["spec"]["devices"][0]["capacity"]["memory"]["value"] = "80G";
+    m_api.set_versioned(path, again);  // the server canonicalises the write too
+    std::this_thread::sleep_for(300ms);
+    puts = m_api.puts();
+  }
+  std::this_thread::sleep_for(500ms);  // five more checks
+  EXPECT_EQ(m_api.puts(), puts) << "no write while nothing changed";
+}
+
+TEST_F(DraDriverTest, ASliceOfAnotherNodeByTheSameNameIsNotOverwritten) {
+  const std::string path = kSlices + "/node1-gpufence.io";
+  m_api.set_versioned(path, {{"metadata", {{"name", "node1-gpufence.io"}}},
+                             {"spec", {{"driver", "gpufence.io"}, {"nodeName", "node9"}}}});
+  start();
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(m_api.puts(), 0);
+  EXPECT_EQ(m_api.object(path)["spec"]["nodeName"], "node9");
+}
+
+TEST_F(DraDriverTest, ASocketAnotherProcessServesIsLeftAlone) {
+  auto o = options();
+  std::filesystem::create_directories(o.registry_dir);
+  const auto sock = o.registry_dir / "gpufence.io-reg.sock";
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, sock.c_str());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  DraDriver driver(o, *m_kube, m_gpus, m_log);
+  auto st = driver.run(m_stop);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().message.find("another process"), std::string::npos) << st.error().message;
+  EXPECT_TRUE(std::filesystem::exists(sock));
+  ::close(fd);
+  // Dead now: a crash's leftover, removed and served.
+  start();
+  stop();
+  EXPECT_TRUE(m_result);
+}
+
 TEST_F(DraDriverTest, PreparesFromTheClaimOnceAndAgainAfterARestartWithoutAskingTheApi) {
   m_api.set_versioned(
       kClaims + "/c1",
@@ -368,6 +439,16 @@ TEST_F(DraDriverTest, TheHealthStreamListsEveryDeviceAndEndsOnStop) {
   EXPECT_EQ(first.devices(0).device().pool_name(), "node1");
   EXPECT_EQ(first.devices(0).device().device_name(), "gpu-0");
   EXPECT_EQ(first.devices(0).health(), v1alpha1::HEALTHY);
+  {
+    // Nothing changed: nothing more is sent.
+    grpc::ClientContext quiet;
+    quiet.set_deadline(std::chrono::system_clock::now() + 1500ms);
+    auto r = stub->NodeWatchResources(&quiet, {});
+    v1alpha1::NodeWatchResourcesResponse m;
+    int n = 0;
+    while (r->Read(&m)) ++n;
+    EXPECT_EQ(n, 1) << "the list once, then only changes";
+  }
   auto t0 = std::chrono::steady_clock::now();
   stop();
   v1alpha1::NodeWatchResourcesResponse more;
