@@ -1,97 +1,28 @@
 #include "autoscale/events.hpp"
 
-#include <algorithm>
-#include <charconv>
-#include <cstdint>
-
-#include "common/utc_time.hpp"
-
 namespace gpufence {
 
 namespace {
 
-constexpr size_t kMaxSubdomain = 253;  // IsDNS1123Subdomain's DNS1123SubdomainMaxLength
-
-bool lower_alnum(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+EventRegarding regarding(const DeploymentView& deployment) {
+  return {"apps/v1", "Deployment", deployment.ns, deployment.name, deployment.uid};
 }
 
-// `name` made a DNS-1123 subdomain of at most `max` characters ("" when nothing is left): labels
-// of [a-z0-9-] that start and end alphanumeric, joined by single dots.
-std::string subdomain_prefix(std::string_view name, size_t max) {
-  std::string out, label;
-  auto end_label = [&] {
-    auto first = label.find_first_not_of('-');
-    if (first != std::string::npos) {
-      auto last = label.find_last_not_of('-');
-      if (!out.empty()) out += '.';
-      out += label.substr(first, last - first + 1);
-    }
-    label.clear();
-  };
-  for (char c : name) {
-    char l = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-    if (l == '.') {
-      end_label();
-    } else {
-      label += lower_alnum(l) ? l : '-';
-    }
-  }
-  end_label();
-  if (out.size() > max) out.resize(max);
-  while (!out.empty() && !lower_alnum(out.back())) out.pop_back();  // a cut label's '-' or '.'
-  return out;
+KubeEvent kube_event(const ScaleEvent& event) {
+  return {event.type, "Scale", event.reason, event.note};
 }
 
 }  // namespace
 
-std::string event_name(std::string_view object_name, std::chrono::system_clock::time_point t) {
-  auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-  char hex[17];
-  auto end = std::to_chars(hex, hex + sizeof hex, static_cast<std::uint64_t>(nanos), 16).ptr;
-  std::string suffix(hex, end);
-  std::string prefix = subdomain_prefix(object_name, kMaxSubdomain - 1 - suffix.size());
-  return (prefix.empty() ? std::string("gpufence") : prefix) + "." + suffix;
-}
-
-std::string micro_time(std::chrono::system_clock::time_point t) {
-  return utc_rfc3339(t, SubSecond::micros);
-}
-
 nlohmann::json scale_event_object(const DeploymentView& deployment, const EventSource& source,
                                   const ScaleEvent& event,
                                   std::chrono::system_clock::time_point t) {
-  std::string note = event.note.size() > 1024 ? event.note.substr(0, 1021) + "..." : event.note;
-  nlohmann::json regarding{{"apiVersion", "apps/v1"},
-                           {"kind", "Deployment"},
-                           {"namespace", deployment.ns},
-                           {"name", deployment.name}};
-  if (!deployment.uid.empty()) regarding["uid"] = deployment.uid;
-  return {{"apiVersion", "events.k8s.io/v1"},
-          {"kind", "Event"},
-          {"metadata", {{"name", event_name(deployment.name, t)}, {"namespace", deployment.ns}}},
-          {"eventTime", micro_time(t)},
-          {"reportingController", source.controller},
-          {"reportingInstance", source.instance.substr(0, 128)},
-          {"action", "Scale"},
-          {"reason", event.reason.substr(0, 128)},
-          {"note", note},
-          {"type", event.type},
-          {"regarding", regarding}};
+  return event_object(regarding(deployment), source, kube_event(event), t);
 }
 
 Status post_scale_event(KubeClient& kube, const DeploymentView& deployment,
                         const EventSource& source, const ScaleEvent& event) {
-  const std::string path = "/apis/events.k8s.io/v1/namespaces/" + deployment.ns + "/events";
-  auto t = std::chrono::system_clock::now();
-  auto answer = kube.request("POST", path, scale_event_object(deployment, source, event, t).dump());
-  if (!answer && answer.error().code == Errc::conflict) {
-    // The name is taken (another Event in the same nanosecond): once more, with a later time.
-    t = std::max(std::chrono::system_clock::now(), t + std::chrono::nanoseconds(1));
-    answer = kube.request("POST", path, scale_event_object(deployment, source, event, t).dump());
-  }
-  if (!answer) return std::unexpected(answer.error().wrap("record event"));
-  return {};
+  return post_event(kube, regarding(deployment), source, kube_event(event));
 }
 
 }  // namespace gpufence

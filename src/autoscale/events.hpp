@@ -10,31 +10,18 @@
 #include "autoscale/capacity.hpp"
 #include "common/error.hpp"
 #include "kube/client.hpp"
+#include "kube/events.hpp"
 
 namespace gpufence {
 
-// metav1.MicroTime as the API writes it: RFC 3339 in UTC with microseconds.
-std::string micro_time(std::chrono::system_clock::time_point t);
-
-struct EventSource {
-  std::string controller = "gpufence.io/autoscale";  // reportingController: a qualified name
-  std::string instance;                              // reportingInstance: this replica
-};
+// The reportingController of the autoscaler's Events.
+inline constexpr std::string_view kAutoscaleEventController = "gpufence.io/autoscale";
 
 struct ScaleEvent {
   std::string type = "Normal";  // Normal or Warning
   std::string reason;           // ScaledUp, ScaledDown, ... (at most 128 characters)
   std::string note;             // the decision in words (at most 1 kB; longer is cut)
 };
-
-// The Event's metadata.name, as client-go's recorder names one (`<regarding name>.<hex of t in
-// Unix nanoseconds>`): always a valid DNS-1123 subdomain, whatever `object_name` holds. A name
-// that is not one already (no API server stores such a Deployment, but the value is not trusted
-// here) is lowercased, every other byte outside [a-z0-9.-] becomes '-', labels are trimmed to
-// start and end alphanumeric, empty ones dropped, and the whole is cut to fit 253 characters;
-// nothing left gives "gpufence". (A generateName of "<name>." is refused with 422: the API server
-// validates the prefix itself as a subdomain, and one ending in '.' is not.)
-std::string event_name(std::string_view object_name, std::chrono::system_clock::time_point t);
 
 // The Event object for `event` about `deployment` (the API's validation: eventTime, action,
 // reportingController and reportingInstance are required for new events.k8s.io/v1 Events).

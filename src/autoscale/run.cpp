@@ -82,8 +82,7 @@ LoopEnd run_autoscale(KubeClient& kube, const AutoscaleRun& run, const Autoscale
     if (auto st = watch->start(); !st) say(st.error().message + " (retrying in the background)");
     cluster = watch->source();
   }
-  EventSource events;
-  events.instance = run.instance;
+  EventSource events{std::string(kAutoscaleEventController), run.instance};
   Controller controller(kube, run.opt, source, cluster, events, run.lease);
   auto end = run_autoscale_loop(controller, loop);
   if (watch) watch->stop();

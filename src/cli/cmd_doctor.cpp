@@ -5,19 +5,56 @@
 #include "common/file.hpp"
 #include "common/hostfs.hpp"
 #include "common/strings.hpp"
+#include "common/http_server.hpp"
+#include "common/log.hpp"
+#include "common/stop_signals.hpp"
+#include "doctor/agent.hpp"
 #include "doctor/checks.hpp"
+#include "doctor/metrics.hpp"
+#include "doctor/node_report.hpp"
 #include "doctor/gather.hpp"
 #include "doctor/report.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "kube/client.hpp"
 
 #include <cstdlib>
+#include <optional>
 
 namespace gpufence::cli {
 
 namespace {
 std::string absolute_path(std::string& value) {
   return std::filesystem::path(value).is_absolute() ? "" : "must be an absolute host path";
+}
+
+// --serve: the agent's runs until SIGTERM, its /metrics and /healthz on `address`.
+int serve_doctor(const RunDoctor& run, KubeClient* kube, const DoctorAgentOptions& opt,
+                 const std::string& address, const StopSignals& stop) {
+  Logger log;
+  DoctorAgent agent(run, kube, opt, log);
+  HttpServer http;
+  auto st = http.start(address, {[&] { return agent.metrics(); }, [&] { return agent.fresh(); },
+                                 "no doctor run finished within three intervals"});
+  if (!st) {
+    std::cerr << "gpufence doctor: --serve: " << st.error().message << "\n";
+    return 2;
+  }
+  log.info("doctor.serve", {{"address", address},
+                            {"port", std::to_string(http.port())},
+                            {"interval_s", std::to_string(opt.interval.count())},
+                            {"report_node", opt.report_node ? "true" : "false"}});
+  agent.run([&](std::chrono::milliseconds wait) { return stop.wait_for(wait); });
+  http.stop();
+  log.info("doctor.stopped");
+  return 0;
+}
+
+// A one-shot --report-node: the condition, then an Event per error or warning.
+Status report_node_once(KubeClient& kube, const std::string& node,
+                        const std::vector<Finding>& findings) {
+  if (auto st = set_node_condition(kube, node, isolation_condition(findings)); !st) return st;
+  FindingEvents events(node, {std::string(kDoctorEventController), node});
+  return events.post_new(kube, findings);
 }
 }  // namespace
 
@@ -28,7 +65,9 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
     std::vector<std::string> handlers, runc_roots, plugin_dirs;
     std::string kubeconfig, node_name;
     bool in_cluster = false;
-    bool json = false;
+    bool json = false, metrics = false, report_node = false;
+    std::string serve;
+    long interval_s = 60;
     std::vector<std::string> system_daemonsets, gpu_dra_drivers;
     long held_after_s = 300;
   };
@@ -85,15 +124,39 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                 "(pod.gpu-held-without-container)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  d->add_flag("--json", args->json, "JSON report (schema gpufence.doctor/v1)");
+  auto* json = d->add_flag("--json", args->json, "JSON report (schema gpufence.doctor/v1)");
+  d->add_flag("--metrics", args->metrics,
+               "Print the findings as Prometheus metrics instead of a report (docs/monitoring.md)")
+      ->excludes(json);
+  d->add_option("--serve", args->serve,
+                "Run as a node agent: the doctor every --interval, its metrics on /metrics and "
+                "/healthz at HOST:PORT (e.g. :9403); stops on SIGTERM");
+  d->add_option("--interval", args->interval_s, "Seconds between the agent's runs (--serve)")
+      ->capture_default_str()
+      ->check(CLI::Range(5L, 86400L));
+  d->add_flag("--report-node", args->report_node,
+              "Set the Node condition GPUIsolation and post an Event for each new error or "
+              "warning (on the pod it names, else the Node); needs --in-cluster or --kubeconfig");
   d->footer(
       "Examples:\n"
       "  gpufence doctor --probe\n"
       "  gpufence --host-root /host doctor --json      (from a pod: "
       "deploy/kubernetes/doctor-job.yaml)\n"
-      "Exit: 0 clean, 1 findings of error severity, 2 could not run.");
+      "  gpufence --host-root /host doctor --in-cluster --probe --serve :9403 --report-node\n"
+      "Exit: 0 clean, 1 findings of error severity, 2 could not run (--serve: 0 on SIGTERM).");
 
   return {{d, [args, &ctx] {
+             // A served agent stops on SIGTERM: the signals are blocked before any thread
+             // (gRPC, libcurl) exists, so none of them takes the signal's default action.
+             std::optional<StopSignals> stop;
+             if (!args->serve.empty()) {
+               auto signals = StopSignals::block();
+               if (!signals) {
+                 std::cerr << "gpufence doctor: " << signals.error().message << "\n";
+                 return 2;
+               }
+               stop = std::move(*signals);
+             }
              HostFs host(ctx.host_root);
              GatherOptions opt = args->gather;
              if (!args->pod_resources_socket.empty())
@@ -112,8 +175,8 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
              if (!args->gpu_dra_drivers.empty()) opt.gpu_dra_drivers = args->gpu_dra_drivers;
              opt.held_after = std::chrono::seconds(args->held_after_s);
              if (opt.system_namespace.empty() && args->in_cluster) {
-               // The doctor's own pod runs in the install's namespace (the chart's Job and
-               // CronJob, deploy/kubernetes/doctor-job.yaml): its service account says which.
+               // The doctor's own pod runs in the install's namespace (the chart's Job,
+               // CronJob and agent DaemonSet): its service account says which.
                if (auto ns = HostFs("/").read(
                        "/var/run/secrets/kubernetes.io/serviceaccount/namespace"))
                  opt.system_namespace = std::string(trim(*ns));
@@ -142,6 +205,14 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                  sources.kube = std::unexpected(creds.error());
                }
              }
+             if (args->report_node && !kube) {
+               std::cerr << "gpufence doctor: --report-node needs the API server: "
+                         << (args->kubeconfig.empty() && !args->in_cluster
+                                 ? std::string("give --in-cluster or --kubeconfig")
+                                 : sources.kube.error().message)
+                         << "\n";
+               return 2;
+             }
              std::string node = args->node_name;
              if (node.empty()) {
                if (const char* env = std::getenv("NODE_NAME"); env && *env)
@@ -150,13 +221,29 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                  node = std::string(trim(*h));
              }
              sources.node_name = node;
-             Snapshot snap = gather_snapshot(host, opt, sources);
-             auto findings = judge(snap);
-             if (args->json)
-               std::cout << report_json_text(render_doctor_json(snap, findings));
+             RunDoctor run_once = [&] {
+               Snapshot snap = gather_snapshot(host, opt, sources);
+               auto findings = judge(snap);
+               return DoctorRun{std::move(snap), std::move(findings)};
+             };
+             DoctorAgentOptions agent_opt{std::chrono::seconds(args->interval_s),
+                                          args->report_node, node};
+             if (stop) return serve_doctor(run_once, kube.get(), agent_opt, args->serve, *stop);
+             auto began = std::chrono::system_clock::now();
+             DoctorRun r = run_once();
+             auto ended = std::chrono::system_clock::now();
+             if (args->report_node) {
+               if (auto st = report_node_once(*kube, node, r.findings); !st)
+                 std::cerr << "gpufence doctor: --report-node: " << st.error().message << "\n";
+             }
+             if (args->metrics)
+               std::cout << render_doctor_metrics(r.snapshot, r.findings,
+                                                  {1, ended, ended - began});
+             else if (args->json)
+               std::cout << report_json_text(render_doctor_json(r.snapshot, r.findings));
              else
-               std::cout << render_doctor_text(snap, findings);
-             return doctor_exit_code(findings);
+               std::cout << render_doctor_text(r.snapshot, r.findings);
+             return doctor_exit_code(r.findings);
            }}};
 }
 

@@ -30,6 +30,9 @@ struct Finding {
   std::string summary;   // one line
   std::string evidence;  // what was read, and where
   std::string fix;       // the exact change to make
+  // The pod it is about, "namespace/name" as containerd created it; "" = the node. Where an
+  // Event about the finding goes (`gpufence doctor --report-node`); not in the text or JSON.
+  std::string pod = "";
 };
 
 // One finding as the text reports print it (the doctor's, check-containerd's), every field escaped

@@ -11,6 +11,15 @@
 
 namespace gpufence {
 
+namespace {
+
+// "namespace/name" of the container's pod, "" when unknown: whom a finding is about.
+std::string pod_of(const NodeContainer& c) {
+  return c.pod.empty() ? std::string() : cat(c.pod_namespace, "/", c.pod);
+}
+
+}  // namespace
+
 std::string NodeContainer::label() const {
   if (!pod.empty()) return cat(pod_namespace, "/", pod, "/", name);
   return id.substr(0, 12);
@@ -140,6 +149,8 @@ const KubePod* kube_pod(const Snapshot& s, std::string_view ns, std::string_view
   return nullptr;
 }
 
+}  // namespace
+
 // gpufence's own pod, told only by what a tenant cannot set: the namespace its containers were
 // created in (containerd's CRI annotations, which no pod annotation overrides:
 // docs/trust-model.md) is the install's, where tenants cannot create pods, and the API server
@@ -157,8 +168,6 @@ std::optional<std::string> own_pod(const Snapshot& s, const NodeContainer& c) {
              " (the install's, --system-namespace) and controlled by DaemonSet ", pod->daemonset,
              " (the API server)");
 }
-
-}  // namespace
 
 namespace {
 
@@ -239,6 +248,7 @@ void check_no_request_can_open(const Snapshot& s, std::vector<Finding>& out) {
                      "nothing to do: gpufence's device plugin and DRA driver open every GPU "
                      "through NVML and its installer runs privileged; no GPU is allocated to "
                      "them"});
+      out.back().pod = pod_of(c);
       continue;
     }
     // A pod controlled by a DaemonSet with one of gpufence's names, outside a namespace known
@@ -266,6 +276,7 @@ void check_no_request_can_open(const Snapshot& s, std::vector<Finding>& out) {
                        " (gpufence-runtime gives a container with no allocation no GPU, and "
                        "ignores an image's NVIDIA_VISIBLE_DEVICES=all)") +
              hint});
+    out.back().pod = pod_of(c);
   }
 }
 
@@ -280,6 +291,7 @@ void check_cap_sys_admin_open_unallocated(const Snapshot& s, std::vector<Finding
                    overreach_fix(s, c,
                                  " (it denies unallocated GPUs even to privileged containers), or "
                                  "drop privileged: true")});
+    out.back().pod = pod_of(c);
   }
 }
 
@@ -291,6 +303,7 @@ void check_open_unallocated(const Snapshot& s, std::vector<Finding>& out) {
                    cat("container ", c.label(), " can open ", gpu_names(s, o->extra),
                        " it was not allocated"),
                    o->evidence, overreach_fix(s, c, "")});
+    out.back().pod = pod_of(c);
   }
 }
 
@@ -320,6 +333,7 @@ void check_process_on_unallocated(const Snapshot& s, std::vector<Finding>& out) 
                    "gpufence-runtime do), "
                    "and set the app's gpu-id to 0: it counts the GPUs the container sees, not the "
                    "node's (`gpufence launch --config <ds config> -- <app>` does both)"});
+    out.back().pod = pod_of(c);
   }
 }
 
@@ -346,6 +360,7 @@ void check_env_mismatch(const Snapshot& s, std::vector<Finding>& out) {
              named ? "" : "; " + named.error().message),
          "do not set NVIDIA_VISIBLE_DEVICES in the image or pod spec; the device "
          "plugin's Allocate answer sets it"});
+    out.back().pod = pod_of(c);
   }
 }
 
@@ -370,6 +385,7 @@ void check_deepstream_gpu_ids(const Snapshot& s, std::vector<Finding>& out) {
                        "gpu-id counts the GPUs the container sees, from 0: set gpu-id=0 in every "
                        "group and nvinfer config, or start the app with `gpufence launch --config "
                        "<this file> -- <app>`"});
+        out.back().pod = pod_of(c);
       }
     }
   }
@@ -700,6 +716,7 @@ void check_left_devices_cgroup(const Snapshot& s, std::vector<Finding>& out) {
              "volume); no runtime's rules bind it then. Drop privileged: true, CAP_SYS_ADMIN and "
              "any hostPath of /sys/fs/cgroup from the pod spec and recreate the pod "
              "(docs/trust-model.md, \"Volumes of the cgroup filesystem\")")});
+    out.back().pod = pod_of(c);
   }
 }
 
@@ -734,6 +751,7 @@ void check_host_pid(const Snapshot& s, std::vector<Finding>& out) {
          "remove hostPID: true from the pod spec (Pod Security `baseline` forbids it): with it, "
          "pidfd_getfd(2) or ptrace(2) on another GPU container's process takes its open "
          "/dev/nvidiaN, which no devices cgroup checks (docs/trust-model.md)"});
+    out.back().pod = pod_of(c);
   }
 }
 
@@ -755,6 +773,7 @@ void check_sys_ptrace(const Snapshot& s, std::vector<Finding>& out) {
              ": it lets ptrace(2) and pidfd_getfd(2) reach any process the container can see "
              "whatever Yama's ptrace_scope 1 allows, and copy an open /dev/nvidiaN descriptor "
              "(docs/trust-model.md)")});
+    out.back().pod = pod_of(c);
   }
 }
 
@@ -780,6 +799,7 @@ void check_writable_sysfs(const Snapshot& s, std::vector<Finding>& out) {
                  : "",
              ": /sys/bus/pci/devices/<bdf>/remove and driver/unbind take the GPU away from "
              "every pod (docs/trust-model.md)")});
+    out.back().pod = pod_of(c);
   }
 }
 

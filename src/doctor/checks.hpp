@@ -14,6 +14,10 @@ std::optional<std::set<unsigned>> allocated_minors(const Snapshot& s, const Node
 // Whether the kubelet's PodResources names this container (its List names every container of
 // every pod it runs; docs/deviceplugin.md, "PodResources"). False when allocations are unknown.
 bool in_kubelet_view(const Snapshot& s, const NodeContainer& c);
+// Whether the container is gpufence's own (its device plugin, DRA driver, installer, doctor):
+// the namespace containerd created it in is the install's and the API server shows its pod
+// controlled by one of the chart's DaemonSets. How that was told, or nullopt.
+std::optional<std::string> own_pod(const Snapshot& s, const NodeContainer& c);
 
 // One check: the id every finding it emits carries ("containerd.*": a family) and the function.
 struct DoctorCheck {

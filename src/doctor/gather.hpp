@@ -44,7 +44,8 @@ struct GatherOptions {
   // none known: no pod is taken for gpufence's) and the chart's DaemonSets.
   std::string system_namespace;
   std::vector<std::string> system_daemonsets = {"gpufence-device-plugin", "gpufence-dra",
-                                                "gpufence-node-installer"};
+                                                "gpufence-node-installer",
+                                                "gpufence-doctor-agent"};
   std::chrono::seconds held_after{300};  // Snapshot::held_after
   // DRA drivers whose devices are GPUs (Snapshot::gpu_dra_drivers): gpufence-dra's and
   // NVIDIA's.
@@ -52,25 +53,6 @@ struct GatherOptions {
 };
 
 class KubeClient;
-
-// PodResources v1 over the kubelet's socket: List and GetAllocatableResources.
-// The GPU ids in a container's DRA claims as PodResources lists them (DynamicResource
-// claim_resources cdi_devices): the names of GPU CDI kinds (kGpuCdiKinds: gpufence-dra's
-// "gpufence.io/gpu=<uuid>"), each once. The kubelet lists a claim's CDI devices cumulatively per
-// driver and does not filter them by request (docs/dra.md), so a claim shared by two containers
-// counts for both.
-std::vector<std::string> gpu_ids_of_cdi_names(const std::vector<std::string>& names);
-
-struct PodResourcesView {
-  std::vector<KubeletAllocation> allocations;
-  std::vector<std::string> allocatable;
-};
-Result<PodResourcesView> read_pod_resources(const std::string& socket_path,
-                                            const std::string& resource_name);
-// What the kubelet's PodResources socket at `socket_path` answers: read_pod_resources (gRPC) on
-// a node, a fake in the doctor's unit tests.
-using PodResourcesReader = std::function<Result<PodResourcesView>(
-    const std::string& socket_path, const std::string& resource_name)>;
 
 // A source the doctor may lack: the source, or why it is absent (gathering notes that in
 // Snapshot::skipped and goes on without it).
@@ -83,7 +65,10 @@ struct GatherSources {
   DoctorSource<KubeClient> kube =
       fail(Errc::invalid_argument, "not asked (--kubeconfig or --in-cluster)");
   std::string node_name = "";  // picks this node's objects in the API
-  PodResourcesReader read_pod_resources = gpufence::read_pod_resources;
+  PodResourcesReader read_pod_resources = [](const std::string& socket,
+                                              const std::string& resource) {
+    return gpufence::read_pod_resources(socket, resource);
+  };
 };
 
 // The snapshot, in named steps (gather.cpp, gather_snapshot): the API server's view, NVML's

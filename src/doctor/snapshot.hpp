@@ -15,6 +15,7 @@
 #include "gpu/gpu.hpp"
 #include "gpu/wire_contract.hpp"
 #include "nri/status.hpp"
+#include "podresources/podresources.hpp"
 
 namespace gpufence {
 
@@ -49,11 +50,6 @@ struct NodeContainer {
   // Whether `openable` was observed (the probe opened each node in its cgroup) rather than read
   // from rules (devices.list, the OCI spec), which say what the cgroup should allow.
   bool openable_observed() const { return openable && openable_source == "probe"; }
-};
-
-struct KubeletAllocation {
-  std::string pod_namespace, pod, container;
-  std::vector<std::string> device_ids;  // nvidia.com/gpu ids (UUIDs or indices)
 };
 
 // One container's entry of the kubelet's device checkpoint (kubelet_internal_checkpoint): the ids

@@ -30,7 +30,8 @@ using LineHandler = std::function<bool(std::string_view line)>;
 class KubeClient {
  public:
   virtual ~KubeClient() = default;
-  // `method` ("GET", "PUT", "POST") on `path` ("/api/v1/nodes/x") with a JSON `body`; the
+  // `method` ("GET", "PUT", "POST", "PATCH": a strategic merge patch) on `path`
+  // ("/api/v1/nodes/x") with a JSON `body`; the
   // answer whatever its status. Errors only when no HTTP answer came (connection, TLS).
   virtual Result<KubeResponse> call(const std::string& method, const std::string& path,
                                     const std::string& body = "") = 0;

@@ -430,6 +430,8 @@ void TestApiServer::handle(int conn) {
   req.body = raw.substr(header_end + 4);
   if (auto a = lower.find("authorization: "); a != std::string::npos)
     req.authorization = headers.substr(a + 15, headers.find("\r\n", a) - a - 15);
+  if (auto a = lower.find("content-type: "); a != std::string::npos)
+    req.content_type = headers.substr(a + 14, headers.find("\r\n", a) - a - 14);
 
   bool is_watch =
       req.method == "GET" && (req.query["watch"] == "1" || req.query["watch"] == "true");
@@ -525,6 +527,7 @@ TestApiServer::Answer TestApiServer::answer(const Request& req) {
     m_posted[req.path].push_back(sent);
     return {201, sent.dump()};
   }
+  if (req.method == "PATCH") return patch(req);
   if (auto obj = m_objects.find(req.path); obj != m_objects.end()) {
     if (req.method != "PUT") return {200, obj->second.dump()};
     ++m_puts;
@@ -551,6 +554,60 @@ TestApiServer::Answer TestApiServer::answer(const Request& req) {
   }
   if (req.method == "GET" && m_collections.contains(req.path)) return list(req);
   return {404, kNotFound};
+}
+
+namespace {
+
+// A strategic merge patch of `patch` into `into`: objects key by key (null deletes), lists
+// replaced, except status.conditions, merged by type.
+void strategic_merge(nlohmann::json& into, const nlohmann::json& patch, const std::string& at) {
+  for (const auto& [key, value] : patch.items()) {
+    const std::string path = at + "." + key;
+    if (value.is_null()) {
+      into.erase(key);
+    } else if (path == ".status.conditions" && value.is_array()) {
+      auto& list = into[key];
+      if (!list.is_array()) list = nlohmann::json::array();
+      for (const auto& c : value) {
+        auto same = std::find_if(list.begin(), list.end(),
+                                 [&](const nlohmann::json& e) { return e.value("type", "") == c.value("type", ""); });
+        if (same == list.end())
+          list.push_back(c);
+        else
+          strategic_merge(*same, c, path + "[]");
+      }
+    } else if (value.is_object() && into.contains(key) && into[key].is_object()) {
+      strategic_merge(into[key], value, path);
+    } else {
+      into[key] = value;
+    }
+  }
+}
+
+}  // namespace
+
+// Under m_mu.
+TestApiServer::Answer TestApiServer::patch(const Request& req) {
+  ++m_patches;
+  const std::string suffix = "/status";
+  if (req.path.size() <= suffix.size() || !req.path.ends_with(suffix))
+    return {405, status_body(405, "MethodNotAllowed", "only /status is patched here")};
+  auto obj = m_objects.find(req.path.substr(0, req.path.size() - suffix.size()));
+  if (obj == m_objects.end()) return {404, kNotFound};
+  if (req.content_type != "application/strategic-merge-patch+json")
+    return {415, status_body(415, "UnsupportedMediaType",
+                             "the body of the request was in an unknown format - accepted media "
+                             "types include: application/json-patch+json, "
+                             "application/merge-patch+json, application/apply-patch+yaml, "
+                             "application/strategic-merge-patch+json")};
+  nlohmann::json sent = nlohmann::json::parse(req.body, nullptr, false);
+  if (!sent.is_object()) return {400, status_body(400, "BadRequest", "body is not an object")};
+  // A status patch changes only the status, as the status subresource does.
+  nlohmann::json only_status = nlohmann::json::object();
+  if (sent.contains("status")) only_status["status"] = sent["status"];
+  strategic_merge(obj->second, only_status, "");
+  bump(obj->second);
+  return {200, obj->second.dump()};
 }
 
 // Under m_mu.

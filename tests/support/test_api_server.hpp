@@ -4,6 +4,9 @@
 //  - fixed answers for exact paths (`set`), which win over everything below;
 //  - versioned objects: GET, PUT with optimistic concurrency (409 on a stale resourceVersion, as
 //    the real one answers), POST into a collection (409 AlreadyExists), 404 for unknown paths;
+//  - PATCH of an object's `/status` as a strategic merge patch (Content-Type
+//    application/strategic-merge-patch+json, else 415): objects merged key by key, and
+//    status.conditions merged by `type` as the Node's patchMergeKey says;
 //  - a POST validated as the API server validates a create: metadata.generateName (itself a
 //    DNS-1123 subdomain prefix: "name." is refused), the name generated from it (the prefix cut
 //    to 58, then 5 characters) or given (a DNS-1123 subdomain), the namespace (a DNS-1123 label,
@@ -51,6 +54,10 @@ class TestApiServer {
   // The next PUT is answered with this status (e.g. 503) and changes nothing.
   void fail_next_put(int status) { m_fail_put = status; }
   int puts() const { return m_puts; }
+  int patches() {
+    std::lock_guard lock(m_mu);
+    return m_patches;
+  }
   // POSTs refused with 422 Invalid.
   int rejected() {
     std::lock_guard lock(m_mu);
@@ -91,7 +98,7 @@ class TestApiServer {
 
  private:
   struct Request {
-    std::string method, target, path, body, authorization;
+    std::string method, target, path, body, authorization, content_type;
     std::map<std::string, std::string> query;
   };
   struct Change {
@@ -103,6 +110,7 @@ class TestApiServer {
   void handle(int conn);
   Answer answer(const Request& req);
   Answer list(const Request& req);
+  Answer patch(const Request& req);
   void watch(int conn, const Request& req);
   long bump(nlohmann::json& object);  // the next resourceVersion, written into the object
   void record(const std::string& collection, const std::string& type, nlohmann::json object,
@@ -131,6 +139,7 @@ class TestApiServer {
   bool m_race = false;
   int m_fail_put = 0;
   int m_puts = 0;
+  int m_patches = 0;
   int m_generated = 0;
   int m_rejected = 0;
   std::thread m_thread;

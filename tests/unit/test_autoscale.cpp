@@ -401,7 +401,7 @@ class AutoscaleController : public ::testing::Test {
   std::unique_ptr<KubeClient> m_kube;
   AutoscaleOptions m_opt;
   Stabilizer m_stab;
-  EventSource m_events;
+  EventSource m_events{std::string(kAutoscaleEventController), ""};
 };
 
 }  // namespace

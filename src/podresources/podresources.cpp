@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "doctor/gather.hpp"
 #include "gpu/wire_contract.hpp"
+#include "podresources/podresources.hpp"
 #include "podresources/v1/api.grpc.pb.h"
 
 namespace gpufence {
@@ -20,13 +20,14 @@ std::vector<std::string> gpu_ids_of_cdi_names(const std::vector<std::string>& na
 }
 
 Result<PodResourcesView> read_pod_resources(const std::string& socket_path,
-                                            const std::string& resource_name) {
+                                            const std::string& resource_name,
+                                            std::chrono::milliseconds deadline) {
   auto channel = grpc::CreateChannel("unix://" + socket_path, grpc::InsecureChannelCredentials());
   auto stub = v1::PodResourcesLister::NewStub(channel);
   PodResourcesView view;
   {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
     v1::ListPodResourcesResponse resp;
     auto st = stub->List(&ctx, v1::ListPodResourcesRequest(), &resp);
     if (!st.ok())
@@ -52,7 +53,7 @@ Result<PodResourcesView> read_pod_resources(const std::string& socket_path,
   }
   {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
     v1::AllocatableResourcesResponse resp;
     auto st = stub->GetAllocatableResources(&ctx, v1::AllocatableResourcesRequest(), &resp);
     if (!st.ok())
