@@ -36,6 +36,9 @@ test:
 	@# Kubernetes for the cluster tier, from the Go module proxy (~20 min cold on 2 cores, seconds
 	@# when Go's build cache has it: docs/testing.md); without it the cluster tests skip, saying why.
 	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-kubernetes.sh >/dev/null || true
+	@# promtool for the chart's alert tests, from the Go module proxy (~3 min cold on 2 cores, seconds
+	@# when Go's caches have it); without it those tests skip, saying why.
+	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-promtool.sh >/dev/null || true
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # The libFuzzer build (clang, build-fuzz/); without clang+libFuzzer it records why and the
