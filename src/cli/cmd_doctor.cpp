@@ -4,15 +4,15 @@
 #include "cli/commands.hpp"
 #include "common/file.hpp"
 #include "common/hostfs.hpp"
-#include "common/strings.hpp"
 #include "common/http_server.hpp"
 #include "common/log.hpp"
 #include "common/stop_signals.hpp"
+#include "common/strings.hpp"
 #include "doctor/agent.hpp"
 #include "doctor/checks.hpp"
+#include "doctor/gather.hpp"
 #include "doctor/metrics.hpp"
 #include "doctor/node_report.hpp"
-#include "doctor/gather.hpp"
 #include "doctor/report.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "kube/client.hpp"
@@ -126,7 +126,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
       ->check(CLI::NonNegativeNumber);
   auto* json = d->add_flag("--json", args->json, "JSON report (schema gpufence.doctor/v1)");
   d->add_flag("--metrics", args->metrics,
-               "Print the findings as Prometheus metrics instead of a report (docs/monitoring.md)")
+              "Print the findings as Prometheus metrics instead of a report (docs/monitoring.md)")
       ->excludes(json);
   d->add_option("--serve", args->serve,
                 "Run as a node agent: the doctor every --interval, its metrics on /metrics and "
@@ -145,106 +145,105 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
       "  gpufence --host-root /host doctor --in-cluster --probe --serve :9403 --report-node\n"
       "Exit: 0 clean, 1 findings of error severity, 2 could not run (--serve: 0 on SIGTERM).");
 
-  return {{d, [args, &ctx] {
-             // A served agent stops on SIGTERM: the signals are blocked before any thread
-             // (gRPC, libcurl) exists, so none of them takes the signal's default action.
-             std::optional<StopSignals> stop;
-             if (!args->serve.empty()) {
-               auto signals = StopSignals::block();
-               if (!signals) {
-                 std::cerr << "gpufence doctor: " << signals.error().message << "\n";
-                 return 2;
-               }
-               stop = std::move(*signals);
-             }
-             HostFs host(ctx.host_root);
-             GatherOptions opt = args->gather;
-             if (!args->pod_resources_socket.empty())
-               opt.pod_resources_sockets = {args->pod_resources_socket};
-             if (!args->containerd_config.empty()) {
-               auto cfg =
-                   host_path_arg(args->containerd_config, "--containerd-config", ctx.host_root);
-               if (!cfg) {
-                 std::cerr << "gpufence doctor: " << cfg.error().message << "\n";
-                 return 2;
-               }
-               opt.containerd_configs = {*cfg};
-             }
-             if (!args->handlers.empty()) opt.handlers = args->handlers;
-             if (!args->system_daemonsets.empty()) opt.system_daemonsets = args->system_daemonsets;
-             if (!args->gpu_dra_drivers.empty()) opt.gpu_dra_drivers = args->gpu_dra_drivers;
-             opt.held_after = std::chrono::seconds(args->held_after_s);
-             if (opt.system_namespace.empty() && args->in_cluster) {
-               // The doctor's own pod runs in the install's namespace (the chart's Job,
-               // CronJob and agent DaemonSet): its service account says which.
-               if (auto ns = HostFs("/").read(
-                       "/var/run/secrets/kubernetes.io/serviceaccount/namespace"))
-                 opt.system_namespace = std::string(trim(*ns));
-             }
-             if (!args->plugin_dirs.empty()) opt.plugin_dirs = args->plugin_dirs;
-             opt.runc_roots.insert(opt.runc_roots.end(), args->runc_roots.begin(),
-                                   args->runc_roots.end());
-             if (!host.exists("/proc")) {
-               std::cerr << "gpufence doctor: " << host.resolve("/proc").string()
-                         << " does not exist (wrong --host-root?)\n";
-               return 2;
-             }
-             GatherSources sources;
-             auto nvml = NvmlInventory::open(nvml_library_path(ctx.nvml_library), host);
-             if (nvml)
-               sources.inventory = **nvml;
-             else
-               sources.inventory = std::unexpected(nvml.error());
-             std::unique_ptr<KubeClient> kube;
-             if (!args->kubeconfig.empty() || args->in_cluster) {
-               auto creds = load_credentials(args->in_cluster ? std::string() : args->kubeconfig);
-               if (creds) {
-                 kube = make_rest_client(*creds);
-                 sources.kube = *kube;
-               } else {
-                 sources.kube = std::unexpected(creds.error());
-               }
-             }
-             if (args->report_node && !kube) {
-               std::cerr << "gpufence doctor: --report-node needs the API server: "
-                         << (args->kubeconfig.empty() && !args->in_cluster
-                                 ? std::string("give --in-cluster or --kubeconfig")
-                                 : sources.kube.error().message)
-                         << "\n";
-               return 2;
-             }
-             std::string node = args->node_name;
-             if (node.empty()) {
-               if (const char* env = std::getenv("NODE_NAME"); env && *env)
-                 node = env;
-               else if (auto h = host.read("/etc/hostname"))
-                 node = std::string(trim(*h));
-             }
-             sources.node_name = node;
-             RunDoctor run_once = [&] {
-               Snapshot snap = gather_snapshot(host, opt, sources);
-               auto findings = judge(snap);
-               return DoctorRun{std::move(snap), std::move(findings)};
-             };
-             DoctorAgentOptions agent_opt{std::chrono::seconds(args->interval_s),
-                                          args->report_node, node};
-             if (stop) return serve_doctor(run_once, kube.get(), agent_opt, args->serve, *stop);
-             auto began = std::chrono::system_clock::now();
-             DoctorRun r = run_once();
-             auto ended = std::chrono::system_clock::now();
-             if (args->report_node) {
-               if (auto st = report_node_once(*kube, node, r.findings); !st)
-                 std::cerr << "gpufence doctor: --report-node: " << st.error().message << "\n";
-             }
-             if (args->metrics)
-               std::cout << render_doctor_metrics(r.snapshot, r.findings,
-                                                  {1, ended, ended - began});
-             else if (args->json)
-               std::cout << report_json_text(render_doctor_json(r.snapshot, r.findings));
-             else
-               std::cout << render_doctor_text(r.snapshot, r.findings);
-             return doctor_exit_code(r.findings);
-           }}};
+  return {
+      {d, [args, &ctx] {
+         // A served agent stops on SIGTERM: the signals are blocked before any thread
+         // (gRPC, libcurl) exists, so none of them takes the signal's default action.
+         std::optional<StopSignals> stop;
+         if (!args->serve.empty()) {
+           auto signals = StopSignals::block();
+           if (!signals) {
+             std::cerr << "gpufence doctor: " << signals.error().message << "\n";
+             return 2;
+           }
+           stop = std::move(*signals);
+         }
+         HostFs host(ctx.host_root);
+         GatherOptions opt = args->gather;
+         if (!args->pod_resources_socket.empty())
+           opt.pod_resources_sockets = {args->pod_resources_socket};
+         if (!args->containerd_config.empty()) {
+           auto cfg = host_path_arg(args->containerd_config, "--containerd-config", ctx.host_root);
+           if (!cfg) {
+             std::cerr << "gpufence doctor: " << cfg.error().message << "\n";
+             return 2;
+           }
+           opt.containerd_configs = {*cfg};
+         }
+         if (!args->handlers.empty()) opt.handlers = args->handlers;
+         if (!args->system_daemonsets.empty()) opt.system_daemonsets = args->system_daemonsets;
+         if (!args->gpu_dra_drivers.empty()) opt.gpu_dra_drivers = args->gpu_dra_drivers;
+         opt.held_after = std::chrono::seconds(args->held_after_s);
+         if (opt.system_namespace.empty() && args->in_cluster) {
+           // The doctor's own pod runs in the install's namespace (the chart's Job,
+           // CronJob and agent DaemonSet): its service account says which.
+           if (auto ns =
+                   HostFs("/").read("/var/run/secrets/kubernetes.io/serviceaccount/namespace"))
+             opt.system_namespace = std::string(trim(*ns));
+         }
+         if (!args->plugin_dirs.empty()) opt.plugin_dirs = args->plugin_dirs;
+         opt.runc_roots.insert(opt.runc_roots.end(), args->runc_roots.begin(),
+                               args->runc_roots.end());
+         if (!host.exists("/proc")) {
+           std::cerr << "gpufence doctor: " << host.resolve("/proc").string()
+                     << " does not exist (wrong --host-root?)\n";
+           return 2;
+         }
+         GatherSources sources;
+         auto nvml = NvmlInventory::open(nvml_library_path(ctx.nvml_library), host);
+         if (nvml)
+           sources.inventory = **nvml;
+         else
+           sources.inventory = std::unexpected(nvml.error());
+         std::unique_ptr<KubeClient> kube;
+         if (!args->kubeconfig.empty() || args->in_cluster) {
+           auto creds = load_credentials(args->in_cluster ? std::string() : args->kubeconfig);
+           if (creds) {
+             kube = make_rest_client(*creds);
+             sources.kube = *kube;
+           } else {
+             sources.kube = std::unexpected(creds.error());
+           }
+         }
+         if (args->report_node && !kube) {
+           std::cerr << "gpufence doctor: --report-node needs the API server: "
+                     << (args->kubeconfig.empty() && !args->in_cluster
+                             ? std::string("give --in-cluster or --kubeconfig")
+                             : sources.kube.error().message)
+                     << "\n";
+           return 2;
+         }
+         std::string node = args->node_name;
+         if (node.empty()) {
+           if (const char* env = std::getenv("NODE_NAME"); env && *env)
+             node = env;
+           else if (auto h = host.read("/etc/hostname"))
+             node = std::string(trim(*h));
+         }
+         sources.node_name = node;
+         RunDoctor run_once = [&] {
+           Snapshot snap = gather_snapshot(host, opt, sources);
+           auto findings = judge(snap);
+           return DoctorRun{std::move(snap), std::move(findings)};
+         };
+         DoctorAgentOptions agent_opt{std::chrono::seconds(args->interval_s), args->report_node,
+                                      node};
+         if (stop) return serve_doctor(run_once, kube.get(), agent_opt, args->serve, *stop);
+         auto began = std::chrono::system_clock::now();
+         DoctorRun r = run_once();
+         auto ended = std::chrono::system_clock::now();
+         if (args->report_node) {
+           if (auto st = report_node_once(*kube, node, r.findings); !st)
+             std::cerr << "gpufence doctor: --report-node: " << st.error().message << "\n";
+         }
+         if (args->metrics)
+           std::cout << render_doctor_metrics(r.snapshot, r.findings, {1, ended, ended - began});
+         else if (args->json)
+           std::cout << report_json_text(render_doctor_json(r.snapshot, r.findings));
+         else
+           std::cout << render_doctor_text(r.snapshot, r.findings);
+         return doctor_exit_code(r.findings);
+       }}};
 }
 
 }  // namespace gpufence::cli

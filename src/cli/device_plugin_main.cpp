@@ -13,6 +13,9 @@
 #include "deviceplugin/plugin.hpp"
 #include "distribution/distribution.hpp"
 #include "gpu/nvml_inventory.hpp"
+#include "kube/client.hpp"
+#include "kube/events.hpp"
+#include "podresources/podresources.hpp"
 
 namespace {
 
@@ -39,6 +42,11 @@ int leave(int code, NvmlWatchdog& nvml, Logger& log) {
 
 }  // namespace
 
+// The PodResources socket of the kubelet's default root (the chart passes the distribution's).
+std::string pod_resources_socket_default() {
+  return every_distribution(NodePath::pod_resources_socket).front();
+}
+
 int main(int argc, char** argv) try {
   // Before any thread exists (gRPC and the NVML watchdog start some); its descriptor is polled
   // beside every wait from the start, so a SIGTERM during a hung NVML start-up still ends the
@@ -49,10 +57,11 @@ int main(int argc, char** argv) try {
 
   PluginOptions opt;
   std::string id_strategy = "uuid", list_strategy = "device-specs,volume-mounts,cdi-annotations";
-  std::string nvml_library, log_file, log_level = "info", metrics_address, health_address,
-                                      ignore_xids, recovery = "off", reregister_after = "30s",
-                                      nvml_timeout = "10s";
-  bool no_cuda_env = false, disable_health = false;
+  std::string nvml_library, log_file,
+      log_level = "info", metrics_address, health_address, ignore_xids, recovery = "off",
+      reregister_after = "30s", nvml_timeout = "10s", permanent_xids = "79", pod_resources_socket,
+      node_name;
+  bool no_cuda_env = false, disable_health = false, in_cluster = false;
 
   CLI::App app{
       "gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu (Device Plugin API "
@@ -102,9 +111,13 @@ int main(int argc, char** argv) try {
                  "NVML library to dlopen (default: $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1)");
   app.add_flag("--disable-health-checks", disable_health,
                "Never mark GPUs Unhealthy (also: DP_DISABLE_HEALTHCHECKS=all)");
-  app.add_option("--ignore-xids", ignore_xids,
+  auto* ignore_opt = app.add_option("--ignore-xids", ignore_xids,
                  "XIDs that do not make a GPU Unhealthy, replacing the default application-level "
-                 "list 13,31,43,45,68,109");
+                 "list 13,31,43,45,68,109 (\"\" for none: every XID counts)");
+  app.add_option("--permanent-xids", permanent_xids,
+                 "XIDs after which a GPU stays Unhealthy until the plugin restarts, whatever "
+                 "--health-recovery says (\"\" for none)")
+      ->capture_default_str();
   app.add_option("--health-recovery", recovery,
                  "Mark an XID-Unhealthy GPU Healthy again after this long without a new critical "
                  "XID (e.g. 10m); off by default")
@@ -123,6 +136,14 @@ int main(int argc, char** argv) try {
   app.add_option("--health-address", health_address,
                  "Serve the liveness /healthz on its own listener and thread at HOST:PORT (e.g. "
                  ":9401), so a flood of /metrics clients cannot fail the kubelet's probe");
+  app.add_option("--pod-resources-socket", pod_resources_socket,
+                 "The kubelet's PodResources socket, read at each scrape for the pods holding "
+                 "each GPU (gpufence_gpu_info); \"off\" disables (default: " +
+                     pod_resources_socket_default() + ")");
+  app.add_flag("--in-cluster", in_cluster,
+               "Post an Event on this node (--node-name) for each GPU health change, with the "
+               "pod's service account");
+  app.add_option("--node-name", node_name, "This node's name in the API (default: $NODE_NAME)");
   app.add_option("--log-file", log_file, "Append logs to this file instead of stderr");
   app.add_option("--log-level", log_level, "debug, info, warn, error or off")
       ->capture_default_str();
@@ -154,7 +175,7 @@ int main(int argc, char** argv) try {
   auto rec = parse_duration(recovery);
   if (!rec) return fail_startup(rec.error().message);
   opt.health.recovery = *rec;
-  if (!ignore_xids.empty()) {
+  if (ignore_opt->count() > 0) {
     auto xids = parse_xid_list(ignore_xids);
     if (!xids) return fail_startup(xids.error().message);
     opt.health.ignored_xids = *xids;
@@ -170,6 +191,19 @@ int main(int argc, char** argv) try {
       return fail_startup("DP_DISABLE_HEALTHCHECKS: " + extra.error().message);
   }
   opt.health.enabled = !disable_health;
+  auto permanent = parse_xid_list(permanent_xids);
+  if (!permanent) return fail_startup("--permanent-xids: " + permanent.error().message);
+  opt.health.permanent_xids = *permanent;
+  if (pod_resources_socket.empty()) pod_resources_socket = pod_resources_socket_default();
+  if (node_name.empty())
+    if (const char* env = std::getenv("NODE_NAME"); env && *env) node_name = env;
+  std::unique_ptr<KubeClient> kube;
+  if (in_cluster) {
+    if (node_name.empty()) return fail_startup("--in-cluster needs --node-name or $NODE_NAME");
+    auto creds = load_credentials("");
+    if (!creds) return fail_startup("--in-cluster: " + creds.error().message);
+    kube = make_rest_client(*creds);
+  }
   auto rereg = parse_duration(reregister_after);
   if (!rereg) return fail_startup("--reregister-after: " + rereg.error().message);
   opt.reregister_after = *rereg;
@@ -191,7 +225,29 @@ int main(int argc, char** argv) try {
   if (!nvml) return leave(fail_startup(nvml.error().message), watchdog, log);
 
   PluginMetrics metrics;
+  if (pod_resources_socket != "off") {
+    metrics.set_gpu_holders(
+        [socket = pod_resources_socket,
+         resource = opt.resource_name]() -> Result<std::vector<KubeletAllocation>> {
+          auto view = read_pod_resources(socket, resource, std::chrono::seconds(2));
+          if (!view) return std::unexpected(view.error());
+          return std::move(view->allocations);
+        });
+  }
   PluginContext ctx{opt, log, **nvml, watchdog, metrics};
+  // Each GPU health change as an Event on the Node, posted off the monitor's thread.
+  std::unique_ptr<EventQueue> events;
+  if (kube) {
+    events = std::make_unique<EventQueue>(*kube,
+                                          EventSource{"gpufence.io/device-plugin", node_name}, log);
+    ctx.on_transition = [&events, node_name](const Gpu& gpu, const HealthTransition& tr) {
+      events->post({"v1", "Node", "", node_name, ""},
+                   {tr.healthy ? "Normal" : "Warning", "HealthChanged",
+                    tr.healthy ? "GPUHealthy" : "GPUUnhealthy",
+                    cat("GPU ", gpu.index, " (", gpu.uuid, ") is ",
+                        tr.healthy ? "Healthy again" : "Unhealthy", ": ", tr.reason)});
+    };
+  }
   auto plugin = DevicePlugin::create(ctx, sfd);
   if (!plugin && stop->stop_requested()) return leave(0, watchdog, log);
   if (!plugin) return leave(fail_startup(plugin.error().message), watchdog, log);
@@ -224,6 +280,7 @@ int main(int argc, char** argv) try {
   if (!st) log.error("plugin.failed", {{"error", st.error().message}});
   int code = st ? 0 : 1;
   plugin->reset();
+  events.reset();  // after the plugin: its health monitor posts to it until then
   // nvmlShutdown can hang like any NVML call: unload on the watchdog, with a short deadline.
   NvmlInventory* inventory = nvml->release();
   (void)watchdog.call<Status>(

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 
 namespace gpufence {
 
@@ -20,6 +21,8 @@ using namespace std::chrono_literals;
 constexpr auto kEventWait = 200ms;
 // Without a usable event stream, how often every GPU is asked whether it answers.
 constexpr auto kPollWithoutEvents = 500ms;
+// How often a GPU whose recovery action is not none is asked again.
+constexpr auto kActionPoll = 1s;
 
 }  // namespace
 
@@ -42,6 +45,11 @@ struct HealthMonitor::Impl {
   // driver answers every wait so at once while the GPU stays lost.
   bool lost_wait = false;
   bool failures_reported = false;
+  // Recovery actions: asked of every GPU in the first round, then after each XID of a GPU and
+  // each kActionPoll while one is not none; never again of a GPU whose driver has none.
+  bool actions_asked = false;
+  std::set<std::string> no_action_field;
+  std::chrono::steady_clock::time_point last_action_poll{};
 
   Impl(GpuInventory& i, NvmlWatchdog& w, std::vector<MonitoredGpu> g, HealthOptions o, Logger& l,
        OnChange c)
@@ -70,7 +78,10 @@ struct HealthMonitor::Impl {
   Result<std::optional<GpuEvent>> next_event();
   void report_registration_failures();
   std::map<std::string, Status> ask_liveness(const std::optional<GpuEvent>& event);
-  bool apply(const std::optional<GpuEvent>& event, const std::map<std::string, Status>& answers);
+  std::map<std::string, GpuRecoveryAction> ask_recovery_actions(
+      const std::optional<GpuEvent>& event);
+  bool apply(const std::optional<GpuEvent>& event, const std::map<std::string, Status>& answers,
+             const std::map<std::string, GpuRecoveryAction>& actions);
   void log_health();
 };
 
@@ -114,8 +125,47 @@ std::map<std::string, Status> HealthMonitor::Impl::ask_liveness(
   return answers;
 }
 
+std::map<std::string, GpuRecoveryAction> HealthMonitor::Impl::ask_recovery_actions(
+    const std::optional<GpuEvent>& event) {
+  auto now = std::chrono::steady_clock::now();
+  std::set<std::string> ask;
+  {
+    std::lock_guard lock(mu);
+    if (!actions_asked) {
+      for (const auto& u : tracker.uuids()) ask.insert(u);
+    } else if (event && !event->gpu_lost && event->xid) {
+      if (event->uuid.empty())
+        for (const auto& u : tracker.uuids()) ask.insert(u);
+      else
+        ask.insert(event->uuid);
+    }
+    if (now - last_action_poll >= kActionPoll) {
+      for (const auto& u : tracker.awaiting_action()) ask.insert(u);
+      last_action_poll = now;
+    }
+  }
+  actions_asked = true;
+  std::map<std::string, GpuRecoveryAction> answers;
+  for (const auto& uuid : ask) {
+    if (stopping) break;
+    if (no_action_field.contains(uuid)) continue;
+    auto action = watchdog.call<Result<GpuRecoveryAction>>(
+        "nvmlDeviceGetFieldValues " + uuid,
+        [&inv = inventory, uuid] { return inv.recovery_action(uuid); }, stop_fd);
+    if (action) {
+      answers[uuid] = *action;
+    } else if (action.error().code == Errc::unsupported) {
+      no_action_field.insert(uuid);
+      log.debug("plugin.recovery_action_unsupported",
+                {{"uuid", uuid}, {"error", action.error().message}});
+    }
+  }
+  return answers;
+}
+
 bool HealthMonitor::Impl::apply(const std::optional<GpuEvent>& event,
-                                const std::map<std::string, Status>& answers) {
+                                const std::map<std::string, Status>& answers,
+                                const std::map<std::string, GpuRecoveryAction>& actions) {
   auto alive = [&](const std::string& uuid) -> Status {
     auto it = answers.find(uuid);
     return it == answers.end() ? Status{} : it->second;
@@ -123,6 +173,9 @@ bool HealthMonitor::Impl::apply(const std::optional<GpuEvent>& event,
   auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(mu);
   bool changed = event ? tracker.on_event(*event, now, alive) : false;
+  for (const auto& [uuid, action] : actions) {
+    changed |= tracker.on_recovery_action(uuid, action, now);
+  }
   changed |= tracker.on_tick(now, alive);
   return changed;
 }
@@ -207,9 +260,10 @@ bool HealthMonitor::step() {
     }
   }
   auto answers = s.ask_liveness(event);
+  auto actions = s.ask_recovery_actions(event);
   // A stop cuts liveness calls short; their "stopped" answers say nothing about the GPUs.
   if (s.stopping) return false;
-  bool changed = s.apply(event, answers);
+  bool changed = s.apply(event, answers, actions);
   if (changed) {
     s.log_health();
     if (s.on_change) s.on_change();
@@ -222,6 +276,16 @@ bool HealthMonitor::step() {
 bool HealthMonitor::healthy(const std::string& uuid) const {
   std::lock_guard lock(m->mu);
   return m->tracker.healthy(uuid);
+}
+
+std::vector<GpuHealthReport> HealthMonitor::report() const {
+  std::lock_guard lock(m->mu);
+  return m->tracker.report();
+}
+
+std::vector<HealthTransition> HealthMonitor::take_transitions() {
+  std::lock_guard lock(m->mu);
+  return m->tracker.take_transitions();
 }
 
 std::string HealthMonitor::reason(const std::string& uuid) const {

@@ -46,6 +46,10 @@ class HealthMonitor {
 
   bool healthy(const std::string& uuid) const;
   std::string reason(const std::string& uuid) const;
+  // Every GPU's health, XID counts and recovery action, for the metrics.
+  std::vector<GpuHealthReport> report() const;
+  // The health changes since the last call, for their Node Events.
+  std::vector<HealthTransition> take_transitions();
 
   struct Impl;
 

@@ -1,9 +1,108 @@
 #include "deviceplugin/metrics.hpp"
 
 #include "common/error.hpp"
+#include "common/prometheus.hpp"
 #include "common/strings.hpp"
 
 namespace gpufence {
+
+namespace {
+
+// Whether a kubelet device id names this GPU (the plugin's ids are UUIDs or indices).
+bool names(const std::string& id, const Gpu& g) {
+  return id == g.uuid || id == std::to_string(g.index);
+}
+
+PromLabels gpu_labels(const std::string& resource, const Gpu& g) {
+  return {{"resource", resource},
+          {"gpu", std::to_string(g.index)},
+          {"UUID", g.uuid},
+          {"device", cat("nvidia", g.minor)},
+          {"modelName", g.name}};
+}
+
+}  // namespace
+
+std::string render_gpu_metrics(
+    const std::string& resource, const std::vector<GpuMetricRow>& rows,
+    const std::optional<Result<std::vector<KubeletAllocation>>>& holders) {
+  PromText out;
+  out.family("gpufence_gpu_info", "gauge",
+             "One series per GPU and container holding it (namespace, pod, container from the "
+             "kubelet's PodResources; empty when the GPU is free).");
+  for (const auto& r : rows) {
+    if (r.health.uuid.empty()) continue;
+    bool held = false;
+    if (holders && *holders) {
+      for (const auto& a : **holders) {
+        for (const auto& id : a.device_ids) {
+          if (!names(id, r.gpu)) continue;
+          auto labels = gpu_labels(resource, r.gpu);
+          labels.insert(
+              labels.end(),
+              {{"namespace", a.pod_namespace}, {"pod", a.pod}, {"container", a.container}});
+          out.sample("gpufence_gpu_info", labels, std::uint64_t{1});
+          held = true;
+          break;
+        }
+      }
+    }
+    if (held) continue;
+    auto labels = gpu_labels(resource, r.gpu);
+    labels.insert(labels.end(), {{"namespace", ""}, {"pod", ""}, {"container", ""}});
+    out.sample("gpufence_gpu_info", labels, std::uint64_t{1});
+  }
+  if (holders) {
+    out.family("gpufence_pod_resources_up", "gauge",
+               "The kubelet's PodResources answered the last scrape (1): the holders are known.");
+    out.sample("gpufence_pod_resources_up", {{"resource", resource}},
+               std::uint64_t{*holders ? 1u : 0u});
+  }
+  out.family("gpufence_gpu_healthy", "gauge",
+             "1 while the GPU is Healthy for the kubelet, 0 while Unhealthy.");
+  for (const auto& r : rows)
+    if (!r.health.uuid.empty())
+      out.sample("gpufence_gpu_healthy", gpu_labels(resource, r.gpu),
+                 std::uint64_t{r.health.healthy ? 1u : 0u});
+  out.family("gpufence_gpu_xid_errors_total", "counter",
+             "XIDs the driver reported, by code, ignored ones too (UUID empty: tied to no GPU).");
+  for (const auto& r : rows) {
+    for (const auto& [xid, n] : r.health.xids) {
+      PromLabels labels = {{"resource", resource},
+                           {"gpu", r.health.uuid.empty() ? "" : std::to_string(r.gpu.index)},
+                           {"UUID", r.health.uuid},
+                           {"xid", std::to_string(xid)}};
+      out.sample("gpufence_gpu_xid_errors_total", labels, n);
+    }
+  }
+  out.family("gpufence_gpu_health_transitions_total", "counter",
+             "Health changes of the GPU, by the health it changed to.");
+  for (const auto& r : rows) {
+    if (r.health.uuid.empty()) continue;
+    for (auto [to, n] : {std::pair{"Healthy", r.health.to_healthy},
+                         std::pair{"Unhealthy", r.health.to_unhealthy}}) {
+      out.sample("gpufence_gpu_health_transitions_total",
+                 {{"resource", resource},
+                  {"gpu", std::to_string(r.gpu.index)},
+                  {"UUID", r.health.uuid},
+                  {"to", to}},
+                 n);
+    }
+  }
+  out.family("gpufence_gpu_recovery_action", "gauge",
+             "1 on the recovery action the driver asks for the GPU (none, gpu_reset, "
+             "node_reboot, drain_p2p, drain_and_reset, other); absent where the driver has none.");
+  for (const auto& r : rows) {
+    if (r.health.uuid.empty() || !r.health.action) continue;
+    out.sample("gpufence_gpu_recovery_action",
+               {{"resource", resource},
+                {"gpu", std::to_string(r.gpu.index)},
+                {"UUID", r.health.uuid},
+                {"action", std::string(recovery_action_name(*r.health.action))}},
+               std::uint64_t{1});
+  }
+  return out.take();
+}
 
 void PluginMetrics::observe_allocate(std::chrono::nanoseconds duration, bool ok,
                                      size_t containers) {
@@ -49,7 +148,7 @@ std::string PluginMetrics::render(const std::string& resource) const {
   out +=
       "# HELP gpufence_allocate_duration_seconds Allocate handling time.\n# TYPE "
       "gpufence_allocate_duration_seconds histogram\n";
-  std::lock_guard lock(m_mutex);
+  std::unique_lock lock(m_mutex);
   for (size_t i = 0; i < kBuckets.size(); ++i) {
     out += cat("gpufence_allocate_duration_seconds_bucket{", r, ",le=\"", kBuckets[i], "\"} ",
                m_bucket_counts[i], "\n");
@@ -58,6 +157,15 @@ std::string PluginMetrics::render(const std::string& resource) const {
              "\n");
   out += cat("gpufence_allocate_duration_seconds_sum{", r, "} ", m_allocate_sum, "\n");
   out += cat("gpufence_allocate_duration_seconds_count{", r, "} ", m_allocate_count, "\n");
+  GpuRows rows = m_rows;
+  GpuHolders holders = m_holders;
+  lock.unlock();
+  // The kubelet is asked with no lock held: a slow PodResources delays only this scrape.
+  if (rows) {
+    std::optional<Result<std::vector<KubeletAllocation>>> held;
+    if (holders) held = holders();
+    out += render_gpu_metrics(resource, rows(), held);
+  }
   return out;
 }
 

@@ -5,10 +5,28 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "deviceplugin/health.hpp"
+#include "gpu/gpu.hpp"
+#include "podresources/podresources.hpp"
 
 namespace gpufence {
+
+// One GPU as its metrics show it (docs/monitoring.md): labelled as dcgm-exporter labels a GPU
+// (gpu = index, UUID, device = nvidiaN, modelName), so a dashboard keyed by UUID joins them.
+struct GpuMetricRow {
+  Gpu gpu;
+  GpuHealthReport health;
+};
+// The GPUs and their health now (the plugin's devices and its health monitor).
+using GpuRows = std::function<std::vector<GpuMetricRow>()>;
+// Which container holds which GPU (the kubelet's PodResources List), read at each scrape.
+using GpuHolders = std::function<Result<std::vector<KubeletAllocation>>()>;
 
 class PluginMetrics {
  public:
@@ -24,6 +42,14 @@ class PluginMetrics {
     m_healthy = healthy;
     m_unhealthy = unhealthy;
   }
+  void set_gpu_rows(GpuRows rows) {
+    std::lock_guard lock(m_mutex);
+    m_rows = std::move(rows);
+  }
+  void set_gpu_holders(GpuHolders holders) {
+    std::lock_guard lock(m_mutex);
+    m_holders = std::move(holders);
+  }
   std::string render(const std::string& resource) const;
 
  private:
@@ -34,6 +60,16 @@ class PluginMetrics {
   std::atomic<std::uint64_t> m_allocations{0}, m_allocate_errors{0}, m_registrations{0},
       m_kubelet_restarts{0};
   std::atomic<size_t> m_healthy{0}, m_unhealthy{0};
+  GpuRows m_rows;
+  GpuHolders m_holders;
 };
+
+// The per-GPU families: gpufence_gpu_info (one series per GPU and container holding it),
+// gpufence_gpu_healthy, gpufence_gpu_xid_errors_total, gpufence_gpu_health_transitions_total,
+// gpufence_gpu_recovery_action. `holders` nullopt: not asked; an error: the holders are unknown
+// (gpufence_gpu_info carries none, gpufence_pod_resources_up is 0).
+std::string render_gpu_metrics(
+    const std::string& resource, const std::vector<GpuMetricRow>& rows,
+    const std::optional<Result<std::vector<KubeletAllocation>>>& holders);
 
 }  // namespace gpufence

@@ -24,9 +24,17 @@ enum class ListStrategy { device_specs, volume_mounts, cdi_annotations, cdi_cri,
 // 68 video processor exception, 109 context switch timeout.
 inline const std::set<std::uint64_t> kDefaultIgnoredXids = {13, 31, 43, 45, 68, 109};
 
+// XIDs after which a GPU stays Unhealthy whatever --health-recovery says, until the plugin
+// restarts: 79, the GPU has fallen off the bus (it needs a reset or a reboot).
+inline const std::set<std::uint64_t> kDefaultPermanentXids = {79};
+// XID 154, GPU_RECOVERY_ACTION_CHANGED: the driver's recovery action changed; the action itself,
+// not the XID, decides (docs/monitoring.md, "Health").
+inline constexpr std::uint64_t kRecoveryActionChangedXid = 154;
+
 struct HealthOptions {
   bool enabled = true;
   std::set<std::uint64_t> ignored_xids = kDefaultIgnoredXids;
+  std::set<std::uint64_t> permanent_xids = kDefaultPermanentXids;
   // A GPU marked Unhealthy by an XID becomes Healthy again after this long with no new critical
   // XID; nullopt = never (NVIDIA's behaviour). A lost GPU recovers when it answers NVML again.
   std::optional<std::chrono::milliseconds> recovery;

@@ -99,8 +99,35 @@ struct DevicePlugin::State {
     ctx.metrics.set_devices(healthy, devices.size() - healthy);
   }
 
+  // Each health change once: a log line, and the context's hook (the Node Event).
+  void tell_transitions() {
+    for (const auto& tr : monitor->take_transitions()) {
+      const Gpu* gpu = nullptr;
+      for (const auto& d : devices)
+        if (d.gpu.uuid == tr.uuid) gpu = &d.gpu;
+      if (!gpu) continue;
+      ctx.log.info("plugin.health_transition", {{"uuid", tr.uuid},
+                                                {"index", std::to_string(gpu->index)},
+                                                {"health", tr.healthy ? "Healthy" : "Unhealthy"},
+                                                {"reason", tr.reason}});
+      if (ctx.on_transition) ctx.on_transition(*gpu, tr);
+    }
+  }
+
+  std::vector<GpuMetricRow> metric_rows() const {
+    std::vector<GpuMetricRow> rows;
+    for (const auto& h : monitor->report()) {
+      GpuMetricRow row{{}, h};
+      for (const auto& d : devices)
+        if (d.gpu.uuid == h.uuid) row.gpu = d.gpu;
+      if (h.uuid.empty() || !row.gpu.uuid.empty()) rows.push_back(std::move(row));
+    }
+    return rows;
+  }
+
   // The health monitor's change callback: wake every ListAndWatch stream.
   void on_health_change() {
+    tell_transitions();
     publish_device_counts();
     std::lock_guard lock(mu);
     ++version;
@@ -174,8 +201,7 @@ class PluginService final : public v1beta1::DevicePlugin::Service {
     ++m_s.open_streams;
     const std::uint64_t registration = m_s.streams.opened();
     auto ours = [&] {
-      return m_s.stopping || m_s.generation != m_generation ||
-             m_s.streams.retired(registration);
+      return m_s.stopping || m_s.generation != m_generation || m_s.streams.retired(registration);
     };
     struct Closed {  // counts the stream closed however the handler returns
       DevicePlugin::State& s;
@@ -319,6 +345,7 @@ Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx, in
   s.monitor = std::make_unique<HealthMonitor>(s.ctx.inventory, s.ctx.watchdog, monitored,
                                               s.ctx.options.health, s.ctx.log,
                                               [&s] { s.on_health_change(); });
+  s.ctx.metrics.set_gpu_rows([&s] { return s.metric_rows(); });
   RegistrationSettings settings;
   settings.plugin_dir = s.ctx.options.plugin_dir;
   settings.kubelet_socket = kKubeletSocket;
@@ -349,7 +376,9 @@ Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx, in
 }
 
 DevicePlugin::DevicePlugin(std::unique_ptr<State> state) : m_state(std::move(state)) {}
-DevicePlugin::~DevicePlugin() = default;
+DevicePlugin::~DevicePlugin() {
+  if (m_state) m_state->ctx.metrics.set_gpu_rows(nullptr);  // its rows name this plugin's state
+}
 
 bool DevicePlugin::registered() const {
   return m_state->loop->registered();

@@ -2,9 +2,11 @@
 // the kubelet (registration.hpp) and the health monitor (health_monitor.hpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "common/log.hpp"
+#include "deviceplugin/health.hpp"
 #include "deviceplugin/metrics.hpp"
 #include "deviceplugin/options.hpp"
 #include "deviceplugin/watchdog.hpp"
@@ -19,6 +21,9 @@ struct PluginContext {
   GpuInventory& inventory;  // called only through `watchdog`
   NvmlWatchdog& watchdog;
   PluginMetrics& metrics;
+  // Called on the health monitor's thread for each GPU health change, after its log line; must
+  // not block (the device plugin's Node Events queue it: kube/events.hpp EventQueue).
+  std::function<void(const Gpu&, const HealthTransition&)> on_transition = nullptr;
 };
 
 class DevicePlugin {

@@ -4,8 +4,8 @@
 
 namespace gpufence {
 
-DoctorAgent::DoctorAgent(RunDoctor run, KubeClient* kube, DoctorAgentOptions options,
-                         Logger& log, SystemClock clock)
+DoctorAgent::DoctorAgent(RunDoctor run, KubeClient* kube, DoctorAgentOptions options, Logger& log,
+                         SystemClock clock)
     : m_run(std::move(run)),
       m_kube(kube),
       m_opt(std::move(options)),
@@ -21,8 +21,8 @@ void DoctorAgent::step() {
   auto ended = m_clock();
   size_t errors = 0;
   for (const auto& f : r.findings) errors += f.severity == Severity::error;
-  m_log.info("doctor.run", {{"findings", std::to_string(r.findings.size())},
-                            {"errors", std::to_string(errors)}});
+  m_log.info("doctor.run",
+             {{"findings", std::to_string(r.findings.size())}, {"errors", std::to_string(errors)}});
   // 2. Where operators look: the Node condition (an Event when it changes) and the new findings.
   std::uint64_t failures = 0;
   if (m_opt.report_node && m_kube) {

@@ -44,8 +44,7 @@ struct GatherOptions {
   // none known: no pod is taken for gpufence's) and the chart's DaemonSets.
   std::string system_namespace;
   std::vector<std::string> system_daemonsets = {"gpufence-device-plugin", "gpufence-dra",
-                                                "gpufence-node-installer",
-                                                "gpufence-doctor-agent"};
+                                                "gpufence-node-installer", "gpufence-doctor-agent"};
   std::chrono::seconds held_after{300};  // Snapshot::held_after
   // DRA drivers whose devices are GPUs (Snapshot::gpu_dra_drivers): gpufence-dra's and
   // NVIDIA's.
@@ -66,7 +65,7 @@ struct GatherSources {
       fail(Errc::invalid_argument, "not asked (--kubeconfig or --in-cluster)");
   std::string node_name = "";  // picks this node's objects in the API
   PodResourcesReader read_pod_resources = [](const std::string& socket,
-                                              const std::string& resource) {
+                                             const std::string& resource) {
     return gpufence::read_pod_resources(socket, resource);
   };
 };

@@ -36,7 +36,8 @@ NodeCondition isolation_condition(const std::vector<Finding>& findings) {
   if (errors.empty())
     return {std::string(kIsolationCondition), "True", "NoErrorFindings",
             cat("gpufence doctor found no error (", warnings, " warnings)")};
-  std::string message = cat("gpufence doctor found ", errors.size(), " errors: ", join(errors, "; "));
+  std::string message =
+      cat("gpufence doctor found ", errors.size(), " errors: ", join(errors, "; "));
   return {std::string(kIsolationCondition), "False", "ErrorFindings",
           escape_excerpt(message, kMaxMessageBytes)};
 }
@@ -54,13 +55,12 @@ nlohmann::json condition_patch(const nlohmann::json& node, const NodeCondition& 
     }
   }
   return {{"status",
-           {{"conditions",
-             nlohmann::json::array({{{"type", condition.type},
-                                     {"status", condition.status},
-                                     {"reason", condition.reason},
-                                     {"message", condition.message},
-                                     {"lastHeartbeatTime", timestamp(now)},
-                                     {"lastTransitionTime", transition}}})}}}};
+           {{"conditions", nlohmann::json::array({{{"type", condition.type},
+                                                   {"status", condition.status},
+                                                   {"reason", condition.reason},
+                                                   {"message", condition.message},
+                                                   {"lastHeartbeatTime", timestamp(now)},
+                                                   {"lastTransitionTime", transition}}})}}}};
 }
 
 Status set_node_condition(KubeClient& kube, const std::string& node,

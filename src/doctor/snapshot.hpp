@@ -82,7 +82,7 @@ struct KubePod {
 };
 
 struct KubeView {
-  std::optional<long> capacity, allocatable;           // the node's, for the resource
+  std::optional<long> capacity, allocatable;  // the node's, for the resource
   // Devices this node's ResourceSlices publish, by DRA driver (empty where resource.k8s.io/v1
   // is not served or not readable).
   std::map<std::string, long> dra_devices;

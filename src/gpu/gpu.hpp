@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.hpp"
@@ -60,6 +61,37 @@ struct EventRegistrationFailure {
   std::string error;
 };
 
+// What the driver says a GPU needs after a fault: NVML's nvmlDeviceGpuRecoveryAction_t, read
+// as the field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230) on drivers that have it; XID 154 is
+// raised when it changes (docs/monitoring.md, "Health").
+enum class GpuRecoveryAction {
+  none = 0,             // healthy as far as the driver knows
+  gpu_reset = 1,        // reset the GPU
+  node_reboot = 2,      // reboot the node
+  drain_p2p = 3,        // stop peer-to-peer traffic, then ask again
+  drain_and_reset = 4,  // reduced capacity: drain the work, then reset
+  other = 5,            // a value this release does not know
+};
+// The metric's and the log's name of an action: none, gpu_reset, node_reboot, drain_p2p,
+// drain_and_reset, other.
+constexpr std::string_view recovery_action_name(GpuRecoveryAction a) {
+  switch (a) {
+    case GpuRecoveryAction::none:
+      return "none";
+    case GpuRecoveryAction::gpu_reset:
+      return "gpu_reset";
+    case GpuRecoveryAction::node_reboot:
+      return "node_reboot";
+    case GpuRecoveryAction::drain_p2p:
+      return "drain_p2p";
+    case GpuRecoveryAction::drain_and_reset:
+      return "drain_and_reset";
+    case GpuRecoveryAction::other:
+      return "other";
+  }
+  return "other";
+}
+
 class GpuInventory {
  public:
   virtual ~GpuInventory() = default;
@@ -70,6 +102,11 @@ class GpuInventory {
   virtual Status check_alive(const std::string& uuid) = 0;
   // Waits up to `timeout` for the next XID/lost event on any GPU; nullopt on timeout.
   virtual Result<std::optional<GpuEvent>> wait_event(std::chrono::milliseconds timeout) = 0;
+  // The driver's recovery action for the GPU; Errc::unsupported where the driver or library
+  // has none (before R565, or the field is not supported on that GPU).
+  virtual Result<GpuRecoveryAction> recovery_action(const std::string& uuid) {
+    return fail(Errc::unsupported, "no GPU recovery action for ", uuid);
+  }
   // The GPUs left out of the event stream when wait_event armed it, each with why.
   virtual std::vector<EventRegistrationFailure> event_registration_failures() { return {}; }
 };

@@ -54,6 +54,17 @@ struct nvmlEventData_t {
   unsigned int computeInstanceId;
 };
 
+// nvmlFieldValue_t: one field asked of nvmlDeviceGetFieldValues; value is a union of 8 bytes.
+struct nvmlFieldValue_t {
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  int valueType;  // nvmlValueType_t: 1 = unsigned int
+  nvmlReturn_t nvmlReturn;
+  unsigned long long value;  // uiVal in its low 4 bytes (little-endian), ullVal whole
+};
+
 }  // extern "C"
 
 static_assert(sizeof(nvmlPciInfo_t) == 68 && offsetof(nvmlPciInfo_t, busId) == 36);
@@ -61,6 +72,7 @@ static_assert(sizeof(nvmlMemory_t) == 24);
 static_assert(sizeof(nvmlProcessInfo_v1_t) == 16);
 static_assert(sizeof(nvmlProcessInfo_v2_t) == 24 &&
               offsetof(nvmlProcessInfo_v2_t, gpuInstanceId) == 16);
+static_assert(sizeof(nvmlFieldValue_t) == 40 && offsetof(nvmlFieldValue_t, value) == 32);
 static_assert(sizeof(nvmlEventData_t) == 32 && offsetof(nvmlEventData_t, eventData) == 16);
 
 namespace gpufence::nvml {
@@ -97,5 +109,8 @@ inline constexpr int TOPOLOGY_NODE = 40;
 inline constexpr int TOPOLOGY_SYSTEM = 50;
 
 inline constexpr int FEATURE_ENABLED = 1;
+
+inline constexpr unsigned kFieldGpuRecoveryAction = 230;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+inline constexpr int kValueTypeUnsignedInt = 1;           // NVML_VALUE_TYPE_UNSIGNED_INT
 
 }  // namespace gpufence::nvml

@@ -30,6 +30,7 @@ using RegisterEventsFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long, nvml
 using SupportedEventsFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*);
 using EventWaitFn = nvmlReturn_t (*)(nvmlEventSet_t, nvmlEventData_t*, unsigned);
 using EventSetFreeFn = nvmlReturn_t (*)(nvmlEventSet_t);
+using FieldValuesFn = nvmlReturn_t (*)(nvmlDevice_t, int, nvmlFieldValue_t*);
 
 // Versioned names only: the plain names are legacy ABIs (docs/nvml.md §2.1).
 struct NvmlInventory::Api {
@@ -58,6 +59,7 @@ struct NvmlInventory::Api {
   SupportedEventsFn supported_events = nullptr;
   EventWaitFn event_wait = nullptr;
   EventSetFreeFn event_set_free = nullptr;
+  FieldValuesFn field_values = nullptr;  // R450+; the recovery action field R565+
 };
 
 struct NvmlInventory::Events {
@@ -158,6 +160,7 @@ Result<std::unique_ptr<NvmlInventory>> NvmlInventory::open(const std::string& li
   api->register_events = symbol<RegisterEventsFn>(handle, "nvmlDeviceRegisterEvents");
   api->supported_events = symbol<SupportedEventsFn>(handle, "nvmlDeviceGetSupportedEventTypes");
   api->event_wait = symbol<EventWaitFn>(handle, "nvmlEventSetWait_v2");
+  api->field_values = symbol<FieldValuesFn>(handle, "nvmlDeviceGetFieldValues");
   api->event_set_free = symbol<EventSetFreeFn>(handle, "nvmlEventSetFree");
 
   if (int rc = api->init(); rc != nvml::SUCCESS) {
@@ -345,6 +348,24 @@ Status NvmlInventory::check_alive(const std::string& uuid) {
     return std::unexpected(error("nvmlDeviceGetUUID " + uuid, rc));
   }
   return {};
+}
+
+Result<GpuRecoveryAction> NvmlInventory::recovery_action(const std::string& uuid) {
+  if (!m_api->field_values)
+    return fail(Errc::unsupported, "NVML library has no nvmlDeviceGetFieldValues");
+  auto dev = handle(uuid);
+  if (!dev) return std::unexpected(dev.error());
+  nvmlFieldValue_t field{};
+  field.fieldId = nvml::kFieldGpuRecoveryAction;
+  if (int rc = m_api->field_values(*dev, 1, &field); rc != nvml::SUCCESS)
+    return std::unexpected(error("nvmlDeviceGetFieldValues " + uuid, rc));
+  if (field.nvmlReturn == nvml::ERROR_NOT_SUPPORTED ||
+      field.nvmlReturn == nvml::ERROR_INVALID_ARGUMENT)
+    return fail(Errc::unsupported, "the driver reports no GPU recovery action for ", uuid);
+  if (field.nvmlReturn != nvml::SUCCESS)
+    return std::unexpected(error("GPU recovery action of " + uuid, field.nvmlReturn));
+  auto value = static_cast<unsigned>(field.value & 0xffffffffu);
+  return value <= 4 ? static_cast<GpuRecoveryAction>(value) : GpuRecoveryAction::other;
 }
 
 Status NvmlInventory::ensure_events() {

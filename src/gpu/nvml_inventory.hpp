@@ -33,6 +33,7 @@ class NvmlInventory final : public GpuInventory {
   Result<std::vector<GpuProcess>> processes(const std::string& uuid) override;
   Result<Topology> topology(const std::string& uuid_a, const std::string& uuid_b) override;
   Status check_alive(const std::string& uuid) override;
+  Result<GpuRecoveryAction> recovery_action(const std::string& uuid) override;
   Result<std::optional<GpuEvent>> wait_event(std::chrono::milliseconds timeout) override;
   std::vector<EventRegistrationFailure> event_registration_failures() override;
 

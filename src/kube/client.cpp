@@ -179,9 +179,9 @@ class RestClient final : public KubeClient {
     // A PATCH is a strategic merge patch: lists with a merge key (a Node's status.conditions,
     // by type) keep the entries the patch does not name, as kubectl and the kubelet patch.
     if (!request_body.empty())
-      headers = curl_slist_append(headers, method == "PATCH"
-                                               ? "Content-Type: application/strategic-merge-patch+json"
-                                               : "Content-Type: application/json");
+      headers = curl_slist_append(
+          headers, method == "PATCH" ? "Content-Type: application/strategic-merge-patch+json"
+                                     : "Content-Type: application/json");
     std::string token = m_token.current(force);
     if (!token.empty())
       headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());

@@ -65,14 +65,14 @@ std::string event_namespace(const EventRegarding& regarding) {
 nlohmann::json event_object(const EventRegarding& regarding, const EventSource& source,
                             const KubeEvent& event, std::chrono::system_clock::time_point t) {
   std::string note = event.note.size() > 1024 ? event.note.substr(0, 1021) + "..." : event.note;
-  nlohmann::json about{{"apiVersion", regarding.api_version},
-                       {"kind", regarding.kind},
-                       {"name", regarding.name}};
+  nlohmann::json about{
+      {"apiVersion", regarding.api_version}, {"kind", regarding.kind}, {"name", regarding.name}};
   if (!regarding.ns.empty()) about["namespace"] = regarding.ns;
   if (!regarding.uid.empty()) about["uid"] = regarding.uid;
   return {{"apiVersion", "events.k8s.io/v1"},
           {"kind", "Event"},
-          {"metadata", {{"name", event_name(regarding.name, t)}, {"namespace", event_namespace(regarding)}}},
+          {"metadata",
+           {{"name", event_name(regarding.name, t)}, {"namespace", event_namespace(regarding)}}},
           {"eventTime", micro_time(t)},
           {"reportingController", source.controller},
           {"reportingInstance", source.instance.substr(0, 128)},
@@ -101,6 +101,65 @@ Status post_event(KubeClient& kube, const EventRegarding& regarding, const Event
   }
   if (!answer) return std::unexpected(answer.error().wrap("record event"));
   return {};
+}
+
+EventQueue::EventQueue(KubeClient& kube, EventSource source, Logger& log, size_t capacity)
+    : EventQueue(
+          [&kube, source = std::move(source)](const EventRegarding& r, const KubeEvent& e) {
+            return post_event(kube, r, source, e);
+          },
+          log, capacity) {}
+
+EventQueue::EventQueue(Post post, Logger& log, size_t capacity)
+    : m_post(std::move(post)), m_log(log), m_capacity(capacity) {
+  m_thread = std::thread([this] { serve(); });
+}
+
+EventQueue::~EventQueue() {
+  {
+    std::lock_guard lock(m_mu);
+    m_stopping = true;
+  }
+  m_cv.notify_all();
+  m_thread.join();
+}
+
+void EventQueue::post(EventRegarding regarding, KubeEvent event) {
+  {
+    std::lock_guard lock(m_mu);
+    if (m_stopping) return;
+    if (m_waiting.size() >= m_capacity) {
+      m_waiting.pop_front();
+      ++m_dropped;
+    }
+    m_waiting.emplace_back(std::move(regarding), std::move(event));
+  }
+  m_cv.notify_all();
+}
+
+void EventQueue::drain() {
+  std::unique_lock lock(m_mu);
+  m_cv.wait(lock, [&] { return (m_waiting.empty() && !m_busy) || m_stopping; });
+}
+
+void EventQueue::serve() {
+  std::unique_lock lock(m_mu);
+  while (true) {
+    m_cv.wait(lock, [&] { return m_stopping || !m_waiting.empty(); });
+    if (m_stopping) return;
+    auto [regarding, event] = std::move(m_waiting.front());
+    m_waiting.pop_front();
+    m_busy = true;
+    lock.unlock();
+    auto st = m_post(regarding, event);
+    if (!st) {
+      ++m_failed;
+      m_log.warn("event.failed", {{"reason", event.reason}, {"error", st.error().message}});
+    }
+    lock.lock();
+    m_busy = false;
+    m_cv.notify_all();
+  }
 }
 
 }  // namespace gpufence

@@ -4,13 +4,22 @@
 // object it is about ("default" for a cluster-scoped one such as a Node, as the kubelet does).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "kube/client.hpp"
 
 namespace gpufence {
@@ -53,5 +62,37 @@ nlohmann::json event_object(const EventRegarding& regarding, const EventSource& 
 // POSTs it, once more with a later time when the name is taken.
 Status post_event(KubeClient& kube, const EventRegarding& regarding, const EventSource& source,
                   const KubeEvent& event);
+
+// Events posted from a thread of its own, so a slow or unreachable API server never delays the
+// caller (the device plugin's health monitor). At most `capacity` wait; past that the oldest is
+// dropped and counted. A failed post is logged and counted, never retried.
+class EventQueue {
+ public:
+  // How one Event is posted: post_event on a KubeClient, or a test's stand-in.
+  using Post = std::function<Status(const EventRegarding&, const KubeEvent&)>;
+  EventQueue(KubeClient& kube, EventSource source, Logger& log, size_t capacity = 64);
+  EventQueue(Post post, Logger& log, size_t capacity = 64);
+  ~EventQueue();  // posts nothing more; what still waits is dropped
+  EventQueue(const EventQueue&) = delete;
+  EventQueue& operator=(const EventQueue&) = delete;
+
+  void post(EventRegarding regarding, KubeEvent event);
+  // Waits until nothing waits or is being posted (tests).
+  void drain();
+  std::uint64_t dropped() const { return m_dropped; }
+  std::uint64_t failed() const { return m_failed; }
+
+ private:
+  void serve();
+  Post m_post;
+  Logger& m_log;
+  size_t m_capacity;
+  std::mutex m_mu;
+  std::condition_variable m_cv;
+  std::deque<std::pair<EventRegarding, KubeEvent>> m_waiting;
+  bool m_busy = false, m_stopping = false;
+  std::atomic<std::uint64_t> m_dropped{0}, m_failed{0};
+  std::thread m_thread;
+};
 
 }  // namespace gpufence

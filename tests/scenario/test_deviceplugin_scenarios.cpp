@@ -228,7 +228,7 @@ TEST_F(PluginScenario, UnhealthyGpuRecoversAfterQuietPeriodAndLostGpuWhenItAnswe
   m_kubelet->start();
   start_plugin({"--health-recovery", "1s"});
   ASSERT_TRUE(all_healthy(2));
-  inject("{\"gpu\": 0, \"xid\": 79}");
+  inject("{\"gpu\": 0, \"xid\": 48}");
   ASSERT_TRUE(m_kubelet->wait_devices(
       [&](const auto& d) { return d.at(test::mock_uuid(0)) == "Unhealthy"; }, 5s));
   ASSERT_TRUE(m_kubelet->wait_devices(
@@ -242,6 +242,40 @@ TEST_F(PluginScenario, UnhealthyGpuRecoversAfterQuietPeriodAndLostGpuWhenItAnswe
       [&](const auto& d) { return d.at(test::mock_uuid(1)) == "Healthy"; }, 5s));
   v1beta1::AllocateResponse resp;
   EXPECT_TRUE(m_kubelet->allocate({{test::mock_uuid(1)}}, &resp).ok());
+}
+
+// The health policy as the kubelet sees it through ListAndWatch: XID 79 (fallen off the bus) stays
+// Unhealthy whatever --health-recovery says; XIDs 13, 31, 43, counted as critical when
+// --ignore-xids says so, make a GPU Unhealthy and then Healthy after the quiet period; the
+// driver's recovery action holds a GPU until it says none; /metrics shows each transition.
+TEST_F(PluginScenario, HealthPolicyXid79StaysApplicationXidsRecoverTheActionHolds) {
+  auto cfg = test::mock_gpus(2);
+  cfg["gpus"][1]["recovery_action"] = 0;
+  write_config(cfg);
+  m_kubelet->start();
+  start_plugin({"--health-recovery", "1s", "--ignore-xids", ""});
+  ASSERT_TRUE(all_healthy(2));
+  inject("{\"gpu\": 0, \"xid\": 79}");
+  inject("{\"gpu\": 1, \"xid\": 13}");
+  ASSERT_TRUE(m_kubelet->wait_devices(
+      [&](const auto& d) {
+        return d.at(test::mock_uuid(0)) == "Unhealthy" && d.at(test::mock_uuid(1)) == "Unhealthy";
+      },
+      5s));
+  ASSERT_TRUE(m_kubelet->wait_devices(
+      [&](const auto& d) { return d.at(test::mock_uuid(1)) == "Healthy"; }, 5s));
+  std::this_thread::sleep_for(1500ms);  // past the quiet period of GPU 0's XID
+  EXPECT_EQ(health_of(test::mock_uuid(0)), "Unhealthy") << "XID 79 stays";
+  inject("{\"gpu\": 1, \"recovery_action\": 2}");
+  ASSERT_TRUE(m_kubelet->wait_devices(
+      [&](const auto& d) { return d.at(test::mock_uuid(1)) == "Unhealthy"; }, 5s));
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(health_of(test::mock_uuid(1)), "Unhealthy") << "held while the driver asks a reboot";
+  inject("{\"gpu\": 1, \"recovery_action\": 0}");
+  ASSERT_TRUE(m_kubelet->wait_devices(
+      [&](const auto& d) { return d.at(test::mock_uuid(1)) == "Healthy"; }, 5s));
+  EXPECT_TRUE(log_has("event=plugin.health_transition uuid=" + test::mock_uuid(1)));
+  EXPECT_TRUE(log_has("reason=\"recovery action node_reboot\""));
 }
 
 TEST_F(PluginScenario, DisabledHealthChecksIgnoreXids) {

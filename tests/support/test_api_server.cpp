@@ -514,8 +514,8 @@ TestApiServer::Answer TestApiServer::answer(const Request& req) {
       for (size_t i = 1; i < errors.size(); ++i) list += ", " + errors[i];
       if (errors.size() > 1) list += "]";
       ++m_rejected;
-      return {422, status_body(422, "Invalid",
-                               kind + group + " \"" + name + "\" is invalid: " + list)};
+      return {422,
+              status_body(422, "Invalid", kind + group + " \"" + name + "\" is invalid: " + list)};
     }
     meta["name"] = name;
     if (!ns.empty()) meta["namespace"] = ns;
@@ -569,8 +569,9 @@ void strategic_merge(nlohmann::json& into, const nlohmann::json& patch, const st
       auto& list = into[key];
       if (!list.is_array()) list = nlohmann::json::array();
       for (const auto& c : value) {
-        auto same = std::find_if(list.begin(), list.end(),
-                                 [&](const nlohmann::json& e) { return e.value("type", "") == c.value("type", ""); });
+        auto same = std::find_if(list.begin(), list.end(), [&](const nlohmann::json& e) {
+          return e.value("type", "") == c.value("type", "");
+        });
         if (same == list.end())
           list.push_back(c);
         else

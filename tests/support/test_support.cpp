@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <stdexcept>
 
 #include "common/process.hpp"
@@ -130,6 +132,20 @@ int connect_loopback(int port) {
     return -1;
   }
   return fd;
+}
+
+bool prometheus_text_well_formed(const std::string& text, std::string* bad) {
+  static const std::regex sample(
+      R"re(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*",?)*\})? [-+0-9.eEInfNa]+$)re");
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) continue;
+    if (!std::regex_match(line, sample)) {
+      if (bad) *bad = line;
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace gpufence::test

@@ -60,4 +60,9 @@ CommandResult run_command(const std::vector<std::string>& argv,
                           const std::vector<std::string>& env = {},
                           const std::string& stdin_data = "");
 
+// Every line of Prometheus' text format is a HELP/TYPE comment or `name{labels} value`, each
+// label value made only of its escapes (\\, \", \n) and bytes other than a backslash, a quote
+// and a newline. The first line that is not is put in `bad`.
+bool prometheus_text_well_formed(const std::string& text, std::string* bad);
+
 }  // namespace gpufence::test

@@ -157,9 +157,11 @@ TEST(Health, RecoveryAfterQuietPeriod) {
   HealthTracker t({"GPU-a"}, opt);
   auto alive = [](const std::string&) -> Status { return {}; };
   auto t0 = std::chrono::steady_clock::now();
-  t.on_event({"GPU-a", 79, false}, t0, alive);
+  // 48 (double-bit ECC) recovers after the quiet period; 79 (fallen off the bus) never does
+  // (HealthPolicy.Xid79StaysUnhealthyWhateverTheRecoveryTime).
+  t.on_event({"GPU-a", 48, false}, t0, alive);
   EXPECT_FALSE(t.on_tick(t0 + 5s, alive));
-  t.on_event({"GPU-a", 79, false}, t0 + 6s, alive);  // a new critical event restarts the clock
+  t.on_event({"GPU-a", 48, false}, t0 + 6s, alive);  // a new critical event restarts the clock
   EXPECT_FALSE(t.on_tick(t0 + 12s, alive));
   EXPECT_TRUE(t.on_tick(t0 + 16s, alive));
   EXPECT_TRUE(t.healthy("GPU-a"));

@@ -3,7 +3,6 @@
 // that runs it every interval. Snapshots are built by hand; the API is the test API server.
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <sstream>
 
 #include "common/prometheus.hpp"
@@ -46,9 +45,9 @@ Snapshot seed_node() {
   s.gpus = {gpu(0), gpu(1)};
   s.containers = {container("video", "ds-leaks", "app", {0, 1}),
                   container("video", "ds-isolated", "app", {1})};
-  s.allocations = std::vector<KubeletAllocation>{
-      {"video", "ds-leaks", "app", {s.gpus[0].gpu.uuid}},
-      {"video", "ds-isolated", "app", {s.gpus[1].gpu.uuid}}};
+  s.allocations =
+      std::vector<KubeletAllocation>{{"video", "ds-leaks", "app", {s.gpus[0].gpu.uuid}},
+                                     {"video", "ds-isolated", "app", {s.gpus[1].gpu.uuid}}};
   return s;
 }
 
@@ -60,20 +59,11 @@ std::vector<std::string> lines_with(const std::string& text, const std::string& 
   return out;
 }
 
-// Every line of the exposition format: a comment, or name{labels} value with each label value
-// made only of its escapes (\\, \", \n) and bytes other than backslash, quote and newline.
 bool well_formed(const std::string& text) {
-  static const std::regex sample(
-      R"re(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\[\\"n])*",?)*\})? [-+0-9.eEInfNa]+$)re");
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) continue;
-    if (!std::regex_match(line, sample)) {
-      ADD_FAILURE() << "not a sample line: " << line;
-      return false;
-    }
-  }
-  return true;
+  std::string bad;
+  bool ok = test::prometheus_text_well_formed(text, &bad);
+  if (!ok) ADD_FAILURE() << "not a sample line: " << bad;
+  return ok;
 }
 
 }  // namespace
@@ -139,8 +129,14 @@ TEST(DoctorMetrics, FindingsAreCountedByIdAndSeverity) {
                                    {"gpu.open-unallocated", Severity::error, "b", "", ""},
                                    {"pod.env", Severity::warning, "c", "", ""}};
   std::string text = render_doctor_metrics(seed_node(), findings, {3, {}, {}});
-  EXPECT_EQ(lines_with(text, "gpufence_doctor_findings{id=\"gpu.open-unallocated\",severity=\"error\"} 2").size(), 1u) << text;
-  EXPECT_EQ(lines_with(text, "gpufence_doctor_findings{id=\"pod.env\",severity=\"warning\"} 1").size(), 1u);
+  EXPECT_EQ(
+      lines_with(text, "gpufence_doctor_findings{id=\"gpu.open-unallocated\",severity=\"error\"} 2")
+          .size(),
+      1u)
+      << text;
+  EXPECT_EQ(
+      lines_with(text, "gpufence_doctor_findings{id=\"pod.env\",severity=\"warning\"} 1").size(),
+      1u);
   EXPECT_EQ(lines_with(text, "gpufence_doctor_runs_total 3").size(), 1u);
 }
 
@@ -168,7 +164,8 @@ TEST(IsolationCondition, TrueWithoutErrorsFalseNamingThemBounded) {
   std::vector<Finding> many;
   for (int i = 0; i < 200; ++i)
     many.push_back({"gpu.open-unallocated", Severity::error,
-                    "container video/p" + std::to_string(i) + "/app can open GPU 1\x1b[2J", "", ""});
+                    "container video/p" + std::to_string(i) + "/app can open GPU 1\x1b[2J", "",
+                    ""});
   auto bad = isolation_condition(many);
   EXPECT_EQ(bad.status, "False");
   EXPECT_EQ(bad.reason, "ErrorFindings");
@@ -209,8 +206,7 @@ class NodeReport : public ::testing::Test {
                         {{"apiVersion", "v1"},
                          {"kind", "Node"},
                          {"metadata", {{"name", "gpu-1"}}},
-                         {"status",
-                          {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}});
+                         {"status", {{"conditions", {{{"type", "Ready"}, {"status", "True"}}}}}}});
     auto creds = credentials_from_kubeconfig(m_api.kubeconfig(), (m_dir / "kc").string());
     ASSERT_TRUE(creds) << creds.error().message;
     m_kube = make_rest_client(*creds);
@@ -228,8 +224,12 @@ class NodeReport : public ::testing::Test {
 };
 
 Finding leak(const std::string& pod) {
-  return {"gpu.open-unallocated", Severity::error, "container " + pod + "/app can open GPU 1",
-          "ev", "fix", pod};
+  return {"gpu.open-unallocated",
+          Severity::error,
+          "container " + pod + "/app can open GPU 1",
+          "ev",
+          "fix",
+          pod};
 }
 
 }  // namespace
@@ -275,7 +275,8 @@ TEST_F(NodeReport, AFloodOfFindingsIsToldAtMostTwentyARun) {
   std::vector<Finding> many;
   for (int i = 0; i < 30; ++i) many.push_back(leak("video/p" + std::to_string(i)));
   ASSERT_TRUE(events.post_new(*m_kube, many));
-  EXPECT_EQ(m_api.posted("/apis/events.k8s.io/v1/namespaces/video/events").size(), kMaxEventsPerRun);
+  EXPECT_EQ(m_api.posted("/apis/events.k8s.io/v1/namespaces/video/events").size(),
+            kMaxEventsPerRun);
   ASSERT_TRUE(events.post_new(*m_kube, many));
   EXPECT_EQ(m_api.posted("/apis/events.k8s.io/v1/namespaces/video/events").size(), 30u)
       << "the rest the next run";

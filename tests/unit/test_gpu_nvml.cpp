@@ -189,3 +189,25 @@ TEST_F(NvmlTest, XidAndLostGpuEvents) {
   std::ofstream(events, std::ios::app) << "{\"gpu\": 1, \"lost\": false}\n";
   EXPECT_TRUE((*inv)->check_alive(test::mock_uuid(1)));
 }
+
+TEST_F(NvmlTest, RecoveryActionFromTheFieldAndXid154WhenItChanges) {
+  auto cfg = test::mock_gpus(2);
+  cfg["gpus"][0]["recovery_action"] = 0;  // GPU 1 has none: a driver before R565
+  auto events = m_dir.write("events", "");
+  cfg["events_file"] = events.string();
+  auto inv = open(cfg);
+  ASSERT_TRUE(inv) << inv.error().message;
+  EXPECT_EQ((*inv)->recovery_action(test::mock_uuid(0)).value(), GpuRecoveryAction::none);
+  auto none = (*inv)->recovery_action(test::mock_uuid(1));
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, Errc::unsupported);
+  EXPECT_FALSE((*inv)->wait_event(20ms).value().has_value());  // arms the event set
+  std::ofstream(events, std::ios::app) << "{\"gpu\": 0, \"recovery_action\": 2}\n";
+  auto ev = (*inv)->wait_event(1000ms).value();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->xid, 154u);
+  EXPECT_EQ((*inv)->recovery_action(test::mock_uuid(0)).value(), GpuRecoveryAction::node_reboot);
+  std::ofstream(events, std::ios::app) << "{\"gpu\": 0, \"recovery_action\": 9}\n";
+  (void)(*inv)->wait_event(1000ms);
+  EXPECT_EQ((*inv)->recovery_action(test::mock_uuid(0)).value(), GpuRecoveryAction::other);
+}

@@ -5,6 +5,10 @@
 //   {"gpu": 0, "xid": 48}        a critical XID on GPU 0 (index or UUID)
 //   {"gpu": 1, "lost": true}     GPU 1 fell off the bus: its queries answer GPU_IS_LOST (15)
 //   {"gpu": 1, "lost": false}    GPU 1 answers again
+//   {"gpu": 1, "recovery_action": 2}  the driver's recovery action for GPU 1 becomes 2 (node
+//                                reboot; nvmlDeviceGetFieldValues field 230), raising XID 154
+//                                (GPU_RECOVERY_ACTION_CHANGED) as the driver does; a GPU whose
+//                                config has no "recovery_action" answers the field NOT_SUPPORTED
 //   {"hang": "nvmlDeviceGetUUID"}      from now on that function blocks when called (a driver
 //                                      stuck in the kernel), without holding the mock's lock
 //   {"release": "nvmlDeviceGetUUID"}   calls blocked there return (and new ones run) again
@@ -82,6 +86,7 @@ struct nvmlDevice_st {
   bool mig_capable = false;          // "mig_mode": "disabled"; never enabled (docs/mock-nvml.md)
   bool lost = false;
   unsigned long long registered_events = 0;
+  int recovery_action = -1;  // -1: the field is not supported (drivers before R565)
 };
 
 // MIG instance handles. The mock has no MIG devices, so it never hands one out: every handle a
@@ -280,8 +285,9 @@ std::string config_path() {
   if (dladdr(reinterpret_cast<void*>(&config_path), &info) == 0 || !info.dli_fname) return {};
   std::string lib = info.dli_fname;
   auto slash = lib.rfind('/');
-  std::string beside = (slash == std::string::npos ? std::string(".") : lib.substr(0, slash)) + "/mock-nvml.json";
-  struct stat st{};
+  std::string beside =
+      (slash == std::string::npos ? std::string(".") : lib.substr(0, slash)) + "/mock-nvml.json";
+  struct stat st {};
   return ::stat(beside.c_str(), &st) == 0 ? beside : std::string();
 }
 
@@ -291,7 +297,9 @@ int load_config(State& s) {
   s.devices.clear();
   s.topology.clear();
   if (config.empty()) {
-    std::fprintf(stderr, "mock-nvml: MOCK_NVML_CONFIG is not set (and no mock-nvml.json beside the library)\n");
+    std::fprintf(
+        stderr,
+        "mock-nvml: MOCK_NVML_CONFIG is not set (and no mock-nvml.json beside the library)\n");
     return nvml::ERROR_DRIVER_NOT_LOADED;
   }
   try {
@@ -322,6 +330,7 @@ int load_config(State& s) {
       d->numa_node =
           g.contains("numa_node") && !g["numa_node"].is_null() ? g["numa_node"].get<int>() : -1;
       d->lost = g.value("lost", false);
+      d->recovery_action = g.value("recovery_action", -1);
       load_identity(g, *d);
       for (const auto& p : g.value("processes", json::array())) {
         d->processes.emplace_back(p.at("pid").get<unsigned>(), p.value("used_memory", 0ULL));
@@ -417,11 +426,15 @@ void poll_events(State& s) {
         d->lost = ev["lost"].get<bool>();
         continue;
       }
-      if (ev.contains("xid") && (d->registered_events & nvml::kEventXidCritical)) {
+      if (ev.contains("recovery_action")) d->recovery_action = ev["recovery_action"].get<int>();
+      unsigned long long xid = ev.contains("xid") ? ev["xid"].get<unsigned long long>()
+                               : ev.contains("recovery_action") ? 154
+                                                                : 0;
+      if (xid && (d->registered_events & nvml::kEventXidCritical)) {
         nvmlEventData_t data{};
         data.device = d;
         data.eventType = nvml::kEventXidCritical;
-        data.eventData = ev["xid"].get<unsigned long long>();
+        data.eventData = xid;
         data.gpuInstanceId = 0xFFFFFFFFu;
         data.computeInstanceId = 0xFFFFFFFFu;
         for (auto* set : s.sets) set->pending.push_back(data);
@@ -768,6 +781,26 @@ MOCK_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned* index) {
   return nvml::SUCCESS;
 }
 #endif
+
+// Only field 230 (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) is known; every other field answers
+// NOT_SUPPORTED in its own nvmlReturn, as the driver answers a field a GPU lacks.
+MOCK_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count,
+                                                  nvmlFieldValue_t* values) {
+  DEVICE_PROLOGUE("nvmlDeviceGetFieldValues", dev);
+  if (count <= 0 || !values) return nvml::ERROR_INVALID_ARGUMENT;
+  for (int i = 0; i < count; ++i) {
+    nvmlFieldValue_t& f = values[i];
+    f.value = 0;
+    if (f.fieldId == nvml::kFieldGpuRecoveryAction && dev->recovery_action >= 0) {
+      f.valueType = nvml::kValueTypeUnsignedInt;
+      f.nvmlReturn = nvml::SUCCESS;
+      f.value = static_cast<unsigned>(dev->recovery_action);
+    } else {
+      f.nvmlReturn = nvml::ERROR_NOT_SUPPORTED;
+    }
+  }
+  return nvml::SUCCESS;
+}
 
 MOCK_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t dev, unsigned* minor) {
   DEVICE_PROLOGUE("nvmlDeviceGetMinorNumber", dev);
