@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "cli/health_flags.hpp"
 #include "common/hostfs.hpp"
 #include "common/http_server.hpp"
 #include "common/log.hpp"
@@ -57,11 +58,10 @@ int main(int argc, char** argv) try {
 
   PluginOptions opt;
   std::string id_strategy = "uuid", list_strategy = "device-specs,volume-mounts,cdi-annotations";
-  std::string nvml_library, log_file,
-      log_level = "info", metrics_address, health_address, ignore_xids, recovery = "off",
-      reregister_after = "30s", nvml_timeout = "10s", permanent_xids = "79", pod_resources_socket,
-      node_name;
-  bool no_cuda_env = false, disable_health = false, in_cluster = false;
+  std::string nvml_library, log_file, log_level = "info", metrics_address, health_address,
+      reregister_after = "30s", nvml_timeout = "10s", pod_resources_socket, node_name;
+  bool no_cuda_env = false, in_cluster = false;
+  cli::HealthFlags health_flags;
 
   CLI::App app{
       "gpufence-device-plugin: the kubelet device plugin for nvidia.com/gpu (Device Plugin API "
@@ -109,19 +109,7 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_option("--nvml-library", nvml_library,
                  "NVML library to dlopen (default: $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1)");
-  app.add_flag("--disable-health-checks", disable_health,
-               "Never mark GPUs Unhealthy (also: DP_DISABLE_HEALTHCHECKS=all)");
-  auto* ignore_opt = app.add_option("--ignore-xids", ignore_xids,
-                 "XIDs that do not make a GPU Unhealthy, replacing the default application-level "
-                 "list 13,31,43,45,68,109 (\"\" for none: every XID counts)");
-  app.add_option("--permanent-xids", permanent_xids,
-                 "XIDs after which a GPU stays Unhealthy until the plugin restarts, whatever "
-                 "--health-recovery says (\"\" for none)")
-      ->capture_default_str();
-  app.add_option("--health-recovery", recovery,
-                 "Mark an XID-Unhealthy GPU Healthy again after this long without a new critical "
-                 "XID (e.g. 10m); off by default")
-      ->capture_default_str();
+  cli::add_health_flags(app, health_flags);
   app.add_option("--nvml-timeout", nvml_timeout,
                  "An NVML call that takes longer counts as hung: the GPU it was for becomes "
                  "Unhealthy (start-up calls get 6x as long)")
@@ -172,28 +160,9 @@ int main(int argc, char** argv) try {
   if (!lists) return fail_startup(lists.error().message);
   opt.list_strategies = *lists;
   opt.set_cuda_visible_devices = !no_cuda_env;
-  auto rec = parse_duration(recovery);
-  if (!rec) return fail_startup(rec.error().message);
-  opt.health.recovery = *rec;
-  if (ignore_opt->count() > 0) {
-    auto xids = parse_xid_list(ignore_xids);
-    if (!xids) return fail_startup(xids.error().message);
-    opt.health.ignored_xids = *xids;
-  }
-  // NVIDIA's plugin's switch, honoured for drop-in familiarity: "all"/"xids" disables, a list adds.
-  if (const char* dp = std::getenv("DP_DISABLE_HEALTHCHECKS"); dp && *dp) {
-    std::string v = dp;
-    if (v == "all" || v == "xids")
-      disable_health = true;
-    else if (auto extra = parse_xid_list(v))
-      opt.health.ignored_xids.insert(extra->begin(), extra->end());
-    else
-      return fail_startup("DP_DISABLE_HEALTHCHECKS: " + extra.error().message);
-  }
-  opt.health.enabled = !disable_health;
-  auto permanent = parse_xid_list(permanent_xids);
-  if (!permanent) return fail_startup("--permanent-xids: " + permanent.error().message);
-  opt.health.permanent_xids = *permanent;
+  auto health_opt = cli::health_options(health_flags);
+  if (!health_opt) return fail_startup(health_opt.error().message);
+  opt.health = *health_opt;
   if (pod_resources_socket.empty()) pod_resources_socket = pod_resources_socket_default();
   if (node_name.empty())
     if (const char* env = std::getenv("NODE_NAME"); env && *env) node_name = env;

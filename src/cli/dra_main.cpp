@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "cli/health_flags.hpp"
 #include "common/hostfs.hpp"
 #include "common/log.hpp"
 #include "common/stop_signals.hpp"
@@ -42,9 +43,8 @@ int main(int argc, char** argv) try {
   DraOptions opt;
   std::string kubeconfig, nvml_library, log_level = "info", log_file, slice_check = "5s",
                                         nvml_timeout = "10s", registry_dir = opt.registry_dir,
-                                        state_dir = opt.state_dir, ignore_xids, recovery = "off",
-                                        no_execute_xids = "79";
-  bool disable_health = false;
+                                        state_dir = opt.state_dir, no_execute_xids = "79";
+  cli::HealthFlags health_flags;
   if (const char* n = std::getenv("NODE_NAME")) opt.id.node = n;
 
   CLI::App app{
@@ -74,18 +74,11 @@ int main(int argc, char** argv) try {
   app.add_option("--nvml-library", nvml_library, "libnvidia-ml.so.1 to load");
   app.add_option("--nvml-timeout", nvml_timeout, "how long one NVML call may take")
       ->capture_default_str();
-  app.add_option("--ignore-xids", ignore_xids,
-                 "XIDs that never make a GPU unhealthy (default: the application XIDs 13,31,43,45,"
-                 "68,109)");
-  app.add_option("--health-recovery", recovery,
-                 "an XID-unhealthy GPU is healthy again after this long without a new one (off: "
-                 "never)")
-      ->capture_default_str();
+  cli::add_health_flags(app, health_flags);
   app.add_option("--no-execute-xids", no_execute_xids,
                  "XIDs whose GPU's taint is NoExecute (its pods evicted), not NoSchedule; a lost "
                  "GPU always is")
       ->capture_default_str();
-  app.add_flag("--disable-health-checks", disable_health, "no XID monitoring: every GPU healthy");
   app.add_option("--log-level", log_level, "debug, info, warn, error")->capture_default_str();
   app.add_option("--log-file", log_file, "append logs here instead of stderr");
   CLI11_PARSE(app, argc, argv);
@@ -109,16 +102,9 @@ int main(int argc, char** argv) try {
     return fail_startup("--nvml-timeout: " +
                         (timeout ? std::string("must not be off") : timeout.error().message));
 
-  HealthOptions health;
-  health.enabled = !disable_health;
-  if (!ignore_xids.empty()) {
-    auto xids = parse_xid_list(ignore_xids);
-    if (!xids) return fail_startup("--ignore-xids: " + xids.error().message);
-    health.ignored_xids = *xids;
-  }
-  auto rec = parse_duration(recovery);
-  if (!rec) return fail_startup("--health-recovery: " + rec.error().message);
-  health.recovery = *rec;
+  auto health_opt = cli::health_options(health_flags);
+  if (!health_opt) return fail_startup(health_opt.error().message);
+  HealthOptions health = *health_opt;
   auto no_exec = parse_xid_list(no_execute_xids);
   if (!no_exec) return fail_startup("--no-execute-xids: " + no_exec.error().message);
 

@@ -5,6 +5,8 @@
 #   0. the seed's own setup first (a device plugin with NVIDIA's default envvar strategy, plain
 #      runc): Kubernetes gives each pod one GPU and a different NVIDIA_VISIBLE_DEVICES, yet each
 #      privileged pod opens both GPUs and both apps run on GPU 0 — shown, so the checks can fail;
+#   0b. `gpufence doctor --metrics --report-node` shows the leak: allocated="false" series, on
+#      which promtool fires the chart's alert, the Node condition GPUIsolation False, Events;
 #   1. helm install: the installer configures containerd (LINE 2.3: --enforcement nri, no
 #      RuntimeClass needed; 1.7: the handler behind the RuntimeClass), the device plugin
 #      registers and the node shows nvidia.com/gpu: 2, also after its pod is recreated;
@@ -14,6 +16,7 @@
 #   3. gpufence autoscale scales the real Deployment from a stream count: to 2, never past the
 #      free GPUs (a third pod Pending with the scheduler's reason), its Events accepted;
 #   4. the doctor on the node reads the real PodResources API and checkpoint: no finding;
+#   4b. the same with gpufence: no allocated="false" series, the alert quiet, the condition True;
 #   5. kubelet restarts with the GPU pods running: the plugin registers once a kubelet, and
 #      nvidia.com/gpu is allocatable again within seconds of each (the real kubelet itself shows 0
 #      until the plugin registers), no pod loses its GPU;
@@ -40,6 +43,41 @@ kubectl create namespace video >/dev/null
 # shellcheck source=tests/cluster/pods.sh
 . "$src/tests/cluster/pods.sh"
 
+# watch_node NAME fires|quiet True|False: the doctor's isolation metrics and Node report on the
+# real node and API server. The metrics show a container's unallocated GPU (allocated="false")
+# exactly when the chart's alert GPUFenceUnallocatedGPUAccess, evaluated by promtool on those very
+# metrics, fires; the Node condition GPUIsolation says the same, and each leaking pod gets an Event.
+watch_node() {
+  local name=$1 expect=$2 status=$3 metrics=$work/$1.prom promtool condition
+  "$build/bin/gpufence" --nvml-library $driver_lib/libnvidia-ml.so.1 doctor \
+    --kubeconfig "$work/pki/admin.kubeconfig" --node-name "$cluster_node" --system-namespace gpufence \
+    --probe --metrics --report-node > "$metrics" 2> "$work/$name.err"
+  local leaks
+  leaks=$(grep -c '^gpufence_container_gpu_access{.*allocated="false"' "$metrics")
+  if [ "$expect" = fires ]; then
+    check "$name: the isolation metric names each pod's unallocated GPU ($leaks series)" test "$leaks" -ge 2
+  else
+    check "$name: no container can open a GPU it was not allocated (metrics)" test "$leaks" = 0
+  fi
+  [ "$leaks" != 0 ] && [ "$expect" = quiet ] && grep allocated= "$metrics" | sed 's/^/  /'
+  condition=$(kubectl get node "$cluster_node" -o jsonpath='{.status.conditions[?(@.type=="GPUIsolation")].status}')
+  check "$name: the Node condition GPUIsolation is $status (kubectl)" test "$condition" = "$status"
+  check "$name: the kubelet's own Ready condition is kept" \
+    test "$(kubectl get node "$cluster_node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True
+  if [ "$expect" = fires ]; then
+    check "$name: the API server took an Event on a leaking pod" \
+      bash -c "'$kbin/kubectl' --kubeconfig '$work/pki/admin.kubeconfig' -n video get events.v1.events.k8s.io -o jsonpath='{range .items[*]}{.reportingController} {.regarding.kind}{\"\\n\"}{end}' | grep -q 'gpufence.io/doctor Pod'"
+  fi
+  if promtool=$(GPUFENCE_BUILD_DIR=$build "$src/scripts/fetch-promtool.sh" 2>/dev/null); then
+    python3 "$src/tests/monitoring/alert_on_metrics.py" "$src/deploy/helm/gpufence/files/alerts.yaml" \
+      GPUFenceUnallocatedGPUAccess "$metrics" "$expect" > "$work/$name.test.yaml"
+    check "$name: promtool: the alert GPUFenceUnallocatedGPUAccess $expect on these metrics" \
+      "$promtool" test rules "$work/$name.test.yaml"
+  else
+    echo "  (not run: no promtool from scripts/fetch-promtool.sh; the alert check needs it)"
+  fi
+}
+
 echo "== 0. the seed's setup: a device plugin with NVIDIA's envvar strategy, plain runc, privileged pods"
 "$build/bin/gpufence-device-plugin" --plugin-dir /var/lib/kubelet/device-plugins \
   --nvml-library $driver_lib/libnvidia-ml.so.1 --device-list-strategy envvar \
@@ -63,6 +101,8 @@ for p in $(pods_of seed); do
 done
 check "seed: Kubernetes gave the pods different NVIDIA_VISIBLE_DEVICES" \
   test "$(printf '%s\n' "${nvd[@]}" | sort -u | grep -c GPU-)" = 2
+echo "== 0b. what operators see of the leak: gpufence doctor --metrics --report-node"
+watch_node seed-leak fires False
 kubectl -n video delete deployment seed --wait=true >/dev/null
 kill "$seed_plugin"; wait "$seed_plugin" 2>/dev/null
 for _ in $(seq 300); do [ -z "$(kubectl -n video get pods -o name)" ] && break; sleep 0.1; done
@@ -140,6 +180,9 @@ check "the doctor finds no error on a correctly installed node (exit $doctor_rc)
 # recreated under gpufence-nri (step 1) still opens both.
 check "the recreated device plugin's cgroup opens both GPUs (probe)" \
   grep -qF "gpufence/${new_plugin#pod/}/gpufence-device-plugin [privileged]: allocated - | can open GPU0,GPU1 (probe)" <<<"$doctor_out"
+
+echo "== 4b. what operators see with gpufence: gpufence doctor --metrics --report-node"
+watch_node isolated quiet True
 
 echo "== 5. kubelet restarts x$restarts with the GPU pods running"
 # The real kubelet reports a device plugin's resource as 0 from its start until the plugin
