@@ -59,7 +59,8 @@ int main(int argc, char** argv) try {
   PluginOptions opt;
   std::string id_strategy = "uuid", list_strategy = "device-specs,volume-mounts,cdi-annotations";
   std::string nvml_library, log_file, log_level = "info", metrics_address, health_address,
-      reregister_after = "30s", nvml_timeout = "10s", pod_resources_socket, node_name;
+                                      reregister_after = "30s", nvml_timeout = "10s",
+                                      pod_resources_socket, node_name;
   bool no_cuda_env = false, in_cluster = false;
   cli::HealthFlags health_flags;
 
