@@ -7,6 +7,20 @@
 
 namespace gpufence {
 
+std::string prom_number(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  // The shortest form that reads back the same; fixed notation where it is short ("0.0005",
+  // "1796193335.77", as Go's client writes them), else scientific.
+  char buf[400];
+  double magnitude = std::fabs(value);
+  auto format = magnitude == 0 || (magnitude >= 1e-4 && magnitude < 1e15)
+                    ? std::chars_format::fixed
+                    : std::chars_format::general;
+  auto end = std::to_chars(buf, buf + sizeof buf, value, format).ptr;
+  return std::string(buf, end);
+}
+
 std::string prom_label_value(std::string_view value) {
   std::string shown = escape_excerpt(value, kMaxLabelValueBytes);
   std::string out;
@@ -54,17 +68,9 @@ void PromText::labels(const PromLabels& labels) {
 void PromText::sample(std::string_view name, const PromLabels& l, double value) {
   m_out += name;
   labels(l);
-  if (std::isnan(value))
-    m_out += " NaN\n";
-  else if (std::isinf(value))
-    m_out += value > 0 ? " +Inf\n" : " -Inf\n";
-  else {
-    char buf[64];
-    auto end = std::to_chars(buf, buf + sizeof buf, value).ptr;  // shortest round-trip form
-    m_out += ' ';
-    m_out.append(buf, end);
-    m_out += '\n';
-  }
+  m_out += ' ';
+  m_out += prom_number(value);
+  m_out += '\n';
 }
 
 void PromText::sample(std::string_view name, const PromLabels& l, std::uint64_t value) {

@@ -18,6 +18,9 @@ inline constexpr size_t kMaxLabelValueBytes = 256;
 
 using PromLabels = std::vector<std::pair<std::string_view, std::string>>;
 
+// A number as the format writes it: the shortest form that reads back the same ("0.00025").
+std::string prom_number(double value);
+
 // A label value as it appears between the quotes.
 std::string prom_label_value(std::string_view value);
 

@@ -55,6 +55,36 @@ void finding_counts(PromText& out, const std::vector<Finding>& findings) {
                {{"id", key.first}, {"severity", std::string(severity_name(key.second))}}, n);
 }
 
+// What gpufence-nri decided since it started, as its status file last counted it (written every
+// few seconds; a restart of the plugin starts from zero, a counter reset to Prometheus).
+void nri_decisions(PromText& out, const nri::NriDecisionCounters& d) {
+  out.family("gpufence_nri_decisions_total", "counter",
+             "gpufence-nri's CreateContainer decisions, by outcome (granted: GPUs given; no_gpu; "
+             "node_agent: gpufence's own pods; refused).");
+  for (std::string_view outcome : {"granted", "no_gpu", "node_agent", "refused"}) {
+    auto it = d.outcomes.find(std::string(outcome));
+    out.sample("gpufence_nri_decisions_total", {{"outcome", std::string(outcome)}},
+               it == d.outcomes.end() ? std::uint64_t{0} : it->second);
+  }
+  out.family("gpufence_nri_refusals_total", "counter",
+             "Containers gpufence-nri refused, by cause (denied: isolation cannot be proven or "
+             "the decision ran out of time; invalid: past a request limit; error).");
+  for (std::string_view reason : {"denied", "invalid", "error"}) {
+    auto it = d.refusals.find(std::string(reason));
+    out.sample("gpufence_nri_refusals_total", {{"reason", std::string(reason)}},
+               it == d.refusals.end() ? std::uint64_t{0} : it->second);
+  }
+  out.family("gpufence_nri_decision_duration_seconds", "histogram",
+             "How long gpufence-nri took to decide a container.");
+  for (size_t i = 0; i < d.buckets.size(); ++i) {
+    out.sample("gpufence_nri_decision_duration_seconds_bucket",
+               {{"le", prom_number(nri::NriDecisionCounters::kBuckets[i])}}, d.buckets[i]);
+  }
+  out.sample("gpufence_nri_decision_duration_seconds_bucket", {{"le", "+Inf"}}, d.count);
+  out.sample("gpufence_nri_decision_duration_seconds_sum", {}, d.sum_seconds);
+  out.sample("gpufence_nri_decision_duration_seconds_count", {}, d.count);
+}
+
 // gpufence-nri's state, where the node enforces with it (the install record says so, or the
 // plugin is seen live).
 void nri_state(PromText& out, const Snapshot& s) {
@@ -74,6 +104,7 @@ void nri_state(PromText& out, const Snapshot& s) {
                "last Synchronize.");
     out.sample("gpufence_nri_created_while_down", {},
                static_cast<std::uint64_t>(n.status->unenforced.size()));
+    nri_decisions(out, n.status->decisions);
   }
 }
 

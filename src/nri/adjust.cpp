@@ -561,6 +561,10 @@ Status GpufenceHandler::configured(const RuntimeInfo& runtime) {
   return {};
 }
 
+namespace {
+void write_status(const std::string& path, const NriStatus& status, Logger& log);
+}  // namespace
+
 // The status file's state, shared with the judging threads (which may outlive a session).
 struct GpufenceHandler::StatusState {
   std::mutex mutex;
@@ -572,8 +576,15 @@ struct GpufenceHandler::StatusState {
   // list is out of date), never one running (its result is kept, marked stale).
   std::function<void()> pending;
   bool running = false;
-  int judging = 0;  // Synchronizes whose judgement is not in the file yet
+  int judging = 0;                   // Synchronizes whose judgement is not in the file yet
+  bool decisions_unwritten = false;  // counted since the file was last written
+  std::string path;                  // the status file, as the last connection's config names it
 };
+
+namespace {
+// How often counted decisions reach the status file: never on a request's path.
+constexpr auto kCountersFlush = std::chrono::seconds(5);
+}  // namespace
 
 GpufenceHandler::GpufenceHandler(ShimContext& ctx, std::string socket)
     : m_ctx(ctx), m_hung(std::make_shared<Hung>()), m_status(std::make_shared<StatusState>()) {
@@ -582,6 +593,16 @@ GpufenceHandler::GpufenceHandler(ShimContext& ctx, std::string socket)
     if (auto t = parse_proc_start_time(*text)) m_status->status.start_time = *t;
   m_status->status.socket = std::move(socket);
   m_status->status.since = utc_now_text();
+  m_flusher = std::jthread([state = m_status, &log = m_ctx.log](std::stop_token stop) {
+    std::condition_variable_any wake;
+    std::unique_lock lock(state->mutex);
+    while (!stop.stop_requested()) {
+      wake.wait_for(lock, stop, kCountersFlush, [] { return false; });
+      if (stop.stop_requested() || !state->decisions_unwritten) continue;
+      state->decisions_unwritten = false;
+      write_status(state->path, state->status, log);
+    }
+  });
 }
 
 namespace {
@@ -602,7 +623,9 @@ void GpufenceHandler::disconnected(NriState state) {
   m_status->status.state = state;
   m_status->status.since = utc_now_text();
   if (m_status->judged_session != 0) m_status->status.judgement_stale = true;
-  write_status(m_ctx.config.nri_status_file, m_status->status, m_ctx.log);
+  m_status->path = m_ctx.config.nri_status_file;
+  m_status->decisions_unwritten = false;
+  write_status(m_status->path, m_status->status, m_ctx.log);
 }
 
 void GpufenceHandler::wait_for_judgement() {
@@ -634,7 +657,9 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
   s.nri_version = m_runtime.nri_text();
   s.device_rules = m_runtime.device_rules;
   if (m_status->judged_session != 0) s.judgement_stale = true;
-  write_status(m_ctx.config.nri_status_file, s, m_ctx.log);
+  m_status->path = m_ctx.config.nri_status_file;
+  m_status->decisions_unwritten = false;
+  write_status(m_status->path, s, m_ctx.log);
   if (!m_status->pending) ++m_status->judging;  // a replaced pending one was counted already
   m_status->pending = [state = m_status, session, path = m_ctx.config.nri_status_file,
                        pods = std::move(m_sync_pods), containers = std::move(m_sync_containers),
@@ -772,6 +797,8 @@ struct GpufenceHandler::Worker {
 };
 
 GpufenceHandler::~GpufenceHandler() {
+  m_flusher.request_stop();
+  if (m_flusher.joinable()) m_flusher.join();
   if (!m_worker) return;
   std::lock_guard lock(m_worker->mutex);
   m_worker->abandoned = true;
@@ -829,14 +856,31 @@ Result<NriDecision> GpufenceHandler::decide_within_budget(const api::PodSandbox&
   return std::move(job->result);
 }
 
+void GpufenceHandler::count_decision(const Result<NriDecision>& decision, double seconds) {
+  std::string_view outcome = "no_gpu", refusal;
+  if (!decision) {
+    outcome = "refused";
+    refusal = decision.error().code == Errc::denied             ? "denied"
+              : decision.error().code == Errc::invalid_argument ? "invalid"
+                                                                : "error";
+  } else if (decision->node_agent) {
+    outcome = "node_agent";
+  } else if (!decision->shim.granted.empty()) {
+    outcome = "granted";
+  }
+  std::lock_guard lock(m_status->mutex);
+  m_status->status.decisions.observe(outcome, refusal, seconds);
+  m_status->decisions_unwritten = true;
+}
+
 Result<api::ContainerAdjustment> GpufenceHandler::create_container(const api::PodSandbox& pod,
                                                                    const api::Container& container,
                                                                    SteadyTime received) {
   const auto start = std::chrono::steady_clock::now();
   auto decision = decide_within_budget(pod, container, received);
-  const auto took_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                           std::chrono::steady_clock::now() - start)
-                           .count();
+  const auto took = std::chrono::steady_clock::now() - start;
+  const auto took_us = std::chrono::duration_cast<std::chrono::microseconds>(took).count();
+  count_decision(decision, std::chrono::duration<double>(took).count());
   if (!decision) {
     m_ctx.log.error("nri.refused", {{"container", container.id()},
                                     {"pod", cat(pod.namespace_(), "/", pod.name())},

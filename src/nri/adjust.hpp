@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nri/service.hpp"
@@ -69,7 +70,7 @@ struct NriDecision {
   api::ContainerAdjustment adjust;
   std::string rules;  // "unchanged", "appended" or "not-applied" (runtime below NRI v0.10)
   std::vector<std::string> gaps;  // promises this runtime cannot keep for this container
-  bool edited = false;  // the adjustment changes the container (beyond gpufence-nri's mark)
+  bool edited = false;      // the adjustment changes the container (beyond gpufence-nri's mark)
   bool node_agent = false;  // in a node agent namespace: left as containerd made it
 };
 
@@ -142,6 +143,9 @@ class GpufenceHandler : public PluginHandler {
   std::shared_ptr<StatusState> m_status;
   std::vector<api::PodSandbox> m_sync_pods;  // a split Synchronize, gathered until its last chunk
   std::vector<api::Container> m_sync_containers;
+  void count_decision(const Result<NriDecision>& decision, double seconds);
+  // Writes counted decisions to the status file every few seconds (never on a request's path).
+  std::jthread m_flusher;
 };
 
 }  // namespace gpufence::nri

@@ -22,6 +22,16 @@ std::string_view nri_state_name(NriState s) {
   return "unknown";
 }
 
+void NriDecisionCounters::observe(std::string_view outcome, std::string_view refusal,
+                                  double seconds) {
+  ++outcomes[std::string(outcome)];
+  if (!refusal.empty()) ++refusals[std::string(refusal)];
+  for (size_t i = 0; i < kBuckets.size(); ++i)
+    if (seconds <= kBuckets[i]) ++buckets[i];
+  ++count;
+  sum_seconds += seconds;
+}
+
 std::string render_nri_status(const NriStatus& s) {
   Json unenforced = Json::array();
   for (const auto& c : s.unenforced)
@@ -43,7 +53,13 @@ std::string render_nri_status(const NriStatus& s) {
             {"containers", s.containers},
             {"without_gpu_edit", s.without_gpu_edit},
             {"judgement", s.judgement_stale ? "stale" : "current"},
-            {"unenforced", unenforced}};
+            {"unenforced", unenforced},
+            {"decisions",
+             {{"outcomes", s.decisions.outcomes},
+              {"refusals", s.decisions.refusals},
+              {"buckets", s.decisions.buckets},
+              {"count", s.decisions.count},
+              {"sum_seconds", s.decisions.sum_seconds}}}};
   // Pod-controlled names are JSON strings here (escaped by the encoder; invalid UTF-8 replaced);
   // the doctor escapes them again for its report.
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
@@ -75,6 +91,15 @@ Result<NriStatus> parse_nri_status(std::string_view text, std::string_view origi
       s.unenforced.push_back({c.at("id").get<std::string>(), c.value("pod", ""),
                               c.value("name", ""), c.value("runtime_handler", ""),
                               c.value("why", "")});
+    if (auto d = j.find("decisions"); d != j.end() && d->is_object()) {
+      s.decisions.outcomes = d->value("outcomes", std::map<std::string, uint64_t>{});
+      s.decisions.refusals = d->value("refusals", std::map<std::string, uint64_t>{});
+      auto buckets = d->value("buckets", std::vector<uint64_t>{});
+      if (buckets.size() == s.decisions.buckets.size())
+        std::copy(buckets.begin(), buckets.end(), s.decisions.buckets.begin());
+      s.decisions.count = d->value("count", uint64_t{0});
+      s.decisions.sum_seconds = d->value("sum_seconds", 0.0);
+    }
   } catch (const Json::exception& e) {
     return fail(Errc::parse, origin, ": ", e.what());
   }

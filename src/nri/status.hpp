@@ -5,7 +5,9 @@
 // The one definition of the file's format: the plugin writes it, the doctor reads it.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +35,22 @@ struct UnenforcedContainer {
   bool operator==(const UnenforcedContainer&) const = default;
 };
 
+// What gpufence-nri decided since it started: CreateContainer answers by outcome, refusals by
+// cause, and how long each decision took (a histogram; the doctor serves these as metrics,
+// docs/monitoring.md). Counted in memory and written with the status, at most every few seconds.
+struct NriDecisionCounters {
+  // Upper bounds of the decision time histogram, seconds.
+  static constexpr std::array<double, 9> kBuckets = {0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                     0.01,    0.025,  0.1,   1.0};
+  std::map<std::string, uint64_t> outcomes;  // granted, no_gpu, node_agent, refused
+  std::map<std::string, uint64_t> refusals;  // denied (policy, budget), invalid (limits), error
+  std::array<uint64_t, kBuckets.size()> buckets{};
+  uint64_t count = 0;
+  double sum_seconds = 0;
+  void observe(std::string_view outcome, std::string_view refusal, double seconds);
+  bool operator==(const NriDecisionCounters&) const = default;
+};
+
 struct NriStatus {
   int64_t pid = 0;
   uint64_t start_time = 0;  // field 22 of /proc/<pid>/stat: tells a reused pid from this process
@@ -48,6 +66,7 @@ struct NriStatus {
   // The list is from an earlier connection's Synchronize: the current one's judgement has not
   // finished yet (reconnects never empty the list; docs/nri.md).
   bool judgement_stale = false;
+  NriDecisionCounters decisions;
   bool operator==(const NriStatus&) const = default;
 };
 

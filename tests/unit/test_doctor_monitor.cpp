@@ -149,7 +149,19 @@ TEST(DoctorMetrics, NriStateOnlyWhereTheNodeEnforcesWithIt) {
   s.nri->required_plugins = {"gpufence-nri"};
   s.nri->status = nri::NriStatus{};
   s.nri->status->unenforced = {{"c1", "video/x", "app", "", "grant"}};
+  s.nri->status->decisions.observe("granted", "", 0.0004);
+  s.nri->status->decisions.observe("refused", "invalid", 0.002);
   std::string text = render_doctor_metrics(s, {}, {});
+  EXPECT_TRUE(well_formed(text));
+  EXPECT_EQ(lines_with(text, "gpufence_nri_decisions_total{outcome=\"granted\"} 1").size(), 1u);
+  EXPECT_EQ(lines_with(text, "gpufence_nri_decisions_total{outcome=\"no_gpu\"} 0").size(), 1u);
+  EXPECT_EQ(lines_with(text, "gpufence_nri_refusals_total{reason=\"invalid\"} 1").size(), 1u);
+  EXPECT_EQ(
+      lines_with(text, "gpufence_nri_decision_duration_seconds_bucket{le=\"0.0005\"} 1").size(),
+      1u);
+  EXPECT_EQ(lines_with(text, "gpufence_nri_decision_duration_seconds_bucket{le=\"+Inf\"} 2").size(),
+            1u);
+  EXPECT_EQ(lines_with(text, "gpufence_nri_decision_duration_seconds_count 2").size(), 1u);
   EXPECT_EQ(lines_with(text, "gpufence_nri_connected 0").size(), 1u) << text;
   EXPECT_EQ(lines_with(text, "gpufence_nri_fail_closed 1").size(), 1u);
   EXPECT_EQ(lines_with(text, "gpufence_nri_created_while_down 1").size(), 1u);

@@ -491,10 +491,30 @@ TEST_F(NriDecide, TheHandlerKeepsItsStatusForTheDoctor) {
   EXPECT_EQ(ids_of(s.unenforced), (std::vector<std::string>{"while-down"}));
   EXPECT_FALSE(s.synchronized_at.empty());
 
+  // Decisions are counted (outcome, refusal cause, time) and written with the status: by the
+  // flusher every few seconds, and at once with every state change.
+  api::Container gpu0 = unprivileged(0);
+  (*gpu0.mutable_annotations())["cdi.k8s.io/x"] = std::string("nvidia.com/gpu=") + kUuid0;
+  api::Container plain = unprivileged(-1);
+  plain.set_id("c2");
+  api::Container huge = unprivileged(0);
+  huge.set_id("c3");
+  for (int i = 0; i < 70000; ++i) huge.add_env("K" + std::to_string(i) + "=v");
+  auto now = std::chrono::steady_clock::now;
+  (void)handler.create_container(m_pod, gpu0, now());
+  (void)handler.create_container(m_pod, plain, now());
+  EXPECT_FALSE(handler.create_container(m_pod, huge, now())) << "past the env limit";
+
   handler.disconnected(NriState::waiting);
   s = read_status();
   EXPECT_EQ(s.state, NriState::waiting);
   EXPECT_EQ(ids_of(s.unenforced), (std::vector<std::string>{"while-down"}));  // kept, with its date
+  EXPECT_EQ(s.decisions.count, 3u);
+  EXPECT_EQ(s.decisions.outcomes["refused"], 1u);
+  EXPECT_EQ(s.decisions.outcomes["granted"] + s.decisions.outcomes["no_gpu"], 2u);
+  EXPECT_EQ(s.decisions.refusals.size(), 1u);
+  EXPECT_EQ(s.decisions.buckets.back(), 3u) << "each took less than a second";
+  EXPECT_GT(s.decisions.sum_seconds, 0.0);
 }
 
 // Security round 4, item 1: the ~1 MB mountPath of C1 controls (2 bytes each, 4x when escaped,
