@@ -137,11 +137,8 @@ void BM_DevicePluginScrape(benchmark::State& state) {
     return rows;
   });
   if (with_pods)
-    metrics.set_gpu_holders([&]() -> Result<std::vector<KubeletAllocation>> {
-      auto view = read_pod_resources(socket, "nvidia.com/gpu");
-      if (!view) return std::unexpected(view.error());
-      return std::move(view->allocations);
-    });
+    metrics.set_gpu_holders(
+        [&] { return list_pod_resources(socket, "nvidia.com/gpu", std::chrono::seconds(2)); });
   for (auto _ : state) benchmark::DoNotOptimize(metrics.render("nvidia.com/gpu"));
 }
 BENCHMARK(BM_DevicePluginScrape)
@@ -149,6 +146,24 @@ BENCHMARK(BM_DevicePluginScrape)
     ->Args({110, 1})
     ->ArgNames({"containers", "pods"})
     ->Unit(benchmark::kMicrosecond);
+
+// The PodResources List a scrape pays at most every PluginMetrics::kHoldersMaxAge (10 s).
+void BM_PodResourcesList(benchmark::State& state) {
+  const auto containers = static_cast<unsigned>(state.range(0));
+  test::TempDir dir;
+  auto gpus = test::fake_gpus(8);
+  std::vector<test::PodAllocation> allocations;
+  for (unsigned i = 0; i < containers; ++i)
+    allocations.push_back(
+        {"default", "pod" + std::to_string(i), "main",
+         i < 8 ? std::vector<std::string>{gpus[i].uuid} : std::vector<std::string>{}});
+  const std::string socket = (dir / "kubelet.sock").string();
+  test::PodResourcesServer kubelet(socket, "nvidia.com/gpu", allocations, {});
+  kubelet.start();
+  for (auto _ : state)
+    benchmark::DoNotOptimize(list_pod_resources(socket, "nvidia.com/gpu", std::chrono::seconds(2)));
+}
+BENCHMARK(BM_PodResourcesList)->Arg(110)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -50,11 +50,13 @@ int serve_doctor(const RunDoctor& run, KubeClient* kube, const DoctorAgentOption
 }
 
 // A one-shot --report-node: the condition, then an Event per error or warning.
-Status report_node_once(KubeClient& kube, const std::string& node,
-                        const std::vector<Finding>& findings) {
-  if (auto st = set_node_condition(kube, node, isolation_condition(findings)); !st) return st;
+Status report_node_once(KubeClient& kube, const std::string& node, const DoctorRun& run) {
+  if (auto st = set_node_condition(
+          kube, node, isolation_condition(run.findings, run.snapshot.allocations.has_value()));
+      !st)
+    return st;
   FindingEvents events(node, {std::string(kDoctorEventController), node});
-  return events.post_new(kube, findings);
+  return events.post_new(kube, run.findings);
 }
 }  // namespace
 
@@ -233,7 +235,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
          DoctorRun r = run_once();
          auto ended = std::chrono::system_clock::now();
          if (args->report_node) {
-           if (auto st = report_node_once(*kube, node, r.findings); !st)
+           if (auto st = report_node_once(*kube, node, r); !st)
              std::cerr << "gpufence doctor: --report-node: " << st.error().message << "\n";
          }
          if (args->metrics)

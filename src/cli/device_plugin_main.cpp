@@ -196,13 +196,9 @@ int main(int argc, char** argv) try {
 
   PluginMetrics metrics;
   if (pod_resources_socket != "off") {
-    metrics.set_gpu_holders(
-        [socket = pod_resources_socket,
-         resource = opt.resource_name]() -> Result<std::vector<KubeletAllocation>> {
-          auto view = read_pod_resources(socket, resource, std::chrono::seconds(2));
-          if (!view) return std::unexpected(view.error());
-          return std::move(view->allocations);
-        });
+    metrics.set_gpu_holders([socket = pod_resources_socket, resource = opt.resource_name] {
+      return list_pod_resources(socket, resource, std::chrono::seconds(2));
+    });
   }
   PluginContext ctx{opt, log, **nvml, watchdog, metrics};
   // Each GPU health change as an Event on the Node, posted off the monitor's thread.

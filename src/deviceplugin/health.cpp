@@ -14,6 +14,9 @@ bool HealthTracker::mark(const std::string& uuid, State& s, bool healthy, bool l
   bool changed = s.healthy != healthy;
   if (changed) {
     ++(healthy ? s.to_healthy : s.to_unhealthy);
+    // Kept for a consumer that takes them (the device plugin's Node Events); bounded for one
+    // that never does (gpufence-dra).
+    if (m_transitions.size() >= kMaxTransitions) m_transitions.erase(m_transitions.begin());
     m_transitions.push_back({uuid, healthy, healthy ? s.reason : reason});
   }
   s.healthy = healthy;
@@ -46,12 +49,14 @@ bool HealthTracker::on_event(const GpuEvent& event, SteadyTime now, const AliveC
     for (auto& [uuid, s] : m_state) {
       changed |= mark(uuid, s, false, s.lost, reason, now);
       s.permanent |= permanent;
+      s.by_action = false;
     }
     return changed;
   }
   if (it == m_state.end()) return false;
   changed = mark(it->first, it->second, false, it->second.lost, reason, now);
   it->second.permanent |= permanent;
+  it->second.by_action = false;  // an XID holds it now, whatever the action says later
   return changed;
 }
 
@@ -78,9 +83,14 @@ bool HealthTracker::on_recovery_action(const std::string& uuid, GpuRecoveryActio
   State& s = it->second;
   s.action = action;
   if (action != GpuRecoveryAction::none) {
-    bool changed =
-        mark(uuid, s, false, s.lost, cat("recovery action ", recovery_action_name(action)), now);
-    if (!s.awaiting) s.by_action = changed;
+    // An XID or a loss that made it Unhealthy keeps its reason (gpufence-dra's NoExecute taint
+    // reads it); the action only holds the GPU longer.
+    bool changed = false;
+    if (s.healthy) {
+      changed =
+          mark(uuid, s, false, s.lost, cat("recovery action ", recovery_action_name(action)), now);
+      s.by_action = true;
+    }
     s.awaiting = true;
     return changed;
   }

@@ -38,6 +38,8 @@ struct HealthTransition {
 
 class HealthTracker {
  public:
+  // The most transitions kept for take_transitions(); older ones are dropped.
+  static constexpr size_t kMaxTransitions = 256;
   HealthTracker(const std::vector<std::string>& uuids, HealthOptions options);
 
   // Returns true when some GPU's health changed.

@@ -133,7 +133,9 @@ std::map<std::string, GpuRecoveryAction> HealthMonitor::Impl::ask_recovery_actio
     std::lock_guard lock(mu);
     if (!actions_asked) {
       for (const auto& u : tracker.uuids()) ask.insert(u);
-    } else if (event && !event->gpu_lost && event->xid) {
+    } else if (event && !event->gpu_lost && event->xid &&
+               (event->xid == kRecoveryActionChangedXid ||
+                !options.ignored_xids.contains(event->xid))) {
       if (event->uuid.empty())
         for (const auto& u : tracker.uuids()) ask.insert(u);
       else

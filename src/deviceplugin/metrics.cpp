@@ -121,6 +121,35 @@ void PluginMetrics::observe_allocate(std::chrono::nanoseconds duration, bool ok,
     ++m_allocate_errors;
 }
 
+std::optional<Result<std::vector<KubeletAllocation>>> PluginMetrics::held() const {
+  GpuHolders holders;
+  {
+    std::lock_guard lock(m_mutex);
+    holders = m_holders;
+  }
+  if (!holders) return std::nullopt;
+  // One scrape asks; one that finds another asking takes the last answer (none yet: unknown).
+  std::unique_lock ask(m_held_mutex, std::try_to_lock);
+  if (!ask.owns_lock()) {
+    std::lock_guard lock(m_mutex);
+    if (m_held) return m_held;
+    return Result<std::vector<KubeletAllocation>>(
+        fail(Errc::rpc, "PodResources: another scrape is asking the kubelet"));
+  }
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(m_mutex);
+    if (m_held && now - m_held_at < kHoldersMaxAge) return m_held;
+  }
+  // The kubelet is asked with only m_held_mutex held: a slow PodResources delays this scrape and
+  // none of Allocate, ListAndWatch or the health monitor.
+  auto answer = holders();
+  std::lock_guard lock(m_mutex);
+  m_held = std::move(answer);
+  m_held_at = now;
+  return m_held;
+}
+
 std::string PluginMetrics::render(const std::string& resource) const {
   std::string r = "resource=\"" + resource + "\"";
   std::string out;
@@ -158,14 +187,8 @@ std::string PluginMetrics::render(const std::string& resource) const {
   out += cat("gpufence_allocate_duration_seconds_sum{", r, "} ", m_allocate_sum, "\n");
   out += cat("gpufence_allocate_duration_seconds_count{", r, "} ", m_allocate_count, "\n");
   GpuRows rows = m_rows;
-  GpuHolders holders = m_holders;
   lock.unlock();
-  // The kubelet is asked with no lock held: a slow PodResources delays only this scrape.
-  if (rows) {
-    std::optional<Result<std::vector<KubeletAllocation>>> held;
-    if (holders) held = holders();
-    out += render_gpu_metrics(resource, rows(), held);
-  }
+  if (rows) out += render_gpu_metrics(resource, rows(), held());
   return out;
 }
 

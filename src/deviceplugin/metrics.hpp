@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ class PluginMetrics {
  public:
   // Upper bounds of the Allocate latency histogram, seconds (like the kubelet's own
   // kubelet_device_plugin_alloc_duration_seconds).
+  static constexpr auto kHoldersMaxAge = std::chrono::seconds(10);
   static constexpr std::array<double, 10> kBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
                                                       0.005,  0.01,    0.025,  0.1,   1.0};
 
@@ -62,6 +64,12 @@ class PluginMetrics {
   std::atomic<size_t> m_healthy{0}, m_unhealthy{0};
   GpuRows m_rows;
   GpuHolders m_holders;
+  // The kubelet's answer, kept kHoldersMaxAge: scrapes, however many, ask PodResources (which the
+  // kubelet rate-limits for every client on the node together) at most that often, one at a time.
+  std::optional<Result<std::vector<KubeletAllocation>>> held() const;
+  mutable std::mutex m_held_mutex;  // held by the one scrape asking the kubelet
+  mutable std::optional<Result<std::vector<KubeletAllocation>>> m_held;
+  mutable std::chrono::steady_clock::time_point m_held_at{};
 };
 
 // The per-GPU families: gpufence_gpu_info (one series per GPU and container holding it),

@@ -345,7 +345,6 @@ Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx, in
   s.monitor = std::make_unique<HealthMonitor>(s.ctx.inventory, s.ctx.watchdog, monitored,
                                               s.ctx.options.health, s.ctx.log,
                                               [&s] { s.on_health_change(); });
-  s.ctx.metrics.set_gpu_rows([&s] { return s.metric_rows(); });
   RegistrationSettings settings;
   settings.plugin_dir = s.ctx.options.plugin_dir;
   settings.kubelet_socket = kKubeletSocket;
@@ -372,6 +371,9 @@ Result<std::unique_ptr<DevicePlugin>> DevicePlugin::create(PluginContext ctx, in
                     {"minor", std::to_string(d.gpu.minor)},
                     {"numa", d.gpu.numa_node ? std::to_string(*d.gpu.numa_node) : "-"}});
   }
+  // Last, after every step that can fail: the rows name this state, which lives as long as the
+  // plugin (its destructor takes them back).
+  s.ctx.metrics.set_gpu_rows([&s] { return s.metric_rows(); });
   return std::unique_ptr<DevicePlugin>(new DevicePlugin(std::move(state)));
 }
 

@@ -1,6 +1,7 @@
 #include "doctor/agent.hpp"
 
 #include "common/prometheus.hpp"
+#include "common/strings.hpp"
 
 namespace gpufence {
 
@@ -19,39 +20,53 @@ void DoctorAgent::step() {
   auto began = m_clock();
   DoctorRun r = m_run();
   auto ended = m_clock();
-  size_t errors = 0;
-  for (const auto& f : r.findings) errors += f.severity == Severity::error;
-  m_log.info("doctor.run",
-             {{"findings", std::to_string(r.findings.size())}, {"errors", std::to_string(errors)}});
-  // 2. Where operators look: the Node condition (an Event when it changes) and the new findings.
+  std::vector<std::string> errors;
+  for (const auto& f : r.findings)
+    if (f.severity == Severity::error) errors.push_back(f.id);
+  m_log.info("doctor.run", {{"findings", std::to_string(r.findings.size())},
+                            {"errors", std::to_string(errors.size())},
+                            {"error_ids", join(errors, ",")}});
+  // 2. The metrics of this run, before the API server is asked anything: a slow one never
+  // leaves /metrics behind.
+  {
+    std::lock_guard lock(m_mutex);
+    m_runs.runs += 1;
+    m_runs.last_run = ended;
+    m_runs.last_duration = ended - began;
+    m_metrics = render_doctor_metrics(r.snapshot, r.findings, m_runs);
+  }
+  // 3. Where operators look: the Node condition (patched when it changes, else every
+  // kConditionRefresh: each patch is a write every watcher of Nodes receives) with an Event when
+  // its status changes, and an Event for each new finding.
+  if (!m_opt.report_node || !m_kube) return;
   std::uint64_t failures = 0;
-  if (m_opt.report_node && m_kube) {
-    NodeCondition condition = isolation_condition(r.findings);
+  NodeCondition condition = isolation_condition(r.findings, r.snapshot.allocations.has_value());
+  const bool changed = !m_condition || m_condition->status != condition.status ||
+                       m_condition->reason != condition.reason ||
+                       m_condition->message != condition.message;
+  if (changed || ended - m_condition_at >= kConditionRefresh) {
     if (auto st = set_node_condition(*m_kube, m_opt.node, condition); !st) {
       ++failures;
       m_log.warn("doctor.condition-failed", {{"node", m_opt.node}, {"error", st.error().message}});
-    } else if (m_condition_status != condition.status) {
-      if (m_condition_status) {
+    } else {
+      if (m_condition && m_condition->status != condition.status) {
         if (auto ev = m_events.post_condition_change(*m_kube, condition); !ev) ++failures;
       }
-      m_condition_status = condition.status;
-      m_log.info("doctor.condition", {{"node", m_opt.node},
-                                      {"type", condition.type},
-                                      {"status", condition.status},
-                                      {"reason", condition.reason}});
-    }
-    if (auto st = m_events.post_new(*m_kube, r.findings); !st) {
-      ++failures;
-      m_log.warn("doctor.events-failed", {{"error", st.error().message}});
+      if (!m_condition || m_condition->status != condition.status)
+        m_log.info("doctor.condition", {{"node", m_opt.node},
+                                        {"type", condition.type},
+                                        {"status", condition.status},
+                                        {"reason", condition.reason}});
+      m_condition = condition;
+      m_condition_at = ended;
     }
   }
-  // 3. The metrics of this run.
+  if (auto st = m_events.post_new(*m_kube, r.findings); !st) {
+    ++failures;
+    m_log.warn("doctor.events-failed", {{"error", st.error().message}});
+  }
   std::lock_guard lock(m_mutex);
-  m_runs.runs += 1;
-  m_runs.last_run = ended;
-  m_runs.last_duration = ended - began;
   m_report_failures += failures;
-  m_metrics = render_doctor_metrics(r.snapshot, r.findings, m_runs);
 }
 
 void DoctorAgent::run(const WaitForStop& wait) {

@@ -19,6 +19,9 @@
 
 namespace gpufence {
 
+// How often an unchanged Node condition is patched again (its lastHeartbeatTime).
+inline constexpr auto kConditionRefresh = std::chrono::minutes(5);
+
 struct DoctorAgentOptions {
   std::chrono::seconds interval{60};
   bool report_node = false;
@@ -59,7 +62,8 @@ class DoctorAgent {
   SystemClock m_clock;
   std::chrono::system_clock::time_point m_started;
   FindingEvents m_events;
-  std::optional<std::string> m_condition_status;  // what the last patch set
+  std::optional<NodeCondition> m_condition;  // what the last patch set, and when
+  std::chrono::system_clock::time_point m_condition_at{};
   mutable std::mutex m_mutex;
   std::string m_metrics;
   DoctorRuns m_runs{0, {}, {}};

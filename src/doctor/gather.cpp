@@ -182,8 +182,11 @@ NriView gather_nri(const HostFs& host, const ContainerdConfig& effective,
   v.validator_enabled = settings.validator_enabled;
   v.required_plugins = settings.required_plugins;
   v.tolerate_annotation = settings.tolerate_annotation;
+  // Through a directory opened in the host's root: the host's absolute links (/var/run -> /run)
+  // lead to the host's files, not this pod's (a plain resolve() would name /host/var/run).
   struct stat st {};
-  v.socket_present = ::stat(host.resolve(v.socket_path).c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+  auto socket = host.socket_path(v.socket_path);
+  v.socket_present = socket && ::stat(socket->path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
   // The fence's link in plugin_path (containerd's default /opt/nri/plugins, or the config's).
   std::string plugin_path = "/opt/nri/plugins";
   if (const auto* nri = effective.doc["plugins"][kNriPlugin].as_table())

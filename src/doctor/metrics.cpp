@@ -108,6 +108,15 @@ void nri_state(PromText& out, const Snapshot& s) {
   }
 }
 
+// Whether the run could compare anything: without the kubelet's allocations no container is
+// judged, and gpufence_container_gpu_access has no series at all.
+void sources_of(PromText& out, const Snapshot& s) {
+  out.family("gpufence_doctor_pod_resources_up", "gauge",
+             "The last run read the kubelet's PodResources (1); 0: no container's access was "
+             "compared with its allocation.");
+  out.sample("gpufence_doctor_pod_resources_up", {}, std::uint64_t{s.allocations ? 1u : 0u});
+}
+
 void runs_of(PromText& out, const DoctorRuns& runs) {
   out.family("gpufence_doctor_runs_total", "counter", "Runs of the doctor.");
   out.sample("gpufence_doctor_runs_total", {}, runs.runs);
@@ -127,6 +136,7 @@ std::string render_doctor_metrics(const Snapshot& s, const std::vector<Finding>&
   container_access(out, s);
   finding_counts(out, findings);
   nri_state(out, s);
+  sources_of(out, s);
   runs_of(out, runs);
   return out.take();
 }

@@ -24,7 +24,7 @@ EventRegarding node_ref(const std::string& node) {
 
 }  // namespace
 
-NodeCondition isolation_condition(const std::vector<Finding>& findings) {
+NodeCondition isolation_condition(const std::vector<Finding>& findings, bool allocations_known) {
   std::vector<std::string> errors;
   size_t warnings = 0;
   for (const auto& f : findings) {
@@ -33,6 +33,10 @@ NodeCondition isolation_condition(const std::vector<Finding>& findings) {
     else if (f.severity == Severity::warning)
       ++warnings;
   }
+  if (errors.empty() && !allocations_known)
+    return {std::string(kIsolationCondition), "Unknown", "AllocationsUnknown",
+            "gpufence doctor could not read the kubelet's PodResources: what each container can "
+            "open was not compared with its allocation"};
   if (errors.empty())
     return {std::string(kIsolationCondition), "True", "NoErrorFindings",
             cat("gpufence doctor found no error (", warnings, " warnings)")};

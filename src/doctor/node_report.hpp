@@ -31,8 +31,11 @@ struct NodeCondition {
   std::string message;
 };
 
-// True when no finding is an error; else False naming the errors (bounded, escaped).
-NodeCondition isolation_condition(const std::vector<Finding>& findings);
+// True when no finding is an error; else False naming the errors (bounded, escaped). Unknown
+// when the kubelet's allocations could not be read (`allocations_known` false) and no error was
+// found: what each container may open was not compared with anything.
+NodeCondition isolation_condition(const std::vector<Finding>& findings,
+                                  bool allocations_known = true);
 
 // The patch body: the condition with lastHeartbeatTime `now`, and lastTransitionTime `now`
 // unless `node`'s current condition of that type has the same status (then its own time).

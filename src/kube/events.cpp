@@ -64,7 +64,14 @@ std::string event_namespace(const EventRegarding& regarding) {
 
 nlohmann::json event_object(const EventRegarding& regarding, const EventSource& source,
                             const KubeEvent& event, std::chrono::system_clock::time_point t) {
-  std::string note = event.note.size() > 1024 ? event.note.substr(0, 1021) + "..." : event.note;
+  // The API refuses a note over 1 kB: cut on a UTF-8 character's boundary, so the JSON writer's
+  // replacement of a cut character cannot make it longer again.
+  std::string note = event.note;
+  if (note.size() > 1024) {
+    size_t cut = 1021;
+    while (cut > 0 && (static_cast<unsigned char>(note[cut]) & 0xC0) == 0x80) --cut;
+    note = note.substr(0, cut) + "...";
+  }
   nlohmann::json about{
       {"apiVersion", regarding.api_version}, {"kind", regarding.kind}, {"name", regarding.name}};
   if (!regarding.ns.empty()) about["namespace"] = regarding.ns;

@@ -579,6 +579,8 @@ struct GpufenceHandler::StatusState {
   int judging = 0;                   // Synchronizes whose judgement is not in the file yet
   bool decisions_unwritten = false;  // counted since the file was last written
   std::string path;                  // the status file, as the last connection's config names it
+  // Held by whoever writes the file, taken before `mutex`: writers in order, newest last.
+  std::mutex write_mutex;
 };
 
 namespace {
@@ -593,14 +595,27 @@ GpufenceHandler::GpufenceHandler(ShimContext& ctx, std::string socket)
     if (auto t = parse_proc_start_time(*text)) m_status->status.start_time = *t;
   m_status->status.socket = std::move(socket);
   m_status->status.since = utc_now_text();
+  // The file is written with `mutex` released (a CreateContainer counting its decision never
+  // waits for the disk), under `write_mutex`, which orders the writers so the newest copy is
+  // written last.
   m_flusher = std::jthread([state = m_status, &log = m_ctx.log](std::stop_token stop) {
     std::condition_variable_any wake;
-    std::unique_lock lock(state->mutex);
+    std::mutex sleep;
+    std::unique_lock asleep(sleep);
     while (!stop.stop_requested()) {
-      wake.wait_for(lock, stop, kCountersFlush, [] { return false; });
-      if (stop.stop_requested() || !state->decisions_unwritten) continue;
-      state->decisions_unwritten = false;
-      write_status(state->path, state->status, log);
+      wake.wait_for(asleep, stop, kCountersFlush, [] { return false; });
+      if (stop.stop_requested()) break;
+      std::lock_guard writing(state->write_mutex);
+      NriStatus copy;
+      std::string path;
+      {
+        std::lock_guard lock(state->mutex);
+        if (!state->decisions_unwritten) continue;
+        state->decisions_unwritten = false;
+        copy = state->status;
+        path = state->path;
+      }
+      write_status(path, copy, log);
     }
   });
 }
@@ -618,14 +633,19 @@ void GpufenceHandler::disconnected(NriState state) {
   // next connection's list.
   m_sync_pods.clear();
   m_sync_containers.clear();
-  std::lock_guard lock(m_status->mutex);
-  ++m_status->session;
-  m_status->status.state = state;
-  m_status->status.since = utc_now_text();
-  if (m_status->judged_session != 0) m_status->status.judgement_stale = true;
-  m_status->path = m_ctx.config.nri_status_file;
-  m_status->decisions_unwritten = false;
-  write_status(m_status->path, m_status->status, m_ctx.log);
+  std::lock_guard writing(m_status->write_mutex);
+  NriStatus copy;
+  {
+    std::lock_guard lock(m_status->mutex);
+    ++m_status->session;
+    m_status->status.state = state;
+    m_status->status.since = utc_now_text();
+    if (m_status->judged_session != 0) m_status->status.judgement_stale = true;
+    m_status->path = m_ctx.config.nri_status_file;
+    m_status->decisions_unwritten = false;
+    copy = m_status->status;
+  }
+  write_status(m_status->path, copy, m_ctx.log);
 }
 
 void GpufenceHandler::wait_for_judgement() {
@@ -647,6 +667,7 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
   if (request.more()) return;
 
   // Connected: said at once; what the containers show, once judged off the runtime's clock.
+  std::unique_lock writing(m_status->write_mutex);
   std::unique_lock lock(m_status->mutex);
   const uint64_t session = ++m_status->session;
   NriStatus& s = m_status->status;
@@ -672,25 +693,31 @@ void GpufenceHandler::synchronized(const api::SynchronizeRequest& request) {
                                        {"name", u.name},
                                        {"handler", u.runtime_handler},
                                        {"why", u.why}});
-    std::lock_guard lock(state->mutex);
-    // Kept even when a reconnection came meanwhile (then marked stale): reconnecting often must
-    // not keep the list empty.
-    if (session >= state->judged_session) {
-      NriStatus& st = state->status;
-      state->judged_session = session;
-      st.synchronized_at = utc_now_text();
-      st.containers = judgement.containers;
-      st.without_gpu_edit = judgement.without_gpu_edit;
-      st.unenforced = std::move(judgement.unenforced);
-      st.judgement_stale = state->session != session;
-      write_status(path, st, ctx->log);
+    std::lock_guard writing(state->write_mutex);
+    std::optional<NriStatus> copy;
+    {
+      std::lock_guard lock(state->mutex);
+      // Kept even when a reconnection came meanwhile (then marked stale): reconnecting often
+      // must not keep the list empty.
+      if (session >= state->judged_session) {
+        NriStatus& st = state->status;
+        state->judged_session = session;
+        st.synchronized_at = utc_now_text();
+        st.containers = judgement.containers;
+        st.without_gpu_edit = judgement.without_gpu_edit;
+        st.unenforced = std::move(judgement.unenforced);
+        st.judgement_stale = state->session != session;
+        copy = st;
+      }
     }
+    if (copy) write_status(path, *copy, ctx->log);
   };
   m_sync_pods.clear();
   m_sync_containers.clear();
   if (m_status->running) return;  // the running thread takes it next
   m_status->running = true;
   lock.unlock();
+  writing.unlock();
   try {
     std::thread([state = m_status] {
       std::unique_lock lock(state->mutex);

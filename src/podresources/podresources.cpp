@@ -19,38 +19,59 @@ std::vector<std::string> gpu_ids_of_cdi_names(const std::vector<std::string>& na
   return out;
 }
 
+namespace {
+
+Result<std::vector<KubeletAllocation>> list_with(v1::PodResourcesLister::Stub& stub,
+                                                 const std::string& socket_path,
+                                                 const std::string& resource_name,
+                                                 std::chrono::milliseconds deadline) {
+  std::vector<KubeletAllocation> out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  v1::ListPodResourcesResponse resp;
+  auto st = stub.List(&ctx, v1::ListPodResourcesRequest(), &resp);
+  if (!st.ok())
+    return fail(Errc::rpc, "PodResources List on ", socket_path, ": ", st.error_message());
+  for (const auto& pod : resp.pod_resources()) {
+    for (const auto& c : pod.containers()) {
+      KubeletAllocation a{pod.namespace_(), pod.name(), c.name(), {}};
+      for (const auto& d : c.devices()) {
+        if (d.resource_name() == resource_name)
+          a.device_ids.insert(a.device_ids.end(), d.device_ids().begin(), d.device_ids().end());
+      }
+      // GPUs through DRA (gpufence-dra, or any driver naming GPU CDI kinds).
+      std::vector<std::string> cdi;
+      for (const auto& dr : c.dynamic_resources())
+        for (const auto& cr : dr.claim_resources())
+          for (const auto& n : cr.cdi_devices()) cdi.push_back(n.name());
+      for (auto& id : gpu_ids_of_cdi_names(cdi))
+        if (std::find(a.device_ids.begin(), a.device_ids.end(), id) == a.device_ids.end())
+          a.device_ids.push_back(std::move(id));
+      out.push_back(std::move(a));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<KubeletAllocation>> list_pod_resources(const std::string& socket_path,
+                                                          const std::string& resource_name,
+                                                          std::chrono::milliseconds deadline) {
+  auto channel = grpc::CreateChannel("unix://" + socket_path, grpc::InsecureChannelCredentials());
+  auto stub = v1::PodResourcesLister::NewStub(channel);
+  return list_with(*stub, socket_path, resource_name, deadline);
+}
+
 Result<PodResourcesView> read_pod_resources(const std::string& socket_path,
                                             const std::string& resource_name,
                                             std::chrono::milliseconds deadline) {
   auto channel = grpc::CreateChannel("unix://" + socket_path, grpc::InsecureChannelCredentials());
   auto stub = v1::PodResourcesLister::NewStub(channel);
   PodResourcesView view;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-    v1::ListPodResourcesResponse resp;
-    auto st = stub->List(&ctx, v1::ListPodResourcesRequest(), &resp);
-    if (!st.ok())
-      return fail(Errc::rpc, "PodResources List on ", socket_path, ": ", st.error_message());
-    for (const auto& pod : resp.pod_resources()) {
-      for (const auto& c : pod.containers()) {
-        KubeletAllocation a{pod.namespace_(), pod.name(), c.name(), {}};
-        for (const auto& d : c.devices()) {
-          if (d.resource_name() == resource_name)
-            a.device_ids.insert(a.device_ids.end(), d.device_ids().begin(), d.device_ids().end());
-        }
-        // GPUs through DRA (gpufence-dra, or any driver naming GPU CDI kinds).
-        std::vector<std::string> cdi;
-        for (const auto& dr : c.dynamic_resources())
-          for (const auto& cr : dr.claim_resources())
-            for (const auto& n : cr.cdi_devices()) cdi.push_back(n.name());
-        for (auto& id : gpu_ids_of_cdi_names(cdi))
-          if (std::find(a.device_ids.begin(), a.device_ids.end(), id) == a.device_ids.end())
-            a.device_ids.push_back(std::move(id));
-        view.allocations.push_back(std::move(a));
-      }
-    }
-  }
+  auto listed = list_with(*stub, socket_path, resource_name, deadline);
+  if (!listed) return std::unexpected(listed.error());
+  view.allocations = std::move(*listed);
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + deadline);

@@ -36,6 +36,10 @@ struct PodResourcesView {
 Result<PodResourcesView> read_pod_resources(
     const std::string& socket_path, const std::string& resource_name,
     std::chrono::milliseconds deadline = std::chrono::seconds(3));
+// List alone (the device plugin's metrics need no allocatable devices): one call within `deadline`.
+Result<std::vector<KubeletAllocation>> list_pod_resources(const std::string& socket_path,
+                                                          const std::string& resource_name,
+                                                          std::chrono::milliseconds deadline);
 // What the kubelet's PodResources socket at `socket_path` answers: read_pod_resources (gRPC) on
 // a node, a fake in unit tests.
 using PodResourcesReader = std::function<Result<PodResourcesView>(

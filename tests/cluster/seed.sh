@@ -114,12 +114,12 @@ t0=$(date +%s.%N)
 "$helm" install gpufence "$src/deploy/helm/gpufence" --kubeconfig "$work/pki/admin.kubeconfig" \
   --namespace gpufence --create-namespace --set distribution=containerd \
   --set installer.enforcement=$enforcement --set driver.root=$driver_root \
-  --set image.pullPolicy=Never \
+  --set image.pullPolicy=Never --set doctor.agent.enabled=true --set doctor.agent.interval=10 \
   --set-json "installer.extraArgs=[\"--host-pid=$$\",\"--restart-command=$work/restart-containerd.sh\"]" \
   --wait --timeout 240s > "$work/helm-install.log" 2>&1
 check "helm install succeeds" test $? = 0 || cat "$work/helm-install.log"
 # helm's --wait counts a DaemonSet ready with maxUnavailable pods missing: on one node, with none.
-for ds in gpufence-node-installer gpufence-device-plugin; do
+for ds in gpufence-node-installer gpufence-device-plugin gpufence-doctor-agent; do
   f0=$failures
   check "$ds's pod is ready" rollout_ready "$ds"
   [ "$failures" = "$f0" ] || { kubectl -n gpufence get pods -o wide; kubectl -n gpufence logs "daemonset/$ds" --tail 30; }
@@ -142,12 +142,29 @@ check "it is a new pod" test -n "$new_plugin" -a "$new_plugin" != "$old_plugin"
 check "and both GPUs are allocatable (its NVML opens them)" wait_allocatable 2 200
 [ "$failures" = 0 ] || kubectl -n gpufence logs daemonset/gpufence-device-plugin --tail 20
 
+# The doctor agent (doctor.agent.enabled): its runs set the Node condition (step 0b left it False
+# with the seed's leak; the leaking pods are gone) and its /metrics answer through the API
+# server's pod proxy.
+isolation() { kubectl get node "$cluster_node" -o jsonpath='{.status.conditions[?(@.type=="GPUIsolation")].status}'; }
+for _ in $(seq 60); do [ "$(isolation)" = True ] && break; sleep 1; done
+f0=$failures
+check "the doctor agent set the Node condition GPUIsolation True" test "$(isolation)" = True
+[ "$failures" = "$f0" ] ||
+  kubectl get node "$cluster_node" -o jsonpath='{.status.conditions[?(@.type=="GPUIsolation")].message}{"\n"}' 
+agent=$(kubectl -n gpufence get pods -l app.kubernetes.io/name=gpufence-doctor-agent -o jsonpath='{.items[0].metadata.name}')
+scrape() { kubectl get --raw "/api/v1/namespaces/gpufence/pods/$1/proxy/metrics"; }
+check "the doctor agent's /metrics count its runs" bash -c "$(declare -f kubectl scrape); kbin='$kbin' work='$work'; scrape '$agent:9403' | grep -q '^gpufence_doctor_runs_total [1-9]'"
+[ "$failures" = 0 ] || kubectl -n gpufence logs "pod/$agent" --tail 20
+
 echo "== 2. the seed's Deployment through gpufence${runtime_class:+ (runtimeClassName $runtime_class)}"
 t0=$(date +%s.%N)
 seed_deployment deepstream 2 "$runtime_class" | kubectl apply -f - >/dev/null
 check "deepstream: both pods run" wait_running deepstream 2
 cluster_log "deepstream (gpufence): apply to both pods Running in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
 check_isolated deepstream 01
+plugin_pod=$(kubectl -n gpufence get pods -l app.kubernetes.io/name=gpufence-device-plugin -o jsonpath='{.items[0].metadata.name}')
+check "the device plugin's /metrics name the pod holding each GPU (the real PodResources)" \
+  bash -c "$(declare -f kubectl scrape); kbin='$kbin' work='$work'; test \$(scrape '$plugin_pod:9400' | grep -c '^gpufence_gpu_info{.*namespace=\"video\",pod=\"deepstream-') = 2"
 
 echo "== 3. gpufence autoscale on the real Deployment"
 kubectl -n video create configmap streams --from-literal=count=24 >/dev/null

@@ -81,6 +81,16 @@ TEST(HealthPolicy, TheDriversRecoveryActionHoldsAGpuUntilItSaysNone) {
   EXPECT_FALSE(t.on_recovery_action("GPU-b", GpuRecoveryAction::none, t0 + 1min));
   EXPECT_FALSE(t.healthy("GPU-b"));
   EXPECT_TRUE(t.on_tick(t0 + 6min, kAlive)) << "the XID's own recovery";
+  // An action first, then an XID: the XID holds it after the action says none (no quiet-time
+  // recovery without --health-recovery), and an XID's reason is never replaced by an action's
+  // (gpufence-dra's NoExecute taint reads it).
+  HealthTracker strict({"GPU-c"}, HealthOptions{});
+  strict.on_recovery_action("GPU-c", GpuRecoveryAction::gpu_reset, t0);
+  strict.on_event({"GPU-c", 48, false}, t0, kAlive);
+  strict.on_recovery_action("GPU-c", GpuRecoveryAction::node_reboot, t0);
+  EXPECT_EQ(strict.reason("GPU-c"), "xid 48");
+  EXPECT_FALSE(strict.on_recovery_action("GPU-c", GpuRecoveryAction::none, t0 + 1min));
+  EXPECT_FALSE(strict.healthy("GPU-c"));
   // XID 154 (the action changed) is counted, never a reason by itself.
   EXPECT_FALSE(t.on_event({"GPU-a", kRecoveryActionChangedXid, false}, t0, kAlive));
 }

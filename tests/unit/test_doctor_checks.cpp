@@ -702,6 +702,24 @@ TEST_F(DoctorChecks, NriModeFailClosedWithTheSocketIsClean) {
   EXPECT_TRUE(nri_findings(judge(snap)).empty());
 }
 
+// The doctor in a pod (--host-root /host): the host's /var/run is an absolute link to /run, which
+// must lead to the host's /run, not the pod's. Seen on the cluster tier: nri.socket-missing and
+// containerd.handler-missing on a correctly installed node.
+TEST_F(DoctorChecks, TheNriSocketIsFoundThroughTheHostsVarRunLink) {
+  write_nri_status(*m_node, nri::NriState::connected, 99, 99);
+  m_node->write("etc/gpufence/install-state.json", state("nri"));
+  m_node->write("etc/containerd/config.toml", kNriRequired);
+  link_nri_plugins(m_dir.path());
+  std::filesystem::remove_all(m_dir / "var/run");
+  std::filesystem::create_symlink("/run", m_dir / "var/run");
+  ListeningSocket sock(m_dir / "run/nri/nri.sock");
+  ASSERT_GE(sock.fd, 0);
+  auto snap = snapshot();
+  ASSERT_TRUE(snap.nri);
+  EXPECT_TRUE(snap.nri->socket_present);
+  EXPECT_TRUE(nri_findings(judge(snap)).empty());
+}
+
 // containerd < 2.2 (no required_plugins), paired with the shim: a warning naming both fixes.
 TEST_F(DoctorChecks, BothBelowContainerd22WarnsWithTheFix) {
   write_nri_status(*m_node, nri::NriState::connected, 99, 99);
@@ -848,9 +866,10 @@ TEST_F(DoctorChecks, OwnPodsCreatedBeforeNriAreInfoATenantsAreNot) {
   link_nri_plugins(m_dir.path());
   m_node->write("etc/containerd/config.toml", kNriRequired);
   ListeningSocket sock(m_dir / "var/run/nri/nri.sock");
-  write_nri_status(*m_node, nri::NriState::connected, 99, 99,
-                   {{"own", "gpufence/dp-1", "gpufence-device-plugin", "", "would remove /dev/nvidia0"},
-                    {"tenant", "team/dp-1", "gpufence-device-plugin", "", "would remove /dev/nvidia0"}});
+  write_nri_status(
+      *m_node, nri::NriState::connected, 99, 99,
+      {{"own", "gpufence/dp-1", "gpufence-device-plugin", "", "would remove /dev/nvidia0"},
+       {"tenant", "team/dp-1", "gpufence-device-plugin", "", "would remove /dev/nvidia0"}});
   auto snap = snapshot();
   snap.system_namespace = "gpufence";
   snap.system_daemonsets = {"gpufence-device-plugin"};
@@ -1012,7 +1031,8 @@ TEST(DoctorDra, SlicesServeTheGpusAndTwoBackendsAreAnError) {
   s.kube->allocatable = 2;
   auto f = judge(s);
   ASSERT_TRUE(has(f, "node.gpu-two-backends"));
-  auto two = std::find_if(f.begin(), f.end(), [](const Finding& x) { return x.id == "node.gpu-two-backends"; });
+  auto two = std::find_if(f.begin(), f.end(),
+                          [](const Finding& x) { return x.id == "node.gpu-two-backends"; });
   EXPECT_EQ(two->severity, Severity::error);
   EXPECT_NE(two->summary.find("gpu.nvidia.com: 2"), std::string::npos) << two->summary;
 }

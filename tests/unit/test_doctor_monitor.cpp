@@ -186,6 +186,23 @@ TEST(IsolationCondition, TrueWithoutErrorsFalseNamingThemBounded) {
   EXPECT_EQ(bad.message.find('\x1b'), std::string::npos);
 }
 
+TEST(IsolationCondition, UnknownWhenTheKubeletsAllocationsWereNotRead) {
+  auto blind = isolation_condition({}, false);
+  EXPECT_EQ(blind.status, "Unknown");
+  EXPECT_EQ(blind.reason, "AllocationsUnknown");
+  // An error found anyway is still told.
+  EXPECT_EQ(
+      isolation_condition({{"nri.socket-missing", Severity::error, "s", "", ""}}, false).status,
+      "False");
+  Snapshot s = seed_node();
+  s.allocations.reset();
+  EXPECT_EQ(
+      lines_with(render_doctor_metrics(s, {}, {}), "gpufence_doctor_pod_resources_up 0").size(),
+      1u);
+  EXPECT_TRUE(
+      lines_with(render_doctor_metrics(s, {}, {}), "gpufence_container_gpu_access{").empty());
+}
+
 TEST(IsolationCondition, TheTransitionTimeMovesOnlyWhenTheStatusChanges) {
   nlohmann::json node = {{"status",
                           {{"conditions",
@@ -317,10 +334,14 @@ TEST_F(NodeReport, TheAgentRunsReportsAndCountsWhatTheApiRefused) {
   auto node_events = m_api.posted("/apis/events.k8s.io/v1/namespaces/default/events");
   ASSERT_EQ(node_events.size(), 1u);
   EXPECT_EQ(node_events[0]["reason"], "GPUIsolationRestored");
+  // Unchanged: not patched again until kConditionRefresh has passed.
+  agent.step();
+  EXPECT_EQ(m_api.patches(), 2);
+  t += kConditionRefresh;
   // The API refuses: the run still updates the metrics and counts the failure.
   m_api.set("/api/v1/nodes/gpu-1", 503, R"({"kind":"Status","code":503})");
   agent.step();
-  EXPECT_NE(agent.metrics().find("gpufence_doctor_runs_total 3"), std::string::npos);
+  EXPECT_NE(agent.metrics().find("gpufence_doctor_runs_total 4"), std::string::npos);
   EXPECT_NE(agent.metrics().find("gpufence_doctor_report_failures_total 1"), std::string::npos);
   t += std::chrono::minutes(3);
   EXPECT_FALSE(agent.fresh()) << "no run for three intervals";
@@ -329,7 +350,7 @@ TEST_F(NodeReport, TheAgentRunsReportsAndCountsWhatTheApiRefused) {
     EXPECT_EQ(wait, std::chrono::milliseconds(60000));
     return ++stops == 2;
   });
-  EXPECT_EQ(runs, 5);
+  EXPECT_EQ(runs, 6);
   EXPECT_TRUE(agent.fresh());
 }
 
