@@ -43,7 +43,8 @@ Result<Fd> HostFs::open(std::string_view host_path, int flags) const {
 Result<HostFs::SocketPath> HostFs::socket_path(std::string_view host_path) const {
   std::filesystem::path p(host_path);
   if (!p.is_absolute() || !p.has_filename())
-    return fail(Errc::invalid_argument, "socket path '", std::string(host_path), "' is not an absolute file path");
+    return fail(Errc::invalid_argument, "socket path '", std::string(host_path),
+                "' is not an absolute file path");
   auto dir = open(p.parent_path().string(), O_PATH | O_DIRECTORY);
   if (!dir) return std::unexpected(dir.error());
   auto held = std::make_shared<Fd>(std::move(*dir));
@@ -77,6 +78,10 @@ bool HostFs::exists(std::string_view host_path) const {
   return open(host_path, O_PATH | O_NOFOLLOW).has_value();
 }
 
+namespace {
+FileInfo file_info(const struct stat& st);
+}  // namespace
+
 Result<FileInfo> HostFs::stat(std::string_view host_path) const {
   auto path = resolve(host_path);
   struct stat st {};
@@ -87,6 +92,20 @@ Result<FileInfo> HostFs::stat(std::string_view host_path) const {
     if (!f) return std::unexpected(f.error());
     if (::fstat(f->fd, &st) != 0) return fail_errno("stat", path.native());
   }
+  return file_info(st);
+}
+
+Result<FileInfo> HostFs::stat_target(std::string_view host_path) const {
+  auto path = resolve(host_path);
+  struct stat st {};
+  auto f = open(host_path, O_PATH);
+  if (!f) return std::unexpected(f.error());
+  if (::fstat(f->fd, &st) != 0) return fail_errno("stat", path.native());
+  return file_info(st);
+}
+
+namespace {
+FileInfo file_info(const struct stat& st) {
   FileInfo info;
   info.mode = st.st_mode & 07777;
   switch (st.st_mode & S_IFMT) {
@@ -114,6 +133,7 @@ Result<FileInfo> HostFs::stat(std::string_view host_path) const {
   }
   return info;
 }
+}  // namespace
 
 Result<std::vector<std::string>> HostFs::list(std::string_view host_path) const {
   auto path = resolve(host_path);

@@ -44,6 +44,9 @@ class HostFs {
   bool exists(std::string_view host_path) const;
   // lstat: a symlink is reported as one.
   Result<FileInfo> stat(std::string_view host_path) const;
+  // stat: what the path leads to, its links followed as the host follows them (under another
+  // root, inside it: the host's /usr/local/bin/x -> /opt/x is the host's /opt/x).
+  Result<FileInfo> stat_target(std::string_view host_path) const;
   // Entry names, sorted, without "." and "..".
   Result<std::vector<std::string>> list(std::string_view host_path) const;
   Result<std::string> read_link(std::string_view host_path) const;

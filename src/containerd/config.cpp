@@ -480,9 +480,10 @@ void check_binary_missing(const ConfigUnderCheck& in, std::vector<Finding>& out)
   if (!host) return;
   for (const auto& [h, where] : in.cri) {
     if (!h.binary_name) continue;
-    auto info = host->stat(*h.binary_name);
-    bool executable = info && info->type != FileType::directory &&
-                      ::access(host->resolve(*h.binary_name).c_str(), X_OK) == 0;
+    // Judged inside the host's root (the doctor in a pod sees the host at /host): a regular
+    // file with an execute bit, its links followed as the host follows them.
+    auto info = host->stat_target(*h.binary_name);
+    bool executable = info && info->type == FileType::regular && (info->mode & 0111) != 0;
     if (executable) continue;
     out.push_back({"containerd.binary-missing", Severity::error,
                    cat("runtime '", h.name, "' points at ", *h.binary_name, ", which is ",

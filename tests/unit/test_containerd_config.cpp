@@ -110,6 +110,13 @@ TEST(ContainerdCheck, EachCheckFiresAndStaysQuiet) {
   EXPECT_EQ(with("/usr/local/bin/gpufence-runtime", "/usr/bin/not-exec"),
             (std::vector<std::string>{"containerd.binary-missing",
                                       "containerd.handler-not-gpu-runtime"}));
+  // The doctor in a pod sees the host under a root: a host link with an absolute target leads
+  // to the host's file, not this process's.
+  std::filesystem::create_directories(host / "opt/gf");
+  std::filesystem::copy_file(host / "usr/local/bin/gpufence-runtime", host / "opt/gf/runtime");
+  std::filesystem::create_symlink("/opt/gf/runtime", host / "usr/bin/linked-runtime");
+  EXPECT_EQ(with("/usr/local/bin/gpufence-runtime", "/usr/bin/linked-runtime"),
+            (std::vector<std::string>{"containerd.handler-not-gpu-runtime"}));
   EXPECT_EQ(with("    BinaryName = \"/usr/local/bin/gpufence-runtime\"\n", ""),
             (std::vector<std::string>{"containerd.handler-plain-runc"}));
   EXPECT_EQ(with("SystemdCgroup = true", "Env = [\"A=1\"]"),
