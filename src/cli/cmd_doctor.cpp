@@ -29,12 +29,22 @@ std::string absolute_path(std::string& value) {
 
 // --serve: the agent's runs until SIGTERM, its /metrics and /healthz on `address`.
 int serve_doctor(const RunDoctor& run, KubeClient* kube, const DoctorAgentOptions& opt,
-                 const std::string& address, const StopSignals& stop) {
+                 const std::string& address, const std::string& health_address,
+                 const StopSignals& stop) {
   Logger log;
   DoctorAgent agent(run, kube, opt, log);
-  HttpServer http;
-  auto st = http.start(address, {[&] { return agent.metrics(); }, [&] { return agent.fresh(); },
-                                 "no doctor run finished within three intervals"});
+  const std::string stale = "no doctor run finished within three intervals";
+  auto fresh = [&] { return agent.fresh(); };
+  HttpServer http, health;
+  if (!health_address.empty()) {
+    if (auto st = health.start(health_address, {nullptr, fresh, stale}); !st) {
+      std::cerr << "gpufence doctor: --health-address: " << st.error().message << "\n";
+      return 2;
+    }
+  }
+  auto st =
+      http.start(address, {[&] { return agent.metrics(); },
+                           health_address.empty() ? std::function<bool()>(fresh) : nullptr, stale});
   if (!st) {
     std::cerr << "gpufence doctor: --serve: " << st.error().message << "\n";
     return 2;
@@ -45,6 +55,7 @@ int serve_doctor(const RunDoctor& run, KubeClient* kube, const DoctorAgentOption
                             {"report_node", opt.report_node ? "true" : "false"}});
   agent.run([&](std::chrono::milliseconds wait) { return stop.wait_for(wait); });
   http.stop();
+  health.stop();
   log.info("doctor.stopped");
   return 0;
 }
@@ -68,7 +79,7 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
     std::string kubeconfig, node_name;
     bool in_cluster = false;
     bool json = false, metrics = false, report_node = false;
-    std::string serve;
+    std::string serve, health_address;
     long interval_s = 60;
     std::vector<std::string> system_daemonsets, gpu_dra_drivers;
     long held_after_s = 300;
@@ -133,6 +144,9 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
   d->add_option("--serve", args->serve,
                 "Run as a node agent: the doctor every --interval, its metrics on /metrics and "
                 "/healthz at HOST:PORT (e.g. :9403); stops on SIGTERM");
+  d->add_option("--health-address", args->health_address,
+                "With --serve: /healthz on a listener and thread of its own at HOST:PORT (e.g. "
+                ":9404), so a flood of /metrics clients cannot fail the liveness probe");
   d->add_option("--interval", args->interval_s, "Seconds between the agent's runs (--serve)")
       ->capture_default_str()
       ->check(CLI::Range(5L, 86400L));
@@ -230,7 +244,9 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
          };
          DoctorAgentOptions agent_opt{std::chrono::seconds(args->interval_s), args->report_node,
                                       node};
-         if (stop) return serve_doctor(run_once, kube.get(), agent_opt, args->serve, *stop);
+         if (stop)
+           return serve_doctor(run_once, kube.get(), agent_opt, args->serve, args->health_address,
+                               *stop);
          auto began = std::chrono::system_clock::now();
          DoctorRun r = run_once();
          auto ended = std::chrono::system_clock::now();

@@ -368,8 +368,9 @@ print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
     check "it runs the doctor every interval, serving on its port, probed on /healthz there, with its own resources" assert "$work/a.yaml" \
       "args($a)[:3] == ['--host-root=/host', '--nvml-library=/host/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1', 'doctor']" \
       "all(f in args($a) for f in ['--in-cluster', '--probe', '--serve=0.0.0.0:9503', '--interval=120', '--report-node', '--handler=nvidia', '--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock'])" \
-      "pod($a)['containers'][0]['ports'] == [{'name': 'metrics', 'containerPort': 9503}]" \
-      "pod($a)['containers'][0]['livenessProbe']['httpGet'] == {'path': '/healthz', 'port': 'metrics'}" \
+      "'--health-address=0.0.0.0:9404' in args($a)" \
+      "pod($a)['containers'][0]['ports'] == [{'name': 'metrics', 'containerPort': 9503}, {'name': 'health', 'containerPort': 9404}]" \
+      "pod($a)['containers'][0]['livenessProbe']['httpGet'] == {'path': '/healthz', 'port': 'health'}" \
       "pod($a)['containers'][0]['resources']['limits'] == {'memory': '256Mi'}"
     # The doctor takes pods of gpufence's own DaemonSets for gpufence's (src/doctor/gather.hpp
     # GatherOptions::system_daemonsets, --system-daemonset): with the agent that list must name it,
