@@ -38,6 +38,9 @@ test:
 	@# Kubernetes for the cluster tier, from the Go module proxy (~20 min cold on 2 cores, seconds
 	@# when Go's build cache has it: docs/testing.md); without it the cluster tests skip, saying why.
 	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-kubernetes.sh >/dev/null || true
+	@# The cluster tier's second DRA driver (tests/cluster/foreign-dra), Go from the module proxy:
+	@# seconds once Kubernetes is built; without it that step of the DRA test skips, saying why.
+	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash tests/cluster/foreign-dra/build.sh >/dev/null || true
 	@# promtool for the chart's alert tests, from the Go module proxy (~3 min cold on 2 cores, seconds
 	@# when Go's caches have it); without it those tests skip, saying why.
 	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-promtool.sh >/dev/null || true

@@ -15,6 +15,7 @@
 #include "gpu/wire_contract.hpp"
 #include "install/install.hpp"
 #include "install/watch.hpp"
+#include "runtime/config.hpp"
 
 namespace gpufence::cli {
 namespace {
@@ -39,6 +40,7 @@ struct InstallArgs {
               cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = "127.0.0.1:9402",
               enforcement = "auto", nri_socket = "/var/run/nri/nri.sock",
               nri_plugin_name = "gpufence-nri", nri_tolerate_annotation, node_agent_namespace;
+  std::vector<std::string> gpu_cdi_kinds;
   double ready_timeout = 60, interval = 30, lock_timeout = 60;
   int host_pid = 1;
   int config_version = 0;
@@ -104,6 +106,10 @@ Result<InstallOptions> to_options(const InstallArgs& a, const Context& ctx) {
   o.nri_plugin_name = a.nri_plugin_name;
   o.nri_tolerate_annotation = a.nri_tolerate_annotation;
   o.node_agent_namespace = a.node_agent_namespace;
+  for (const auto& kind : a.gpu_cdi_kinds)
+    if (auto st = check_gpu_cdi_kind(kind); !st)
+      return std::unexpected(st.error().wrap("--gpu-cdi-kind"));
+  o.gpu_cdi_kinds = a.gpu_cdi_kinds;
   o.binary.source = a.runtime_source;
   o.binary.link = a.runtime_link;
   o.binary.versions_dir = a.versions_dir;
@@ -216,6 +222,14 @@ std::vector<Command> add_install_commands(CLI::App& app, Context& ctx) {
                       "node_agent_namespaces, whose containers gpufence-nri leaves as containerd "
                       "made them, so the plugin keeps the GPUs NVML opens. Whoever may create pods "
                       "there gets every GPU");
+  install
+      ->add_option("--gpu-cdi-kind", in->gpu_cdi_kinds,
+                   "A CDI kind of another allocator whose devices are GPUs, e.g. "
+                   "k8s.gpu.nvidia.com/claim for NVIDIA's DRA driver (repeat, or comma-separate): "
+                   "written as [cdi] gpu_kinds into the runtime.toml install creates, so "
+                   "gpufence-nri and the shim enforce those claims by the GPU nodes their CDI "
+                   "specs give")
+      ->delimiter(',');
   install
       ->add_option("--nri-source", in->nri_source,
                    "gpufence-nri to copy onto the host in nri and both modes (default: beside "

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "common/escape.hpp"
@@ -579,8 +580,28 @@ bool is_namespace_name(std::string_view s) {
 
 // deploy/runtime.toml, with the driver's NVML named when it is not on the host's library path.
 Result<std::string> runtime_config_text(const std::string& nvml_library,
-                                        const std::string& node_agent_namespace) {
+                                        const std::string& node_agent_namespace,
+                                        const std::vector<std::string>& gpu_cdi_kinds) {
   std::string text(kDefaultRuntimeToml);
+  if (!gpu_cdi_kinds.empty()) {
+    // CDI kinds are vendor/class of [A-Za-z0-9._-] (the CLI checks the grammar): nothing a TOML
+    // basic string would need to escape.
+    std::string list;
+    for (const auto& kind : gpu_cdi_kinds) {
+      bool plain = !kind.empty() && std::ranges::all_of(kind, [](unsigned char c) {
+        return std::isalnum(c) || c == '.' || c == '_' || c == '-' || c == '/';
+      });
+      if (!plain)
+        return fail(Errc::invalid_argument, "the CDI kind '", escape_excerpt(kind),
+                    "' is not vendor/class");
+      list += cat(list.empty() ? "" : ", ", "\"", kind, "\"");
+    }
+    constexpr std::string_view key = "\ngpu_kinds = []\n";
+    auto at = text.find(key);
+    if (at == std::string::npos)
+      return fail(Errc::internal, "deploy/runtime.toml has no empty gpu_kinds line");
+    text.replace(at, key.size(), cat("\ngpu_kinds = [", list, "]\n"));
+  }
   if (!node_agent_namespace.empty()) {
     if (!is_namespace_name(node_agent_namespace))
       return fail(Errc::invalid_argument, "the node agent namespace '",
@@ -589,11 +610,13 @@ Result<std::string> runtime_config_text(const std::string& nvml_library,
     auto at = text.find(key);
     if (at == std::string::npos)
       return fail(Errc::internal, "deploy/runtime.toml has no empty node_agent_namespaces line");
-    text.replace(at, key.size(), cat("\nnode_agent_namespaces = [\"", node_agent_namespace, "\"]\n"));
+    text.replace(at, key.size(),
+                 cat("\nnode_agent_namespaces = [\"", node_agent_namespace, "\"]\n"));
   }
   if (nvml_library.empty()) return text;
-  if (!nvml_library.starts_with("/") ||
-      std::ranges::any_of(nvml_library, [](unsigned char c) { return c < 0x20 || c == '"' || c == '\\' || c == 0x7f; }))
+  if (!nvml_library.starts_with("/") || std::ranges::any_of(nvml_library, [](unsigned char c) {
+        return c < 0x20 || c == '"' || c == '\\' || c == 0x7f;
+      }))
     return fail(Errc::invalid_argument, "the NVML library path '", escape_excerpt(nvml_library),
                 "' is not an absolute path a TOML basic string holds as is");
   constexpr std::string_view key = "\nnvml_library = \"\"\n";
@@ -611,9 +634,14 @@ bool put_runtime_config(Run& r, const InstallPlan& plan, const InstallState& jou
                     journal.runtime_config_written;
     r.step("runtime config", Outcome::unchanged,
            cat(r.opt.runtime_config, ours ? " (written by an earlier install)" : " (kept as is)"));
+    if (!r.opt.gpu_cdi_kinds.empty())
+      r.report.notes.push_back(cat(r.opt.runtime_config, " exists and is kept: the GPU CDI kinds ",
+                                   join(r.opt.gpu_cdi_kinds, ", "),
+                                   " are not written; list them in its [cdi] gpu_kinds"));
     return true;
   }
-  auto text = runtime_config_text(r.opt.nvml_library, r.opt.node_agent_namespace);
+  auto text =
+      runtime_config_text(r.opt.nvml_library, r.opt.node_agent_namespace, r.opt.gpu_cdi_kinds);
   if (!text) return r.failed("runtime config", text.error().message);
   if (auto st = write_host(r.env.host, r.opt.runtime_config, *text); !st)
     return r.failed("runtime config", st.error().message);

@@ -42,6 +42,9 @@ struct InstallOptions {
   // The namespace gpufence's node agents run in, written as [nri] node_agent_namespaces into the
   // runtime.toml install creates ("": none), so gpufence-nri leaves the device plugin its GPUs.
   std::string node_agent_namespace;
+  // CDI kinds of another allocator whose devices are GPUs (NVIDIA's DRA driver:
+  // "k8s.gpu.nvidia.com/claim"), written as [cdi] gpu_kinds into the runtime.toml install creates.
+  std::vector<std::string> gpu_cdi_kinds;
   std::string state_file = "/etc/gpufence/install-state.json";
   CdiMode cdi = CdiMode::generate;
   std::string cdi_output = "/etc/cdi/nvidia.yaml";

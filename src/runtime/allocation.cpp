@@ -30,6 +30,14 @@ Status read_annotations(const Json& spec, const RuntimeConfig& cfg, AllocationCh
     for (std::string_view name : split(value.get_ref<const std::string&>(), ',')) {
       name = trim(name);
       auto cdi = split_cdi_name(name);
+      if (cdi && cfg.is_listed_gpu_kind(cdi->kind)) {
+        if (cdi->name.empty())
+          return fail(Errc::invalid_argument, "annotation ", key, ": CDI name ",
+                      escape_excerpt(name), " names no device");
+        if (std::find(out.listed_cdi.begin(), out.listed_cdi.end(), name) == out.listed_cdi.end())
+          out.listed_cdi.emplace_back(name);
+        continue;
+      }
       if (!cdi || !is_gpu_cdi_kind(cdi->kind)) continue;
       auto token = parse_device_token(name);
       if (!token) return std::unexpected(token.error().wrap("annotation " + key));
@@ -219,6 +227,15 @@ Result<Allocation> decide_allocation(const AllocationChannels& ch,
   out.ignored = ch.ignored;
   auto from_annotations = resolve_all(ch.annotations, inventory, "CDI annotation");
   if (!from_annotations) return std::unexpected(from_annotations.error());
+  for (unsigned minor : ch.listed_cdi_minors) {
+    auto it = std::find_if(inventory.begin(), inventory.end(),
+                           [&](const Gpu& g) { return g.minor == minor; });
+    if (it == inventory.end())
+      return fail(Errc::not_found, "CDI device ", escape_excerpt(join(ch.listed_cdi, ",")),
+                  " gives /dev/nvidia", minor, " (195:", minor,
+                  "), which names no GPU of this node");
+    add_unique(*from_annotations, *it);
+  }
   std::vector<Gpu> from_devices;
   for (unsigned minor : ch.device_minors) {
     auto it = std::find_if(inventory.begin(), inventory.end(),

@@ -4,6 +4,8 @@
 //   1. CDI annotations (cdi.k8s.io/<x> = gpufence.io/gpu=<id>,...): the device plugin's Allocate
 //      annotations reach the spec only through containerd's container_annotations allow-list
 //      (pod annotations do not, unless pod_annotations lets them: check-containerd reports that);
+//      gpufence-nri adds the CRI CDIDevices (DRA claims) here. Names of a kind [cdi] gpu_kinds
+//      lists count as the GPU nodes their CDI spec gives, by device number;
 //   2. the kubelet's device specs: /dev/nvidiaN entries in linux.devices of a spec that does not
 //      list every host device (i.e. not privileged): only the kubelet or containerd's own CDI
 //      injection put them there;
@@ -29,14 +31,19 @@ namespace gpufence {
 struct AllocationChannels {
   bool admits_all_devices = false;       // admits_all_devices(spec): containerd's privileged
   std::vector<DeviceToken> annotations;  // trusted
-  std::vector<unsigned> device_minors;   // trusted; only read when !admits_all_devices
-  std::vector<DeviceToken> markers;      // corroborating (alone only when admits_all_devices)
-  std::vector<DeviceToken> env;          // only read with the envvar opt-in
-  bool env_none = false;                 // NVIDIA_VISIBLE_DEVICES=none
-  std::vector<std::string> ignored;      // what was seen and deliberately not honoured
+  // Trusted too: CDI names of a listed kind ([cdi] gpu_kinds), and the GPU minors their specs
+  // give (resolve_listed_cdi_kinds fills them in; decide_allocation reads only the minors).
+  std::vector<std::string> listed_cdi;
+  std::vector<unsigned> listed_cdi_minors;
+  std::vector<unsigned> device_minors;  // trusted; only read when !admits_all_devices
+  std::vector<DeviceToken> markers;     // corroborating (alone only when admits_all_devices)
+  std::vector<DeviceToken> env;         // only read with the envvar opt-in
+  bool env_none = false;                // NVIDIA_VISIBLE_DEVICES=none
+  std::vector<std::string> ignored;     // what was seen and deliberately not honoured
 
   bool empty() const {
-    return annotations.empty() && device_minors.empty() && markers.empty() && env.empty();
+    return annotations.empty() && listed_cdi.empty() && device_minors.empty() && markers.empty() &&
+           env.empty();
   }
   // Whether resolving needs NVML's numbering (indices, "all"), not just the driver's GPU list.
   bool needs_indices() const;

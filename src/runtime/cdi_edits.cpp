@@ -209,6 +209,23 @@ HostDeviceQuery host_device_query(const CdiSelection& selection) {
   return query;
 }
 
+Result<std::vector<unsigned>> gpu_minors_of_selection(const CdiSelection& selection,
+                                                      const HostDeviceFacts& facts) {
+  std::vector<unsigned> minors;
+  for (const auto& step : selection.edits) {
+    for (const auto& n : step.edits.device_nodes) {
+      // A block, FIFO or unbuffered node is never a GPU; an untyped one is typed by the host.
+      if (!n.type.empty() && n.type != "c") continue;
+      auto node = resolve_node(n, facts);
+      if (!node) return std::unexpected(node.error().wrap(step.where));
+      if (node->major != kNvidiaMajor || node->minor > kNvidiaMaxGpuMinor) continue;
+      if (std::find(minors.begin(), minors.end(), node->minor) == minors.end())
+        minors.push_back(node->minor);
+    }
+  }
+  return minors;
+}
+
 Result<CdiApplied> apply_cdi_selection(Json& oci, const CdiSelection& selection,
                                        const HostDeviceFacts& facts) {
   CdiApplied applied;

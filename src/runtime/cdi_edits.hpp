@@ -61,6 +61,13 @@ Result<CdiSelection> select_cdi_devices(const std::vector<CdiSpecFile>& specs,
 // path), and the DRM list when a node may be a DRM node.
 HostDeviceQuery host_device_query(const CdiSelection& selection);
 
+// The GPUs (as minors of char 195:N, N <= kNvidiaMaxGpuMinor) among the device nodes the
+// selected edits give a container, spec-wide and per device: what the runtime injects for them,
+// judged by device number. A node without numbers takes the host's (facts); one the host lacks
+// is an error, as it is for the runtime's own injection.
+Result<std::vector<unsigned>> gpu_minors_of_selection(const CdiSelection& selection,
+                                                      const HostDeviceFacts& facts);
+
 // Applies the selected edits; device nodes without major/minor take the numbers `facts` read.
 // Hooks without `env` get kMinimalHookEnv and hooks without `timeout`
 // kDefaultHookTimeoutSeconds (hook_defaults.hpp). Edits gpufence cannot apply faithfully

@@ -7,6 +7,7 @@
 #include <functional>
 #include <set>
 
+#include "cdi/spec.hpp"
 #include "common/escape.hpp"
 #include "common/file.hpp"
 
@@ -17,9 +18,9 @@ namespace {
 // at both ends).
 bool is_dns1123_label(std::string_view s) {
   if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
-  return std::ranges::all_of(s, [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
+  return std::ranges::all_of(
+      s, [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
 }
-
 
 Result<std::vector<std::string>> string_array(const toml::node& node, std::string_view key) {
   const auto* arr = node.as_array();
@@ -71,6 +72,22 @@ std::string_view channel_name(Channel channel) {
 
 bool RuntimeConfig::trusts(Channel c) const {
   return std::find(trusted_channels.begin(), trusted_channels.end(), c) != trusted_channels.end();
+}
+
+bool RuntimeConfig::is_listed_gpu_kind(std::string_view kind) const {
+  return std::find(gpu_cdi_kinds.begin(), gpu_cdi_kinds.end(), kind) != gpu_cdi_kinds.end();
+}
+
+Status check_gpu_cdi_kind(std::string_view kind) {
+  auto slash = kind.find('/');
+  bool shaped = slash != std::string_view::npos && valid_cdi_vendor(kind.substr(0, slash)) &&
+                valid_cdi_class(kind.substr(slash + 1));
+  if (!shaped)
+    return fail(Errc::parse, "'", escape_excerpt(kind),
+                "' is not a CDI kind (vendor/class, e.g. k8s.gpu.nvidia.com/claim)");
+  if (is_gpu_cdi_kind(kind))
+    return fail(Errc::parse, "'", kind, "' is gpufence's own GPU kind, read without listing it");
+  return {};
 }
 
 Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_view origin) {
@@ -160,11 +177,17 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
                          return {};
                        });
     } else if (section == "cdi") {
-      st = apply_table(*table, "cdi", {"spec_dirs"},
-                       [&](std::string_view, const toml::node& n) -> Status {
+      st = apply_table(*table, "cdi", {"spec_dirs", "gpu_kinds"},
+                       [&](std::string_view key, const toml::node& n) -> Status {
                          auto list = string_array(n, "value");
                          if (!list) return std::unexpected(list.error());
-                         cfg.cdi_spec_dirs = *list;
+                         if (key == "spec_dirs") {
+                           cfg.cdi_spec_dirs = *list;
+                           return {};
+                         }
+                         for (const auto& kind : *list)
+                           if (auto st = check_gpu_cdi_kind(kind); !st) return st;
+                         cfg.gpu_cdi_kinds = *list;
                          return {};
                        });
     } else if (section == "driver") {
@@ -178,30 +201,30 @@ Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_vi
                          return {};
                        });
     } else if (section == "nri") {
-      st = apply_table(*table, "nri", {"status_file", "keeper_dir", "socket", "node_agent_namespaces"},
-                       [&](std::string_view key, const toml::node& n) -> Status {
-                         if (key == "node_agent_namespaces") {
-                           auto list = string_array(n, "value");
-                           if (!list) return std::unexpected(list.error());
-                           for (const auto& ns : *list)
-                             if (!is_dns1123_label(ns))
-                               return fail(Errc::parse, "'", escape_excerpt(ns),
-                                           "' is not a Kubernetes namespace name");
-                           cfg.nri_node_agent_namespaces = *list;
-                           return {};
-                         }
-                         auto v = string_value(n, "value");
-                         if (!v) return std::unexpected(v.error());
-                         if (key == "socket" ? v->empty() || v->front() != '/'
-                                             : !v->empty() && v->front() != '/')
-                           return fail(Errc::parse, key == "socket"
-                                                        ? "must be an absolute path"
-                                                        : "must be an absolute path or \"\"");
-                         (key == "status_file"  ? cfg.nri_status_file
-                          : key == "keeper_dir" ? cfg.nri_keeper_dir
-                                                : cfg.nri_socket) = *v;
-                         return {};
-                       });
+      st = apply_table(
+          *table, "nri", {"status_file", "keeper_dir", "socket", "node_agent_namespaces"},
+          [&](std::string_view key, const toml::node& n) -> Status {
+            if (key == "node_agent_namespaces") {
+              auto list = string_array(n, "value");
+              if (!list) return std::unexpected(list.error());
+              for (const auto& ns : *list)
+                if (!is_dns1123_label(ns))
+                  return fail(Errc::parse, "'", escape_excerpt(ns),
+                              "' is not a Kubernetes namespace name");
+              cfg.nri_node_agent_namespaces = *list;
+              return {};
+            }
+            auto v = string_value(n, "value");
+            if (!v) return std::unexpected(v.error());
+            if (key == "socket" ? v->empty() || v->front() != '/'
+                                : !v->empty() && v->front() != '/')
+              return fail(Errc::parse, key == "socket" ? "must be an absolute path"
+                                                       : "must be an absolute path or \"\"");
+            (key == "status_file"  ? cfg.nri_status_file
+             : key == "keeper_dir" ? cfg.nri_keeper_dir
+                                   : cfg.nri_socket) = *v;
+            return {};
+          });
     } else {
       return fail(Errc::parse, origin, ": unknown section [", section.str(), "]");
     }

@@ -47,6 +47,10 @@ struct RuntimeConfig {
   std::vector<std::string> control_nodes = default_control_nodes();
   std::string nvml_library;  // "" = $GPUFENCE_NVML_LIBRARY or libnvidia-ml.so.1
   std::vector<std::string> cdi_spec_dirs = {"/etc/cdi", "/var/run/cdi"};
+  // CDI kinds besides kGpuCdiKinds whose devices are GPUs ([cdi] gpu_kinds): another DRA
+  // driver's, e.g. NVIDIA's "k8s.gpu.nvidia.com/claim". Their names are per claim, not GPU ids,
+  // so a name counts as the GPUs its spec's device nodes are, by device number.
+  std::vector<std::string> gpu_cdi_kinds;
   // The driver's per-GPU directory; inside a container it is narrowed to the granted GPUs.
   std::string procfs_gpus_dir = "/proc/driver/nvidia/gpus";
   // gpufence-nri's status for the doctor (nri/status.hpp); "" writes none. Beside the log, in
@@ -64,7 +68,12 @@ struct RuntimeConfig {
   std::vector<std::string> nri_node_agent_namespaces;
 
   bool trusts(Channel c) const;
+  // Whether `kind` is one of gpu_cdi_kinds (never one of kGpuCdiKinds, which name GPU ids).
+  bool is_listed_gpu_kind(std::string_view kind) const;
 };
+
+// Why `kind` cannot be a [cdi] gpu_kinds entry (not vendor/class, or one of kGpuCdiKinds), or ok.
+Status check_gpu_cdi_kind(std::string_view kind);
 
 // Parses TOML text; `origin` names the file in errors.
 Result<RuntimeConfig> parse_runtime_config(std::string_view text, std::string_view origin);

@@ -172,6 +172,28 @@ HostDeviceFacts read_host_devices(const HostDeviceQuery& query, const ShimContex
   return read_host_device_facts(HostFs(ctx.config.device_root), query);
 }
 
+// The GPUs that CDI names of a listed kind ([cdi] gpu_kinds: another DRA driver's, named per
+// claim) stand for: the GPU nodes their specs give, by device number. Fails closed: a name no
+// spec defines, or a node the host lacks, refuses the container (the runtime's own injection
+// would fail on it too).
+Status resolve_listed_cdi_kinds(AllocationChannels& channels, ShimContext& ctx) {
+  if (channels.listed_cdi.empty()) return {};
+  std::vector<std::string_view> kinds;
+  for (const auto& name : channels.listed_cdi) {
+    auto kind = split_cdi_name(name)->kind;
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+  }
+  auto specs = load_cdi_specs(ctx.config.cdi_spec_dirs, kinds, ctx.log);
+  if (!specs) return std::unexpected(specs.error());
+  auto selection = select_cdi_devices(*specs, channels.listed_cdi);
+  if (!selection) return std::unexpected(selection.error());
+  auto minors =
+      gpu_minors_of_selection(*selection, read_host_devices(host_device_query(*selection), ctx));
+  if (!minors) return std::unexpected(minors.error());
+  channels.listed_cdi_minors = std::move(*minors);
+  return {};
+}
+
 }  // namespace
 
 InventoryFactory host_nvml_inventory(std::string nvml_library) {
@@ -369,6 +391,10 @@ Result<bool> edit_spec(Json& spec, ShimContext& ctx, ShimDecision& decision,
     decision.passthrough = true;
     return false;
   }
+
+  // 2b. CDI names of a listed kind (another DRA driver's) stand for the GPU nodes their specs
+  //     give.
+  if (auto st = resolve_listed_cdi_kinds(*channels, ctx); !st) return std::unexpected(st.error());
 
   // 3. Resolve against the node's GPUs and decide.
   auto inventory = load_inventory(*channels, host, ctx, decision.inventory_source);

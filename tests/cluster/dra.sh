@@ -14,7 +14,11 @@
 #   5. an XID on GPU 1 (the mock NVML's events file): the slice's device carries a NoSchedule
 #      taint and the claim's pod shows the GPU Unhealthy in its status; after the quiet time both
 #      are back to healthy; GPU 1 lost: a NoExecute taint, and the pod using it is evicted;
-#   6. helm uninstall: the DeviceClass goes with it.
+#   6. another vendor's DRA driver (tests/cluster/foreign-dra: NVIDIA's CDI layout, one spec per
+#      claim, names per claim) serves the same GPUs: a privileged pod with its claim opens only
+#      the claim's GPU, gpufence-nri reading it by the kind the chart listed
+#      (installer.gpuCdiKinds);
+#   7. helm uninstall: the DeviceClass goes with it.
 # Usage: dra.sh LINE     (LINE: 2.3; Kubernetes 1.36 supports containerd 2.2+ only)
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -45,6 +49,8 @@ wait_slice() {  # wait_slice COUNT
   for _ in $(seq 300); do [ "$(slice_devices | grep -c =GPU-)" = "$1" ] && return 0; sleep 0.1; done
   return 1
 }
+# The foreign driver for step 6 (built by `make test` before the tests: no network here).
+fdra=$(bash "$src/tests/cluster/foreign-dra/build.sh") || { fdra_why=$fdra; fdra=""; }
 # The driver's NVML takes XIDs from a file beside its config (tools/mock-nvml): the test appends.
 python3 - "$driver_lib/mock-nvml.json" <<'PY'
 import json, sys
@@ -62,6 +68,7 @@ t0=$(date +%s.%N)
   --set installer.enforcement=nri --set driver.root=$driver_root --set image.pullPolicy=Never \
   --set-json "installer.extraArgs=[\"--host-pid=$$\",\"--restart-command=$work/restart-containerd.sh\"]" \
   --set-json 'dra.extraArgs=["--health-recovery=4s"]' \
+  --set-json 'installer.gpuCdiKinds=["foreign.example.com/claim"]' \
   --wait --timeout 240s > "$work/helm-install.log" 2>&1
 check "helm install succeeds" test $? = 0 || cat "$work/helm-install.log"
 for ds in gpufence-node-installer gpufence-dra; do
@@ -217,8 +224,58 @@ check "the GPU answers again: untainted" wait_taint gpu-1 ""
 kubectl -n video delete deployment chosen --wait=true >/dev/null
 kubectl -n video delete resourceclaim by-uuid --wait=true >/dev/null
 
+echo "== 6. another DRA driver's claim, enforced by its listed CDI kind"
+check "the installer listed the foreign kind in runtime.toml ([cdi] gpu_kinds)" \
+  grep -q '^gpu_kinds = \["foreign.example.com/claim"\]' /etc/gpufence/runtime.toml
+if [ -z "$fdra" ]; then
+  echo "SKIP: step 6 (another DRA driver's claim): $fdra_why"
+else
+  "$fdra" --kubeconfig "$work/pki/admin.kubeconfig" --node-name "$cluster_node" > "$work/foreign-dra.log" 2>&1 &
+  fdra_pid=$!
+  foreign_devices() {
+    kubectl get resourceslices -o jsonpath='{range .items[?(@.spec.driver=="foreign.example.com")]}{range .spec.devices[*]}{.name}{"\n"}{end}{end}' 2>/dev/null
+  }
+  for _ in $(seq 300); do [ "$(foreign_devices | grep -c gpu-)" = 2 ] && break; sleep 0.1; done
+  check "the foreign driver publishes the node's two GPUs" test "$(foreign_devices | grep -c gpu-)" = 2
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.foreign.example.com}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "foreign.example.com"'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: by-foreign, namespace: video}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu.foreign.example.com}
+YAML
+  seed_deployment foreign 1 "" by-foreign | kubectl apply -f - >/dev/null
+  check "foreign: its privileged pod runs" wait_running foreign 1
+  fdev=$(kubectl -n video get resourceclaim by-foreign -o jsonpath='{.status.allocation.devices.results[0].driver}/{.status.allocation.devices.results[0].device}')
+  check "the claim was allocated from the foreign driver ($fdev)" grep -qE '^foreign.example.com/gpu-[01]$' <<<"$fdev"
+  fuid=$(kubectl -n video get resourceclaim by-foreign -o jsonpath='{.metadata.uid}')
+  fpod=$(pods_of foreign | head -1)
+  check "containerd injected the claim's own CDI spec (its env)" \
+    test "$(kubectl -n video exec "${fpod#pod/}" -- sh -c 'echo $FOREIGN_CLAIM' 2>&1)" = "$fuid"
+  check_isolated foreign "${fdev##*gpu-}"
+  kubectl -n video delete deployment foreign --wait=true >/dev/null
+  for _ in $(seq 300); do [ -z "$(kubectl -n video get pods -o name)" ] && break; sleep 0.1; done
+  kubectl -n video delete resourceclaim by-foreign --wait=true >/dev/null
+  for _ in $(seq 100); do grep -q "foreign-dra: unprepared" "$work/foreign-dra.log" && break; sleep 0.1; done
+  check "deleting the pod unprepared the foreign claim (its spec removed)" \
+    test ! -e "/var/run/cdi/foreign.example.com-claim_$fuid.json"
+  kill "$fdra_pid" 2>/dev/null; wait "$fdra_pid" 2>/dev/null
+  kubectl delete deviceclass gpu.foreign.example.com >/dev/null
+  [ "$failures" = 0 ] || { echo "--- foreign-dra.log"; tail -20 "$work/foreign-dra.log"; }
+fi
+
 dra_log > "$work/dra.log"
-echo "== 6. helm uninstall"
+echo "== 7. helm uninstall"
 "$helm" uninstall gpufence --kubeconfig "$work/pki/admin.kubeconfig" --namespace gpufence --wait --timeout 120s > "$work/helm-uninstall.log" 2>&1
 check "helm uninstall succeeds" test $? = 0
 check "the DeviceClass is gone" bash -c "! '$kbin/kubectl' --kubeconfig '$work/pki/admin.kubeconfig' get deviceclass gpu.gpufence.io >/dev/null 2>&1"

@@ -141,6 +141,11 @@ PY
     check "no pod of the chart carries an NRI waiver, nor does the installer write one" assert "$work/nri.yaml" \
       "not any('tolerate-missing' in k for d in kind('DaemonSet') + kind('Deployment') + kind('Job') for k in d['spec']['template']['metadata'].get('annotations', {}))" \
       "not any(a.startswith('--nri-tolerate-annotation') for a in args(one('DaemonSet','gpufence-node-installer')))"
+    check "no GPU CDI kind of another driver is listed by default" assert "$work/r.yaml" \
+      "not any(a.startswith('--gpu-cdi-kind') for a in args(one('DaemonSet','gpufence-node-installer')))"
+    template --set installer.enforcement=nri --set 'installer.gpuCdiKinds={k8s.gpu.nvidia.com/claim}' > "$work/kinds.yaml"
+    check "installer.gpuCdiKinds reaches install as --gpu-cdi-kind" assert "$work/kinds.yaml" \
+      "'--gpu-cdi-kind=k8s.gpu.nvidia.com/claim' in args(one('DaemonSet','gpufence-node-installer'))"
     out=$(template --set installer.enforcement=shim 2>&1)
     check "an unknown enforcement is refused, naming the choices" grep -q "installer.enforcement must be one of auto, nri, runtime, both" <<<"$out"
     check "its /healthz is the readiness probe" assert "$work/r.yaml" \
@@ -150,7 +155,7 @@ PY
       help=$("$build/bin/gpufence" install --help)
       for flag in $(python3 -c "
 import yaml,sys
-d=[x for x in yaml.safe_load_all(open('$work/r.yaml')) if x and x['kind']=='DaemonSet' and x['metadata']['name']=='gpufence-node-installer'][0]
+d=[x for x in yaml.safe_load_all(open('$work/kinds.yaml')) if x and x['kind']=='DaemonSet' and x['metadata']['name']=='gpufence-node-installer'][0]
 a=d['spec']['template']['spec']['containers'][0]['args']
 print(' '.join(x.split('=')[0] for x in a[a.index('install')+1:]))"); do
         check "gpufence install knows $flag" grep -q -- "$flag" <<<"$help"

@@ -984,6 +984,29 @@ TEST(InstallFlow, TheRuntimeConfigNamesADriverRootsNvml) {
     ASSERT_TRUE(cfg) << cfg.error().message;
     EXPECT_EQ(cfg->nri_node_agent_namespaces, (std::vector<std::string>{"gpufence"}));
   }
+  {
+    // Another DRA driver's kind, for gpufence-nri to enforce its claims; a kind that would break
+    // out of the TOML string is refused, writing nothing.
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+    n.start_containerd("/etc/containerd/config.toml");
+    auto opt = n.options();
+    opt.gpu_cdi_kinds = {"k8s.gpu.nvidia.com/claim", "example.com/accel"};
+    ASSERT_TRUE(run_install(opt, n.env()).ok());
+    auto cfg = parse_runtime_config(slurp(n.host / "etc/gpufence/runtime.toml"), "runtime.toml");
+    ASSERT_TRUE(cfg) << cfg.error().message;
+    EXPECT_EQ(cfg->gpu_cdi_kinds,
+              (std::vector<std::string>{"k8s.gpu.nvidia.com/claim", "example.com/accel"}));
+  }
+  {
+    Node n;
+    n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
+    n.start_containerd("/etc/containerd/config.toml");
+    auto opt = n.options();
+    opt.gpu_cdi_kinds = {"a.com/b\"]\nspec_dirs = [\"/tmp"};
+    EXPECT_FALSE(run_install(opt, n.env()).ok());
+    EXPECT_FALSE(fs::exists(n.host / "etc/gpufence/runtime.toml"));
+  }
   for (const char* bad : {"Gpufence", "x\"]\ninjected = [\"", "-x"}) {
     Node n;
     n.dir.write("host/etc/containerd/config.toml", kPlainConfig);
@@ -1491,7 +1514,8 @@ TEST(InstallEnforcement, Auto2_3InstallsNriFailClosedAndUninstallRestoresTheByte
   // Verified on NRI's socket, under the host root: /var/run's absolute link followed inside it
   // (not to this process's own /run).
   ASSERT_FALSE(n.containerd->nri_sockets.empty());
-  EXPECT_EQ(n.containerd->nri_sockets.back(), fs::canonical(n.host / "run/nri").string() + "/nri.sock");
+  EXPECT_EQ(n.containerd->nri_sockets.back(),
+            fs::canonical(n.host / "run/nri").string() + "/nri.sock");
   auto state = parse_install_state(slurp(n.host / "etc/gpufence/install-state.json"), "state");
   ASSERT_TRUE(state);
   EXPECT_EQ(state->enforcement, "nri");

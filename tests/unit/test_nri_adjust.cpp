@@ -250,6 +250,46 @@ TEST_F(NriDecide, CriCdiDeviceNamesAreTheKubeletsChannel) {
   EXPECT_EQ(d->shim.channel, Channel::cdi_annotations);
 }
 
+// A claim of another DRA driver (NVIDIA's: kind k8s.gpu.nvidia.com/claim, one spec per claim,
+// names per claim) arrives only in CRI CDIDevices. Listed in [cdi] gpu_kinds, it is the GPU its
+// spec's node is on the host (195:1 here): a privileged container keeps that GPU alone. The
+// pod's own annotation naming another claim's device counts for nothing.
+TEST_F(NriDecide, AnotherDraDriversClaimIsEnforcedByItsListedKind) {
+  test::TempDir cdi;
+  cdi.write("k8s.gpu.nvidia.com-claim_5e1f.json",
+            R"({"cdiVersion": "0.5.0", "kind": "k8s.gpu.nvidia.com/claim",
+                "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}]},
+                "devices": [{"name": "5e1f-gpu-1",
+                             "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}},
+                            {"name": "5e1f-gpu-0",
+                             "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}]})");
+  m_config.cdi_spec_dirs = {cdi.path().string()};
+  api::Container c = privileged(1);
+  c.add_cdi_devices()->set_name("k8s.gpu.nvidia.com/claim=5e1f-gpu-1");
+  (*m_pod.mutable_annotations())["cdi.k8s.io/mine"] = "k8s.gpu.nvidia.com/claim=5e1f-gpu-0";
+
+  // Not listed: no trusted channel names a GPU of a privileged container, so it gets none.
+  auto d = decide(c, "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_TRUE(d->shim.granted.empty());
+
+  m_config.gpu_cdi_kinds = {"k8s.gpu.nvidia.com/claim"};
+  d = decide(c, "v0.12.0");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->shim.granted, (std::vector<std::string>{kUuid1}));
+  bool removal = false;
+  for (const auto& dev : d->adjust.linux().devices()) removal |= dev.path() == "-/dev/nvidia0";
+  EXPECT_TRUE(removal) << "GPU 0's node is asked away";
+
+  // A claim whose spec is gone (unprepared) is refused, not guessed.
+  api::Container stale = privileged(1);
+  stale.add_cdi_devices()->set_name("k8s.gpu.nvidia.com/claim=0000-gpu-1");
+  auto refused = decide(stale, "v0.12.0");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("unknown CDI device"), std::string::npos)
+      << refused.error().message;
+}
+
 TEST_F(NriDecide, UnknownGpuIdsAreRefused) {
   api::Container c = unprivileged(-1);
   (*c.mutable_annotations())["cdi.k8s.io/x"] =

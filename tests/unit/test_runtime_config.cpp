@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "common/strings.hpp"
 #include "runtime/config.hpp"
 #include "support/test_support.hpp"
 
@@ -33,6 +34,23 @@ TEST(RuntimeConfig, TheShippedExampleParsesToTheDefaults) {
   EXPECT_EQ(cfg->cdi_spec_dirs, defaults.cdi_spec_dirs);
   EXPECT_EQ(cfg->annotation_prefixes, defaults.annotation_prefixes);
   EXPECT_EQ(cfg->procfs_gpus_dir, defaults.procfs_gpus_dir);
+  EXPECT_TRUE(cfg->gpu_cdi_kinds.empty());
+}
+
+// [cdi] gpu_kinds names another allocator's CDI kinds; a malformed kind, or gpufence's own
+// (whose names are GPU ids, read without listing), is an error naming the key.
+TEST(RuntimeConfig, ListedGpuKindsAreCdiKinds) {
+  auto cfg = parse_runtime_config(
+      "[cdi]\ngpu_kinds = [\"k8s.gpu.nvidia.com/claim\", \"example.com/accel\"]\n", "r.toml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  EXPECT_TRUE(cfg->is_listed_gpu_kind("k8s.gpu.nvidia.com/claim"));
+  EXPECT_FALSE(cfg->is_listed_gpu_kind("k8s.gpu.nvidia.com/device"));
+  for (const char* bad : {"claim", "k8s.gpu.nvidia.com/", "/gpu", "a b/c", "nvidia.com/gpu",
+                          "gpufence.io/gpu", "vendor/class=x"}) {
+    auto r = parse_runtime_config(cat("[cdi]\ngpu_kinds = [\"", bad, "\"]\n"), "r.toml");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("cdi.gpu_kinds"), std::string::npos) << r.error().message;
+  }
 }
 
 TEST(RuntimeConfig, EveryKey) {
@@ -130,11 +148,13 @@ TEST(RuntimeConfig, OnlyTheSwitchableChannelsCanBeListed) {
 
 // [nri] node_agent_namespaces holds Kubernetes namespace names only (RFC 1123 labels).
 TEST(RuntimeConfig, NodeAgentNamespacesAreNamespaceNames) {
-  auto ok = parse_runtime_config("[nri]\nnode_agent_namespaces = [\"gpufence\", \"gpu-system\"]\n", "t");
+  auto ok =
+      parse_runtime_config("[nri]\nnode_agent_namespaces = [\"gpufence\", \"gpu-system\"]\n", "t");
   ASSERT_TRUE(ok) << ok.error().message;
   EXPECT_EQ(ok->nri_node_agent_namespaces, (std::vector<std::string>{"gpufence", "gpu-system"}));
   for (const char* bad : {"\"\"", "\"Gpufence\"", "\"-x\"", "\"a/b\"", "\"a.b\""}) {
-    auto r = parse_runtime_config(std::string("[nri]\nnode_agent_namespaces = [") + bad + "]\n", "t");
+    auto r =
+        parse_runtime_config(std::string("[nri]\nnode_agent_namespaces = [") + bad + "]\n", "t");
     EXPECT_FALSE(r) << bad;
   }
 }

@@ -320,6 +320,111 @@ TEST_F(ShimCdi, ThePluginsKindResolvesBesideNvidiasSpecOfTheSameNames) {
       << refused.error().message;
 }
 
+// Another DRA driver's kind, listed in [cdi] gpu_kinds (NVIDIA's driver: one transient spec per
+// claim, its devices named "<claim uid>-gpu-N", the GPU's node left to the host's numbers): the
+// name stands for the GPU nodes its spec gives, judged by device number.
+class ShimListedKind : public ShimCdi {
+ protected:
+  static constexpr const char* kKind = "k8s.gpu.nvidia.com/claim";
+  static constexpr const char* kClaim = "k8s.gpu.nvidia.com/claim=5e1f-gpu-1";
+  void SetUp() override {
+    ShimCdi::SetUp();
+    write_claim_spec("    - {path: /dev/nvidia1}\n");
+    m_config.cdi_spec_dirs = {(m_cdi / "cdi").string()};
+    m_config.gpu_cdi_kinds = {kKind};
+  }
+  void write_claim_spec(const std::string& device_nodes) {
+    m_cdi.write("cdi/k8s.gpu.nvidia.com-claim_5e1f.yaml",
+                cat("cdiVersion: 0.5.0\nkind: ", kKind,
+                    "\ncontainerEdits:\n  deviceNodes:\n  - {path: /dev/nvidiactl}\n"
+                    "  env: [NVIDIA_VISIBLE_DEVICES=void]\ndevices:\n- name: 5e1f-gpu-1\n"
+                    "  containerEdits:\n    deviceNodes:\n",
+                    device_nodes));
+  }
+  static Json privileged() {
+    Json spec = unprivileged();
+    spec["linux"]["resources"]["devices"] = Json::parse(R"([{"allow": true, "access": "rwm"}])");
+    spec["linux"]["devices"] = Json::parse(R"([
+        {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0},
+        {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1},
+        {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}])");
+    return spec;
+  }
+};
+
+TEST_F(ShimListedKind, APrivilegedContainerGetsTheGpuItsClaimSpecGives) {
+  Json spec = privileged();
+  spec["annotations"]["cdi.k8s.io/gpufence-nri.cri-cdi-devices"] = kClaim;
+  auto d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->granted, (std::vector<std::string>{kUuid1}));
+  EXPECT_EQ(d->channel, Channel::cdi_annotations);
+  EXPECT_EQ(d->removed_nodes, (std::vector<std::string>{"/dev/nvidia0"}));
+  // The claim's own edits are the runtime's to inject (containerd did, before NRI): not re-added.
+  EXPECT_TRUE(d->cdi_devices.empty());
+
+  // Unlisted, the kind is another vendor's device: a privileged container gets no GPU.
+  m_config.gpu_cdi_kinds.clear();
+  d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_TRUE(d->granted.empty());
+}
+
+TEST_F(ShimListedKind, NumbersInTheSpecCountAsTheRuntimeWouldUseThem) {
+  // A node named like GPU 1 with GPU 0's numbers is GPU 0; a block device and a non-GPU minor of
+  // major 195 (nvidiactl) are no GPU.
+  write_claim_spec(
+      "    - {path: /dev/nvidia1, type: c, major: 195, minor: 0}\n"
+      "    - {path: /dev/sdz, type: b, major: 195, minor: 1}\n"
+      "    - {path: /dev/ctl-alias, major: 195, minor: 255}\n");
+  Json spec = privileged();
+  spec["annotations"]["cdi.k8s.io/gpufence-nri.cri-cdi-devices"] = kClaim;
+  auto d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->granted, (std::vector<std::string>{kUuid0}));
+}
+
+TEST_F(ShimListedKind, WhatCannotBeResolvedRefusesTheContainer) {
+  Json spec = privileged();
+  // A name no spec defines (the claim was unprepared, or forged).
+  spec["annotations"]["cdi.k8s.io/gpufence-nri.cri-cdi-devices"] =
+      "k8s.gpu.nvidia.com/claim=5e1f-gpu-7";
+  auto d = prepare(spec);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("unknown CDI device"), std::string::npos) << d.error().message;
+  EXPECT_TRUE(untouched());
+  // A node the host lacks: its numbers cannot be known, so nothing is granted on the name.
+  write_claim_spec("    - {path: /dev/nvidia9}\n");
+  spec["annotations"]["cdi.k8s.io/gpufence-nri.cri-cdi-devices"] = kClaim;
+  d = prepare(spec);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("/dev/nvidia9"), std::string::npos) << d.error().message;
+  EXPECT_TRUE(untouched());
+  // A GPU minor the node has no GPU for.
+  write_claim_spec("    - {path: /dev/nvidia7, major: 195, minor: 7}\n");
+  d = prepare(spec);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("names no GPU of this node"), std::string::npos)
+      << d.error().message;
+}
+
+TEST_F(ShimListedKind, TheClaimAndTheDeviceSpecsMustAgree) {
+  // Unprivileged: containerd injected the claim's node (GPU 1) as a device spec; a spec that
+  // holds GPU 0's node instead disagrees with the claim and is refused.
+  Json spec = unprivileged();
+  spec["annotations"]["cdi.k8s.io/gpufence-nri.cri-cdi-devices"] = kClaim;
+  spec["linux"]["devices"] =
+      Json::parse(R"([{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}])");
+  auto d = prepare(spec);
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->granted, (std::vector<std::string>{kUuid1}));
+  spec["linux"]["devices"] =
+      Json::parse(R"([{"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 0}])");
+  d = prepare(spec);
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message.find("channels disagree"), std::string::npos) << d.error().message;
+}
+
 // A DRM node (226:N) the host does not list is not granted on trust.
 TEST_F(ShimCdi, AnUnknownDrmNodeIsRefused) {
   auto d = with_spec(
