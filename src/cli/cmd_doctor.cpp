@@ -122,6 +122,11 @@ std::vector<Command> add_doctor_command(CLI::App& app, Context& ctx) {
                 "gpufence-nri's status file (runtime.toml [nri] status_file), a host path")
       ->capture_default_str()
       ->check(CLI::Validator(absolute_path, "ABSOLUTE", ""));
+  d->add_option("--runtime-config", args->gather.runtime_config,
+                "gpufence's runtime.toml, a host path: its [cdi] gpu_kinds name another DRA "
+                "driver's CDI kinds, whose claims count as the GPUs their specs give")
+      ->capture_default_str()
+      ->check(CLI::Validator(absolute_path, "ABSOLUTE", ""));
   d->add_option("--system-namespace", args->gather.system_namespace,
                 "The namespace gpufence was installed in: its own pods there, controlled by its "
                 "DaemonSets, are expected to reach every GPU (default with --in-cluster: the "

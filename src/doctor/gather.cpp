@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/escape.hpp"
 #include "common/in_root.hpp"
 #include "common/strings.hpp"
 #include "common/utc_time.hpp"
@@ -17,6 +18,8 @@
 #include "kube/client.hpp"
 #include "kube/pod_request.hpp"
 #include "kube/quantity.hpp"
+#include "runtime/cdi_edits.hpp"
+#include "runtime/config.hpp"
 #include "runtime/isolation.hpp"
 
 namespace gpufence {
@@ -684,6 +687,58 @@ void read_kubelet_view(GatherContext& ctx) {
             join(std::vector<std::string>(idle.begin(), idle.end()), ", ")));
 }
 
+// 5b. Claims of another DRA driver whose kind runtime.toml lists ([cdi] gpu_kinds): the GPUs its
+//     CDI specs give, judged by device number as gpufence-nri does (docs/dra.md). A claim that
+//     cannot be resolved is named in `skipped`; its GPUs then read as unallocated.
+void resolve_listed_cdi_kinds(GatherContext& ctx) {
+  if (!ctx.snap.allocations) return;
+  auto& allocations = *ctx.snap.allocations;
+  if (std::ranges::all_of(allocations,
+                          [](const KubeletAllocation& a) { return a.other_cdi_names.empty(); }))
+    return;
+  auto text = ctx.host.read(ctx.opt.runtime_config);
+  if (!text) return;  // no runtime.toml: the defaults list no kind
+  auto cfg = parse_runtime_config(*text, ctx.opt.runtime_config);
+  if (!cfg) {
+    ctx.snap.skipped.push_back(
+        cat("another DRA driver's claims not resolved: ", cfg.error().message));
+    return;
+  }
+  if (cfg->gpu_cdi_kinds.empty()) return;
+  std::vector<std::string_view> kinds(cfg->gpu_cdi_kinds.begin(), cfg->gpu_cdi_kinds.end());
+  auto specs = load_cdi_spec_dirs(ctx.host, cfg->cdi_spec_dirs, kinds);
+  if (specs) apply_cdi_priority(specs->specs);
+  for (auto& a : allocations) {
+    std::vector<std::string> names;
+    for (const auto& n : a.other_cdi_names)
+      if (cfg->is_listed_gpu_kind(split_cdi_name(n)->kind)) names.push_back(n);
+    if (names.empty()) continue;
+    auto minors = [&]() -> Result<std::vector<unsigned>> {
+      if (!specs) return std::unexpected(specs.error());
+      auto selection = select_cdi_devices(specs->specs, names);
+      if (!selection) return std::unexpected(selection.error());
+      return gpu_minors_of_selection(
+          *selection, read_host_device_facts(ctx.host, host_device_query(*selection)));
+    }();
+    std::string why = minors ? "" : minors.error().message;
+    for (unsigned minor : minors.value_or(std::vector<unsigned>{})) {
+      auto gpu = std::ranges::find_if(ctx.snap.gpus,
+                                      [&](const NodeGpu& g) { return g.gpu.minor == minor; });
+      if (gpu == ctx.snap.gpus.end()) {
+        why = cat("its spec gives /dev/nvidia", minor, ", which is no GPU of this node");
+        continue;
+      }
+      if (std::ranges::find(a.device_ids, gpu->gpu.uuid) == a.device_ids.end())
+        a.device_ids.push_back(gpu->gpu.uuid);
+    }
+    if (!why.empty())
+      ctx.snap.skipped.push_back(cat("kubelet: ", a.pod_namespace, "/", a.pod, " container ",
+                                     a.container, ": CDI devices ",
+                                     escape_excerpt(join(names, ",")), " not resolved (", why,
+                                     "): their GPUs read as unallocated"));
+  }
+}
+
 // 6. The device plugin directories: the plugins registered there, and the kubelet's stored
 //    Allocate answers, which it replays (checks: gpu.checkpoint-renumbered).
 void read_device_plugin_dirs(GatherContext& ctx) {
@@ -727,6 +782,7 @@ Snapshot gather_snapshot(const HostFs& host, const GatherOptions& options,
   list_gpu_minors(ctx);
   read_containers(ctx);
   read_kubelet_view(ctx);
+  resolve_listed_cdi_kinds(ctx);
   read_device_plugin_dirs(ctx);
   // 7. containerd's config as containerd reads it (imports merged), its CDI specs and NRI; the
   //    handlers judged include those read_api_view added.

@@ -40,6 +40,9 @@ struct GatherOptions {
   std::string nri_fence_index = "20";
   // gpufence-nri's status file (runtime.toml [nri] status_file).
   std::string nri_status = std::string(kNriStatusFile);
+  // runtime.toml, a host path: its [cdi] gpu_kinds name another DRA driver's kinds, whose claims
+  // count as the GPUs their CDI specs give (as gpufence-nri reads them).
+  std::string runtime_config = kRuntimeConfigPath;
   // gpufence's own pods (Snapshot::system_namespace): the namespace it was installed in ("" =
   // none known: no pod is taken for gpufence's) and the chart's DaemonSets.
   std::string system_namespace;

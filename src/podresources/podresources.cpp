@@ -19,6 +19,16 @@ std::vector<std::string> gpu_ids_of_cdi_names(const std::vector<std::string>& na
   return out;
 }
 
+std::vector<std::string> other_cdi_names(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    auto cdi = split_cdi_name(n);
+    if (!cdi || is_gpu_cdi_kind(cdi->kind) || cdi->kind.empty() || cdi->name.empty()) continue;
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  return out;
+}
+
 namespace {
 
 Result<std::vector<KubeletAllocation>> list_with(v1::PodResourcesLister::Stub& stub,
@@ -34,7 +44,7 @@ Result<std::vector<KubeletAllocation>> list_with(v1::PodResourcesLister::Stub& s
     return fail(Errc::rpc, "PodResources List on ", socket_path, ": ", st.error_message());
   for (const auto& pod : resp.pod_resources()) {
     for (const auto& c : pod.containers()) {
-      KubeletAllocation a{pod.namespace_(), pod.name(), c.name(), {}};
+      KubeletAllocation a{pod.namespace_(), pod.name(), c.name(), {}, {}};
       for (const auto& d : c.devices()) {
         if (d.resource_name() == resource_name)
           a.device_ids.insert(a.device_ids.end(), d.device_ids().begin(), d.device_ids().end());
@@ -47,6 +57,7 @@ Result<std::vector<KubeletAllocation>> list_with(v1::PodResourcesLister::Stub& s
       for (auto& id : gpu_ids_of_cdi_names(cdi))
         if (std::find(a.device_ids.begin(), a.device_ids.end(), id) == a.device_ids.end())
           a.device_ids.push_back(std::move(id));
+      a.other_cdi_names = other_cdi_names(cdi);
       out.push_back(std::move(a));
     }
   }

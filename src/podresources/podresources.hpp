@@ -19,6 +19,9 @@ namespace gpufence {
 struct KubeletAllocation {
   std::string pod_namespace, pod, container;
   std::vector<std::string> device_ids;  // nvidia.com/gpu ids (UUIDs or indices)
+  // Its DRA claims' CDI names of other kinds, each once: another driver's, which name no GPU id
+  // (the doctor resolves those of a kind runtime.toml lists, [cdi] gpu_kinds).
+  std::vector<std::string> other_cdi_names = {};
 };
 
 // The GPU ids in a container's DRA claims as PodResources lists them (DynamicResource
@@ -27,6 +30,8 @@ struct KubeletAllocation {
 // driver and does not filter them by request (docs/dra.md), so a claim shared by two containers
 // counts for both.
 std::vector<std::string> gpu_ids_of_cdi_names(const std::vector<std::string>& names);
+// The other well-formed CDI names ("<kind>=<name>" of no GPU kind), each once, as listed.
+std::vector<std::string> other_cdi_names(const std::vector<std::string>& names);
 
 struct PodResourcesView {
   std::vector<KubeletAllocation> allocations;

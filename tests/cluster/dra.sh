@@ -17,7 +17,7 @@
 #   6. another vendor's DRA driver (tests/cluster/foreign-dra: NVIDIA's CDI layout, one spec per
 #      claim, names per claim) serves the same GPUs: a privileged pod with its claim opens only
 #      the claim's GPU, gpufence-nri reading it by the kind the chart listed
-#      (installer.gpuCdiKinds);
+#      (installer.gpuCdiKinds), and the doctor joins it the same way;
 #   7. helm uninstall: the DeviceClass goes with it.
 # Usage: dra.sh LINE     (LINE: 2.3; Kubernetes 1.36 supports containerd 2.2+ only)
 set -uo pipefail
@@ -263,6 +263,14 @@ YAML
   check "containerd injected the claim's own CDI spec (its env)" \
     test "$(kubectl -n video exec "${fpod#pod/}" -- sh -c 'echo $FOREIGN_CLAIM' 2>&1)" = "$fuid"
   check_isolated foreign "${fdev##*gpu-}"
+  # The doctor resolves the claim through the same listing (runtime.toml) and spec.
+  doctor_out=$("$build/bin/gpufence" --nvml-library $driver_lib/libnvidia-ml.so.1 doctor \
+    --kubeconfig "$work/pki/admin.kubeconfig" --node-name "$cluster_node" --system-namespace gpufence --probe 2>&1)
+  doctor_rc=$?
+  check "the doctor finds no error with the foreign claim's pod (exit $doctor_rc)" test "$doctor_rc" = 0
+  check "it reads the pod's GPU from the foreign claim" \
+    grep -qE "video/foreign-[^ ]* \[privileged\]: allocated GPU${fdev##*gpu-} \| can open GPU${fdev##*gpu-} \(probe\)" <<<"$doctor_out"
+  [ "$doctor_rc" = 0 ] || echo "$doctor_out" | sed 's/^/  [doctor] /'
   kubectl -n video delete deployment foreign --wait=true >/dev/null
   for _ in $(seq 300); do [ -z "$(kubectl -n video get pods -o name)" ] && break; sleep 0.1; done
   kubectl -n video delete resourceclaim by-foreign --wait=true >/dev/null

@@ -96,6 +96,41 @@ TEST_F(DoctorGather, ThePodResourcesAnswerDecidesTheAllocationFindings) {
       << render_doctor_text(snap, judge(snap));
 }
 
+// A claim of another DRA driver (NVIDIA's layout: kind k8s.gpu.nvidia.com/claim, one spec per
+// claim in /var/run/cdi, names per claim): with its kind listed in runtime.toml, the doctor takes
+// the GPU its spec gives, as gpufence-nri does, so the container's GPU 1 is no finding; without
+// the listing, or with the spec gone, that GPU reads as unallocated and the reason is named.
+TEST_F(DoctorGather, AnotherDriversClaimCountsByItsListedKind) {
+  m_node->write(kSocket, "");
+  const auto uuid1 = m_inv.list[1].uuid;
+  PodResourcesView view = allocated({m_inv.list[0].uuid}, {m_inv.list[0].uuid, uuid1});
+  view.allocations[0].other_cdi_names = {"k8s.gpu.nvidia.com/claim=5e1f-gpu-1",
+                                         "vendor.example.com/nic=eth0"};
+  m_kubelet.answers.emplace(socket(kSocket), view);
+  m_node->write("var/run/cdi/k8s.gpu.nvidia.com-claim_5e1f.json",
+                R"({"cdiVersion": "0.5.0", "kind": "k8s.gpu.nvidia.com/claim",
+                    "devices": [{"name": "5e1f-gpu-1", "containerEdits": {"deviceNodes": [
+                      {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}]}}]})");
+
+  auto snap = gather();  // no runtime.toml: no kind listed
+  EXPECT_EQ(ids(judge(snap)), std::vector<std::string>{"gpu.open-unallocated"});
+
+  m_node->write("etc/gpufence/runtime.toml", "[cdi]\ngpu_kinds = [\"k8s.gpu.nvidia.com/claim\"]\n");
+  snap = gather();
+  ASSERT_TRUE(snap.allocations.has_value());
+  EXPECT_EQ(snap.allocations->at(0).device_ids,
+            (std::vector<std::string>{m_inv.list[0].uuid, uuid1}));
+  EXPECT_EQ(ids(judge(snap)), std::vector<std::string>{}) << render_doctor_text(snap, judge(snap));
+
+  std::filesystem::remove(m_dir / "var/run/cdi/k8s.gpu.nvidia.com-claim_5e1f.json");
+  snap = gather();
+  EXPECT_EQ(ids(judge(snap)), std::vector<std::string>{"gpu.open-unallocated"});
+  EXPECT_TRUE(std::ranges::any_of(snap.skipped, [](const std::string& s) {
+    return s.find("k8s.gpu.nvidia.com/claim=5e1f-gpu-1 not resolved (unknown CDI device") !=
+           std::string::npos;
+  })) << join(snap.skipped, "\n");
+}
+
 TEST_F(DoctorGather, AnUnreachableKubeletIsSkippedAndTheNextSocketAsked) {
   m_node->write(kSocket, "");
   m_node->write(kMicrok8sSocket, "");

@@ -208,4 +208,10 @@ TEST(DoctorPodResources, DraClaimsGiveTheGpusOfTheirGpuCdiNames) {
                                   "gpufence.io/gpu=GPU-b", "nvidia.com/gpu=1",
                                   "vendor.example.com/nic=eth0", "gpufence.io/gpu=", "no-kind"}),
             (std::vector<std::string>{"GPU-a", "GPU-b", "1"}));
+  // Another driver's names are kept whole, for the doctor to resolve by a listed kind.
+  EXPECT_EQ(other_cdi_names({"gpufence.io/gpu=GPU-a", "k8s.gpu.nvidia.com/claim=u-gpu-0",
+                             "k8s.gpu.nvidia.com/claim=u-gpu-0", "vendor.example.com/nic=eth0",
+                             "x.io/y=", "=z", "no-kind"}),
+            (std::vector<std::string>{"k8s.gpu.nvidia.com/claim=u-gpu-0",
+                                      "vendor.example.com/nic=eth0"}));
 }
