@@ -351,8 +351,20 @@ print(' '.join(x.split('=')[0] for x in a[a.index('autoscale')+1:]))"); do
     check "the default is the device plugin, with no DRA object" assert "$work/dp.yaml" \
       "one('DaemonSet','gpufence-device-plugin')" "kind('DeviceClass') == []" \
       "[d for d in kind('DaemonSet') if d['metadata']['name'] == 'gpufence-dra'] == []"
+    check "device-plugin: its DaemonSet is not pinned by the allocation label" assert "$work/dp.yaml" \
+      "'affinity' not in pod(one('DaemonSet','gpufence-device-plugin'))"
+    check "dra: neither is gpufence-dra's" assert "$work/d.yaml" "'affinity' not in pod(one('DaemonSet','gpufence-dra'))"
+    # allocation=per-node: node pool by node pool, the node's label chooses; the two DaemonSets'
+    # node affinities exclude each other, so no node runs both for nvidia.com/gpu.
+    template --set allocation=per-node --set allocationLabel=example.com/gpu-backend > "$work/pn.yaml"
+    term="['affinity']['nodeAffinity']['requiredDuringSchedulingIgnoredDuringExecution']['nodeSelectorTerms']"
+    check "per-node: both backends, each on the nodes the label gives it, and the DeviceClass" assert "$work/pn.yaml" \
+      "pod(one('DaemonSet','gpufence-dra'))$term == [{'matchExpressions': [{'key': 'example.com/gpu-backend', 'operator': 'In', 'values': ['dra']}]}]" \
+      "pod(one('DaemonSet','gpufence-device-plugin'))$term == [{'matchExpressions': [{'key': 'example.com/gpu-backend', 'operator': 'NotIn', 'values': ['dra']}]}]" \
+      "one('DeviceClass','gpu.gpufence.io')['spec']['extendedResourceName'] == 'nvidia.com/gpu'" \
+      "pod(one('DaemonSet','gpufence-dra'))['nodeSelector'] == pod(one('DaemonSet','gpufence-device-plugin'))['nodeSelector']"
     out=$(template --set allocation=both 2>&1)
-    check "another allocation is refused, naming the choices" grep -q "allocation must be device-plugin or dra" <<<"$out"
+    check "another allocation is refused, naming the choices" grep -q "allocation must be device-plugin, dra or per-node" <<<"$out"
     ;;
   doctor-agent)
     # doctor.agent: the doctor's pod as a DaemonSet on the GPU nodes, serving /metrics and /healthz.

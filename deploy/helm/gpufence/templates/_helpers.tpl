@@ -48,6 +48,24 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 /host{{ trimSuffix "/" .Values.driver.root }}{{ .Values.driver.libDir }}/libnvidia-ml.so.1
 {{- end -}}
 
+{{/*
+allocation: per-node: which backend a node runs is its label's (allocationLabel): "dra" nodes run
+gpufence-dra, all others the device plugin; the two node affinities exclude each other, so no node
+gets both. Takes a dict: root (the chart's .), backend ("dra" or "device-plugin").
+*/}}
+{{- define "gpufence.allocationAffinity" -}}
+{{- if eq .root.Values.allocation "per-node" }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - key: {{ .root.Values.allocationLabel }}
+              operator: {{ eq .backend "dra" | ternary "In" "NotIn" }}
+              values: ["dra"]
+{{- end }}
+{{- end -}}
+
 {{- define "gpufence.nodePlacement" -}}
 {{- with .Values.nodeSelector }}
 nodeSelector:
