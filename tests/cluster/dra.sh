@@ -18,7 +18,10 @@
 #      claim, names per claim) serves the same GPUs: a privileged pod with its claim opens only
 #      the claim's GPU, gpufence-nri reading it by the kind the chart listed
 #      (installer.gpuCdiKinds), and the doctor joins it the same way;
-#   7. helm uninstall: the DeviceClass goes with it.
+#   7. helm upgrade to allocation=per-node: the unlabelled node runs the device plugin, and a pod
+#      gets its GPU from it; labelled gpufence.io/allocation=dra it runs gpufence-dra instead,
+#      and the same pod spec gets its GPU through the DeviceClass;
+#   8. helm uninstall: the DeviceClass goes with it.
 # Usage: dra.sh LINE     (LINE: 2.3; Kubernetes 1.36 supports containerd 2.2+ only)
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -283,7 +286,37 @@ YAML
 fi
 
 dra_log > "$work/dra.log"
-echo "== 7. helm uninstall"
+echo "== 7. allocation=per-node: the node's label moves it between the backends"
+ds_pods() { kubectl -n gpufence get pods -l "app.kubernetes.io/name=$1" -o name 2>/dev/null | wc -l; }
+wait_ds_pods() {  # wait_ds_pods NAME COUNT
+  local _
+  for _ in $(seq 600); do [ "$(ds_pods "$1")" = "$2" ] && return 0; sleep 0.1; done
+  return 1
+}
+claims_of() { kubectl -n video get resourceclaims -o name 2>/dev/null | wc -l; }
+"$helm" upgrade gpufence "$src/deploy/helm/gpufence" --kubeconfig "$work/pki/admin.kubeconfig" \
+  --namespace gpufence --reuse-values --set allocation=per-node --wait --timeout 240s > "$work/helm-upgrade.log" 2>&1
+check "helm upgrade to allocation=per-node succeeds" test $? = 0 || tail -5 "$work/helm-upgrade.log"
+check "the unlabelled node runs the device plugin" rollout_ready gpufence-device-plugin
+check "and no gpufence-dra" wait_ds_pods gpufence-dra 0
+check "the node advertises nvidia.com/gpu: 2 from the device plugin" wait_allocatable 2
+seed_deployment pool 1 "" | kubectl apply -f - >/dev/null
+check "pool (device plugin): its pod runs" wait_running pool 1
+check "pool: allocated by the device plugin (no claim)" test "$(claims_of)" = 0
+kubectl -n video delete deployment pool --wait=true >/dev/null
+for _ in $(seq 300); do [ -z "$(kubectl -n video get pods -o name)" ] && break; sleep 0.1; done
+kubectl label node "$cluster_node" gpufence.io/allocation=dra --overwrite >/dev/null
+check "labelled dra: the device plugin's pod leaves" wait_ds_pods gpufence-device-plugin 0
+check "gpufence-dra's arrives" rollout_ready gpufence-dra
+check "and publishes the node's slice" wait_slice 2
+cluster_log "after the move: allocatable nvidia.com/gpu='$(allocatable)', capacity='$(kubectl get node "$cluster_node" -o jsonpath='{.status.capacity.nvidia\.com/gpu}')'"
+seed_deployment pool 1 "" | kubectl apply -f - >/dev/null
+check "pool (DRA): the same pod spec runs" wait_running pool 1
+check "pool: allocated through the DeviceClass (an extended-resource claim)" test "$(claims_of)" = 1
+kubectl -n video delete deployment pool --wait=true >/dev/null
+kubectl label node "$cluster_node" gpufence.io/allocation- >/dev/null
+
+echo "== 8. helm uninstall"
 "$helm" uninstall gpufence --kubeconfig "$work/pki/admin.kubeconfig" --namespace gpufence --wait --timeout 120s > "$work/helm-uninstall.log" 2>&1
 check "helm uninstall succeeds" test $? = 0
 check "the DeviceClass is gone" bash -c "! '$kbin/kubectl' --kubeconfig '$work/pki/admin.kubeconfig' get deviceclass gpu.gpufence.io >/dev/null 2>&1"
