@@ -47,12 +47,27 @@ void make_node_root(const std::filesystem::path& root) {
          "Block devices:\n  8 sd\n";
 }
 
-api::Container container(bool privileged, int n, bool with_mounts) {
+// Another DRA driver's claim spec (NVIDIA's layout: one transient spec per claim, names per
+// claim, the GPU's node by path alone) for the listed-kind shape.
+constexpr const char* kListedKind = "k8s.gpu.nvidia.com/claim";
+void write_claim_spec(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "k8s.gpu.nvidia.com-claim_5e1f.json")
+      << R"({"cdiVersion": "0.5.0", "kind": "k8s.gpu.nvidia.com/claim",
+  "containerEdits": {"deviceNodes": [{"path": "/dev/nvidiactl"}], "env": ["NVIDIA_VISIBLE_DEVICES=void"]},
+  "devices": [{"name": "5e1f-gpu-0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},
+              {"name": "5e1f-gpu-1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1"}]}}]})";
+}
+
+api::Container container(bool privileged, int n, bool with_mounts, bool listed_claim = false) {
   api::Container c;
   c.set_id(cat("c", n));
   c.set_name("app");
   c.add_env("PATH=/bin");
-  (*c.mutable_annotations())["cdi.k8s.io/gpufence_x"] = cat("nvidia.com/gpu=", kUuid[n % 2]);
+  if (listed_claim)
+    c.add_cdi_devices()->set_name(cat(kListedKind, "=5e1f-gpu-", n % 2));
+  else
+    (*c.mutable_annotations())["cdi.k8s.io/gpufence_x"] = cat("nvidia.com/gpu=", kUuid[n % 2]);
   auto* lin = c.mutable_linux();
   auto* d = lin->add_devices();
   d->set_path(cat("/dev/nvidia", n % 2));
@@ -105,6 +120,9 @@ int main(int argc, char** argv) {
   config.device_root = root.string();
   config.procfs_gpus_dir = "/nonexistent";
   config.nri_status_file = (root / "nri-status.json").string();  // not the machine's
+  config.cdi_spec_dirs = {(root / "cdi").string()};
+  config.gpu_cdi_kinds = {kListedKind};
+  write_claim_spec(root / "cdi");
   Logger log(LogLevel::off);
   ShimContext ctx{
       config, log,
@@ -154,18 +172,21 @@ int main(int argc, char** argv) {
   // As gpufence-nri runs (the host's cgroup mount points kept until the mount table changes),
   // then the mounted shapes again reading /proc/self/mountinfo at every decision, as before.
   CgroupMountPoints kept;
+  // Last, another DRA driver's claim by its listed kind ([cdi] gpu_kinds): its CDI spec read
+  // and its GPU node stat'ed at each decision.
   struct Shape {
-    bool with_mounts, privileged, keep_mount_points;
+    bool with_mounts, privileged, keep_mount_points, listed_claim = false;
   };
-  for (Shape shape :
-       {Shape{false, false, true}, Shape{false, true, true}, Shape{true, false, true},
-        Shape{true, true, true}, Shape{true, false, false}, Shape{true, true, false}}) {
+  for (Shape shape : {Shape{false, false, true}, Shape{false, true, true}, Shape{true, false, true},
+                      Shape{true, true, true}, Shape{true, false, false}, Shape{true, true, false},
+                      Shape{false, false, true, true}, Shape{false, true, true, true}}) {
     ctx.cgroup_mounts = shape.keep_mount_points ? &kept : nullptr;
     std::vector<double> us;
     us.reserve(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       api::CreateContainerRequest req;
-      *req.mutable_container() = container(shape.privileged, i, shape.with_mounts);
+      *req.mutable_container() =
+          container(shape.privileged, i, shape.with_mounts, shape.listed_claim);
       auto t0 = std::chrono::steady_clock::now();
       auto reply = call("CreateContainer", req);
       us.push_back(
@@ -181,7 +202,8 @@ int main(int argc, char** argv) {
         "%s GPU container%s: CreateContainer round trip median %.1f us, p99 %.1f us (n=%d); "
         "RSS after %d: %s\n",
         shape.privileged ? "privileged" : "unprivileged",
-        !shape.with_mounts        ? ""
+        shape.listed_claim        ? ", another DRA driver's claim (listed kind)"
+        : !shape.with_mounts      ? ""
         : shape.keep_mount_points ? " with CRI's mounts"
                                   : " with CRI's mounts, mountinfo read per decision",
         us[us.size() / 2], us[us.size() * 99 / 100], n, n, rss().c_str());
