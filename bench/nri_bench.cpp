@@ -19,6 +19,7 @@
 
 #include "common/strings.hpp"
 #include "nri/adjust.hpp"
+#include "nri/handler.hpp"
 #include "nri/session.hpp"
 #include "ttrpc/request.pb.h"
 

@@ -10,6 +10,7 @@
 #include "cdi/spec.hpp"
 #include "cli/commands.hpp"
 #include "common/hostfs.hpp"
+#include "common/process.hpp"
 #include "common/stop_signals.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "gpu/wire_contract.hpp"
@@ -22,10 +23,7 @@ namespace {
 
 // `name` beside this gpufence binary (the image ships gpufence-runtime and gpufence-nri with it).
 std::string sibling(const std::string& name) {
-  std::error_code ec;
-  auto self = std::filesystem::canonical("/proc/self/exe", ec);
-  if (ec) return name;
-  return (self.parent_path() / name).string();
+  return beside_self(name);
 }
 
 struct InstallArgs {

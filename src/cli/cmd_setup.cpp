@@ -18,12 +18,8 @@ namespace {
 
 // gpufence-runtime installed beside this gpufence binary, else the documented default.
 std::string installed_runtime() {
-  std::error_code ec;
-  auto self = std::filesystem::canonical("/proc/self/exe", ec);
-  if (!ec) {
-    auto sibling = self.parent_path() / "gpufence-runtime";
-    if (::access(sibling.c_str(), X_OK) == 0) return sibling.string();
-  }
+  std::string sibling = beside_self("gpufence-runtime");
+  if (sibling.starts_with("/") && ::access(sibling.c_str(), X_OK) == 0) return sibling;
   return std::string(kRuntimeBinaryPath);
 }
 

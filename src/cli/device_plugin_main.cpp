@@ -11,6 +11,7 @@
 #include "common/log.hpp"
 #include "common/stop_signals.hpp"
 #include "common/strings.hpp"
+#include "deviceplugin/cdi_spec.hpp"
 #include "deviceplugin/plugin.hpp"
 #include "distribution/distribution.hpp"
 #include "gpu/nvml_inventory.hpp"
@@ -95,11 +96,12 @@ int main(int argc, char** argv) try {
                  "Root of the device nodes on the host as the container runtime sees it "
                  "(DeviceSpec host_path = DEV_ROOT/dev/nvidiaN; e.g. a driver container's root)")
       ->capture_default_str();
-  app.add_option("--cdi-spec-dir", opt.cdi_spec_dir,
-                 "Write the plugin's own CDI spec for the GPUs here (" +
-                     std::string("gpufence-nvidia.com-gpu.json") +
-                     ") at start and keep it current, so a containerd with CDI on resolves "
-                     "the plugin's CDI names; \"off\" or \"\" disables")
+  app.add_option(
+         "--cdi-spec-dir", opt.cdi_spec_dir,
+         "Write the plugin's own CDI spec for the GPUs here (" + std::string(kPluginCdiSpecFile) +
+             ") at start and keep it current, so a containerd with CDI on resolves "
+             "the plugin's CDI names (an earlier release's " +
+             std::string(kLegacyPluginCdiSpecFile) + " there is removed); \"off\" or \"\" disables")
       ->capture_default_str();
   app.add_option("--driver-root", opt.driver_root,
                  "Host path of the driver's root filesystem, for the CDI spec's driver files "

@@ -9,22 +9,18 @@
 #include <iostream>
 
 #include "common/hostfs.hpp"
+#include "common/process.hpp"
 #include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "nri/adjust.hpp"
 #include "nri/fence.hpp"
+#include "nri/handler.hpp"
 #include "nri/run.hpp"
 
 using namespace gpufence;
 namespace gnri = gpufence::nri;
 
 namespace {
-
-std::string self_exe() {
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  return n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
-}
 
 // gpufence-runtime for the hooks: beside this binary, else beside a link on the way to it.
 // containerd execs plugin_path/10-gpufence-nri -> /usr/local/bin/gpufence-nri ->
@@ -33,7 +29,7 @@ std::string self_exe() {
 std::string default_hook_binary(const char* argv0) {
   namespace fs = std::filesystem;
   auto beside = [](const fs::path& p) { return p.parent_path() / "gpufence-runtime"; };
-  fs::path self_sibling = beside(self_exe());
+  fs::path self_sibling = beside(self_executable());
   if (::access(self_sibling.c_str(), X_OK) == 0) return self_sibling.string();
   if (argv0 != nullptr && std::string_view(argv0).find('/') != std::string_view::npos) {
     fs::path p = argv0;
@@ -123,7 +119,7 @@ int run(int argc, char** argv) {
   }
   serve.socket = socket_path.empty() ? config->nri_socket : socket_path;
   serve.files.dir = config->nri_keeper_dir;
-  serve.self_exe = self_exe();
+  serve.self_exe = self_executable();
 
   if (serve.role == gnri::Role::fence) {
     log.info("nri.started", {{"role", "fence"}});

@@ -10,6 +10,7 @@
 
 #include "common/escape.hpp"
 #include "common/hostfs.hpp"
+#include "common/process.hpp"
 #include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
 #include "runtime/hooks.hpp"
@@ -62,12 +63,6 @@ int refuse(const RuncInvocation& inv, const std::string& why) {
       std::cerr << "gpufence-runtime: " << st.error().message << "\n";
   }
   return 1;
-}
-
-std::string self_exe() {
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  return n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
 }
 
 [[noreturn]] void exec_runtime(const std::string& path, int argc, char** argv) {
@@ -125,7 +120,7 @@ int run(int argc, char** argv) {
               {{"container", inv.container_id}, {"error", runtime_path.error().message}});
     return refuse(inv, runtime_path.error().message);
   }
-  std::string exe = self_exe();
+  std::string exe = self_executable();
   if (exe.empty()) return refuse(inv, "cannot read /proc/self/exe for the hooks it adds");
 
   ShimContext ctx{*config, log, host_nvml_inventory(config->nvml_library), exe};

@@ -121,4 +121,16 @@ Result<std::string> unified_diff(const std::string& old_text, const std::string&
   return r->out;
 }
 
+std::string self_executable() {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  return n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
+}
+
+std::string beside_self(std::string_view name) {
+  std::string self = self_executable();
+  if (self.empty() || self.ends_with(" (deleted)")) return std::string(name);
+  return (std::filesystem::path(self).parent_path() / name).string();
+}
+
 }  // namespace gpufence

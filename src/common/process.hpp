@@ -58,4 +58,11 @@ ProcessResult wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
 Result<std::string> unified_diff(const std::string& old_text, const std::string& new_text,
                                  const std::string& old_label, const std::string& new_label);
 
+// This process's executable as the kernel names it (/proc/self/exe: an absolute path, with
+// " (deleted)" once the file was replaced); "" when it cannot be read. Every binary that finds
+// itself, or a file shipped beside it, asks here.
+std::string self_executable();
+// `name` in this executable's directory; `name` itself when the executable cannot be read.
+std::string beside_self(std::string_view name);
+
 }  // namespace gpufence

@@ -1,4 +1,5 @@
 #include "nri/keeper.hpp"
+#include "common/process.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -150,10 +151,8 @@ pid_t spawn(const std::string& self_exe, const std::vector<std::string>& args, b
 }
 
 bool binary_replaced(const std::string& self_exe) {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return true;
-  std::string_view now(buf, static_cast<size_t>(n));
+  std::string now = self_executable();
+  if (now.empty()) return true;
   return now.ends_with(" (deleted)") || now != self_exe;
 }
 

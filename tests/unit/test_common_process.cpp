@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 
 #include "common/process.hpp"
@@ -73,4 +74,14 @@ TEST(Process, StandardDescriptorsAreTheCallersOrDevNull) {
   EXPECT_EQ(out, "out\nerr\n") << "stdin is /dev/null: cat read nothing";
   EXPECT_FALSE(spawn_process({}));
   EXPECT_FALSE(spawn_process({"/no/such/program"}));
+}
+
+// The one way every binary finds itself and what ships beside it.
+TEST(Process, ABinaryFindsItselfAndItsSiblings) {
+  std::error_code ec;
+  auto canonical = std::filesystem::canonical("/proc/self/exe", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(self_executable(), canonical.string());
+  EXPECT_EQ(beside_self("gpufence-runtime"),
+            (canonical.parent_path() / "gpufence-runtime").string());
 }

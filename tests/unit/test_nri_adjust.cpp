@@ -15,6 +15,7 @@
 #include "common/file.hpp"
 #include "common/strings.hpp"
 #include "nri/adjust.hpp"
+#include "nri/handler.hpp"
 #include "support/fake_node.hpp"
 #include "support/test_support.hpp"
 
