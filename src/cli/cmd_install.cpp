@@ -26,20 +26,26 @@ std::string sibling(const std::string& name) {
   return beside_self(name);
 }
 
+// The library's defaults, read once: the flags' defaults are taken from them, never retyped.
+const InstallOptions& defaults() {
+  static const InstallOptions options;
+  return options;
+}
+
 struct InstallArgs {
   std::string distribution = "auto", config, socket, restart_command, host_exec = "auto",
-              runtime_name = std::string(kDefaultHandlerName),
-              runtime_source = sibling("gpufence-runtime"), nri_source = sibling("gpufence-nri"),
-              nri_link = "/usr/local/bin/gpufence-nri", nri_plugin_path = "/opt/nri/plugins",
-              runtime_link = std::string(kRuntimeBinaryPath),
-              versions_dir = "/usr/local/lib/gpufence",
-              runtime_config = "/etc/gpufence/runtime.toml",
-              state_file = "/etc/gpufence/install-state.json", cdi = "generate",
-              cdi_output = "/etc/cdi/nvidia.yaml", driver_root = "/", healthz = "127.0.0.1:9402",
-              enforcement = "auto", nri_socket = "/var/run/nri/nri.sock",
-              nri_plugin_name = "gpufence-nri", nri_tolerate_annotation, node_agent_namespace;
+              runtime_name = defaults().runtime_name, runtime_source = sibling("gpufence-runtime"),
+              nri_source = sibling("gpufence-nri"), nri_link = defaults().nri_binary.link,
+              nri_plugin_path = defaults().nri_plugin_path, runtime_link = defaults().binary.link,
+              versions_dir = defaults().binary.versions_dir,
+              runtime_config = defaults().runtime_config, state_file = defaults().state_file,
+              cdi = "generate", cdi_output = defaults().cdi_output, driver_root = "/",
+              healthz = "127.0.0.1:9402", enforcement = "auto", nri_socket = defaults().nri_socket,
+              nri_plugin_name = defaults().nri_plugin_name, nri_tolerate_annotation,
+              node_agent_namespace;
   std::vector<std::string> gpu_cdi_kinds;
-  double ready_timeout = 60, interval = 30, lock_timeout = 60;
+  double ready_timeout = defaults().ready_timeout.count() / 1000.0, interval = 30,
+         lock_timeout = defaults().lock_timeout.count() / 1000.0;
   int host_pid = 1;
   int config_version = 0;
   bool watch = false;
