@@ -207,7 +207,9 @@ echo "== 5. kubelet restarts x$restarts with the GPU pods running"
 # corresponding device plugin re-registers"), so a status written in that window shows 0 with any
 # plugin. The promise that can be kept: the plugin registers once, at once, and allocatable is 2
 # again within seconds of every restart (once it stayed 0 for 31 s: a duplicate registration the
-# kubelet then dropped). Measured: how long each restart shows less than 2.
+# kubelet then dropped, until the plugin registered again). The bound, 15 s, separates that
+# failure from a slow machine (a quiet one takes 2-3 s, a loaded one took 6.6 s); how long each
+# restart shows less than 2 is a measurement, logged, not asserted.
 worst=0 late=0
 for i in $(seq "$restarts"); do
   restart_kubelet
@@ -222,10 +224,10 @@ for i in $(seq "$restarts"); do
   done
   low_ms=$(((last_low - t0) / 1000000))
   [ "$low_ms" -gt "$worst" ] && worst=$low_ms
-  [ "$(allocatable)" = 2 ] && [ "$low_ms" -le 5000 ] || { late=$((late + 1)); echo "  restart $i: below 2 for ${low_ms} ms, now $(allocatable)"; }
+  [ "$(allocatable)" = 2 ] && [ "$low_ms" -le 15000 ] || { late=$((late + 1)); echo "  restart $i: below 2 for ${low_ms} ms, now $(allocatable)"; }
 done
 cluster_log "kubelet restarts: nvidia.com/gpu below 2 for at most $worst ms after a restart"
-check "nvidia.com/gpu is 2 allocatable again within 5 s of each of $restarts kubelet restarts" test "$late" = 0
+check "nvidia.com/gpu is 2 allocatable again within 15 s of each of $restarts kubelet restarts (no dropped registration)" test "$late" = 0
 check "both pods kept running" test "$(pods_of deepstream | wc -l)" = 2
 # Through the kubelet's API, which answers nothing for a moment after a restart: retried.
 for _ in $(seq 50); do
