@@ -34,7 +34,7 @@ test:
 	@# The containerd lines the scenario tests run (2.3, 2.4 built from the Go module proxy: a few
 	@# minutes cold, nothing when cached), fetched once here and not inside one test's time limit;
 	@# a line that cannot be fetched is named and its tests skip, saying why.
-	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-containerd.sh 1.7 2 2.3 2.4 || true
+	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-containerd.sh || true
 	@# Kubernetes for the cluster tier, from the Go module proxy (~20 min cold on 2 cores, seconds
 	@# when Go's build cache has it: docs/testing.md); without it the cluster tests skip, saying why.
 	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-kubernetes.sh >/dev/null || true

@@ -3,7 +3,7 @@
 // /healthz the way the kubelet does: a new connection, GET, a 1 s timeout (Kubernetes probe
 // default timeoutSeconds). Prints successes, and the latency of answered probes.
 //   bench_healthz_flood shared|split IDLE SLOW PROBES
-// shared: one listener serves /metrics and /healthz (the layout before issue 16); split: /healthz
+// shared: one listener serves /metrics and /healthz (the earlier layout); split: /healthz
 // on a listener of its own (--health-address). Built by bench/healthz_flood.sh against the
 // current common/http_server.cpp (GPUFENCE_HTTP_SERVER) and against an older commit's
 // deviceplugin/metrics.cpp, for the before/after table.

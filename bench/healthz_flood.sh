@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # /healthz latency and success under a flood of the metrics port, before and after /healthz got a
-# listener of its own (issue 16, item 9). Compiles bench/healthz_flood.cpp against the current
+# listener of its own. Compiles bench/healthz_flood.cpp against the current
 # src/common/http_server.cpp and, for the "before" side, against deviceplugin/metrics.cpp of BEFORE
 # (a git commit, default 04417a7: one listener for both, as the plugin and `install --watch` served
 # them). Only the listener and src/common are compiled, so it needs no gRPC build.

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # fetch-containerd.sh [LINE...]: the containerd lines the CRI scenario tests run
-# (docs/containerd-lines.md), under the build tree. Line 1.6 is the system's own (Debian 12).
-#   1.7  Debian trixie's package      2    Debian sid's (2.1.9)
-#   2.2  v2.2.9 (NRI API v0.11)       2.3  v2.3.7 (NRI API v0.12)      2.4  v2.4.2
-# 1.7 and 2: apt runs with a private source list, state and cache under the build tree, on the
-# mirror the system already uses; nothing in the system's apt configuration changes.
-# 2.2, 2.3 and 2.4 (no Debian package has them): built from the Go module proxy, `go install
+# (docs/containerd-lines.md), under the build tree. Which lines there are, and where each comes
+# from, is the table scripts/lib/containerd-lines.tsv: with no LINE, every line a test runs on
+# that is not the system's own (Debian 12's 1.6).
+# debian:<suite> lines: apt runs with a private source list, state and cache under the build tree,
+# on the mirror the system already uses; nothing in the system's apt configuration changes.
+# go lines (no Debian package has them): built from the Go module proxy, `go install
 # github.com/containerd/containerd/v2/cmd/{containerd,containerd-shim-runc-v2,ctr}@VERSION` with
 # CGO_ENABLED=0 (static binaries, no C headers needed), upstream's build tags and its version
 # ldflags, so `containerd --version` and CRI's runtime_version say VERSION. Go's module and build
@@ -15,37 +15,37 @@
 # proxy); with none, the Go toolchain module from the proxy (pinned, checked by SHA-256) unpacked
 # under ${XDG_CACHE_HOME:-~/.cache}/gpufence. Cold, a line takes minutes (docs/testing.md).
 #
-# Idempotent: a line already there (its VERSION the one pinned here) is not fetched again; one
+# Idempotent: a line already there (its VERSION the one pinned) is not fetched again; one
 # fetch a line at a time (flock: the tests of one build tree run in parallel, and all wait for the
 # one build). Offline-safe: a line that cannot be fetched or built is reported on stderr and left
 # absent; the exit status is 0 when every requested line is there, 1 otherwise, and callers
 # (tests) skip with the reason printed in build/containerd/<line>/FETCH-FAILED.
 #
 # Result per line: build/containerd/<line>/root/usr/bin/{containerd,containerd-shim-runc-v2,ctr}
-# and build/containerd/<line>/VERSION (2.2-2.4: the build's output in build.log beside them).
+# and build/containerd/<line>/VERSION (go lines: the build's output in build.log beside them).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${GPUFENCE_BUILD_DIR:-$here/build}
 cache=$build/containerd
+# shellcheck source=scripts/lib/lines.sh
+. "$here/scripts/lib/lines.sh"
 lines=("$@")
-[ ${#lines[@]} -gt 0 ] || lines=(1.7 2 2.2 2.3 2.4)
+if [ ${#lines[@]} -eq 0 ]; then
+  for line in $(gf_lines); do
+    [ "$(gf_line_field "$line" source)" != system ] && [ "$(gf_line_field "$line" tests)" != - ] && lines+=("$line")
+  done
+fi
 
+# The Debian suite a line's package comes from (source debian:SUITE).
 suite_of() {
-  case $1 in
-    1.7) echo trixie ;;
-    2) echo sid ;;
-    *) return 1 ;;
-  esac
+  local source
+  source=$(gf_line_field "$1" source) || return 1
+  [[ $source == debian:* ]] && echo "${source#debian:}"
 }
 
-# The release each Go-built line is pinned to.
+# The release a Go-built line is pinned to (source go).
 module_version_of() {
-  case $1 in
-    2.2) echo v2.2.9 ;;
-    2.3) echo v2.3.7 ;;
-    2.4) echo v2.4.2 ;;
-    *) return 1 ;;
-  esac
+  [ "$(gf_line_field "$1" source)" = go ] && gf_line_field "$1" pin
 }
 
 # find_go, system_mirror, user_cache: shared with scripts/fetch-kubernetes.sh.
@@ -100,7 +100,7 @@ fetch() {
     go_build "$line" "$dir"
     return
   fi
-  suite=$(suite_of "$line") || { echo "unknown containerd line '$line' (1.7, 2, 2.2, 2.3 or 2.4)"; return 1; }
+  suite=$(suite_of "$line") || { echo "containerd line '$line' is not fetched (its source in $gf_lines_table: $(gf_line_field "$line" source || echo none))"; return 1; }
   dir=$cache/$line
   mkdir -p "$dir"
   # One fetch a line at a time (tests of one build tree may run in parallel).
@@ -135,7 +135,7 @@ fetch() {
   local version
   version=$(dpkg-deb -f "$deb" Version)
   case $version in
-    "$line".*) ;;
+    "$(gf_line_field "$line" pin)".*) ;;
     *) echo "$suite offers containerd $version, not line $line"; return 1 ;;
   esac
   rm -rf "$dir/root" && mv "$dir/root.tmp" "$dir/root"

@@ -40,13 +40,8 @@ driver_lib=$driver_root/usr/lib/x86_64-linux-gnu
 # --- what it needs ---------------------------------------------------------------------------
 kbin=$(bash "$src/scripts/fetch-kubernetes.sh" 2>/dev/null) ||
   skip "kubernetes: $(cat "$build/kubernetes/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
-case $line in
-  1.7 | 2 | 2.2 | 2.3 | 2.4)
-    bash "$src/scripts/fetch-containerd.sh" "$line" >/dev/null ||
-      skip "containerd $line: $(cat "$build/containerd/$line/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
-    cbin=$build/containerd/$line/root/usr/bin ;;
-  *) echo "the cluster tier runs on containerd 1.7, 2, 2.2, 2.3 or 2.4, not '$line'"; exit 2 ;;
-esac
+gf_line_field "$line" source >/dev/null || { echo "unknown containerd line '$line' (the lines: $(gf_lines | tr '\n' ' '))"; exit 2; }
+cbin=$(gf_line_bin "$line") || skip "$cbin"
 command -v runc >/dev/null || skip "runc is not installed"
 [ -x /usr/lib/cni/bridge ] || skip "the CNI plugins are not installed (apt-get install containernetworking-plugins)"
 command -v openssl >/dev/null || skip "openssl is not installed"
@@ -109,18 +104,7 @@ private_node() {
     /var/log/pods /var/log/containers
   mkdir -p /run/lock /var/run/netns
   # /dev: the host's, with the GPU nodes a two-GPU node has (195:0, 195:1, 195:255).
-  mkdir -p "$work/dev"
-  mount -t tmpfs -o mode=755,nosuid tmpfs "$work/dev"
-  local e n
-  for e in /dev/* /dev/.[!.]*; do
-    [ -e "$e" ] || [ -L "$e" ] || continue
-    n=${e#/dev/}
-    if [ -d "$e" ] && [ ! -L "$e" ]; then mkdir -p "$work/dev/$n"; mount --rbind "$e" "$work/dev/$n"
-    else cp -a "$e" "$work/dev/$n"; fi
-  done
-  for n in 0 1; do mknod -m 666 "$work/dev/nvidia$n" c 195 $n 2>/dev/null; done
-  mknod -m 666 "$work/dev/nvidiactl" c 195 255 2>/dev/null
-  mount --rbind "$work/dev" /dev
+  sh "$src/scripts/lib/private_dev.sh" "$work/dev" || { echo "cannot make a private /dev"; return 1; }
   # The kernel settings the kubelet wants (pkg/kubelet/cm: setupKernelTunables), shown to it as
   # already set, so it writes no sysctl of the host.
   local kv f v n

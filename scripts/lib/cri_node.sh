@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2154  # src, build, line come from the script sourcing this
 # Sourced by tests/scenario/cri_seed.sh, bench/cri_latency.sh and scripts/demo_cri.sh: a private
-# containerd of line $line (1.6: Debian 12's; 1.7: trixie's; 2: sid's; 2.2, 2.3, 2.4: built from
-# the Go module proxy; all but 1.6 by scripts/fetch-containerd.sh), set up
+# containerd of line $line (a row of scripts/lib/containerd-lines.tsv: the system's, a Debian
+# suite's or one built from the Go module proxy by scripts/fetch-containerd.sh), set up
 # as a user would (containerd config default, gpufence setup containerd with handler "gpufence",
 # then only the edits that keep this instance private and let it run in this VM), serving a
 # simulated two-GPU node, with the test images imported; and run_pods. Needs $src, $build, $line;
@@ -10,23 +10,9 @@
 . "$src/scripts/lib/harness.sh"
 . "$src/scripts/lib/bundle.sh"
 . "$src/scripts/lib/images.sh"
-# Which containerd: the system's for 1.6, a fetched one for 1.7 and 2, for 2.2, 2.3 and 2.4 the
-# pinned release built from the Go module proxy (scripts/fetch-containerd.sh: v2.2.9 with NRI API
-# v0.11, v2.3.7 with v0.12, v2.4.2; what each line's NRI enforces: docs/nri.md).
-case $line in
-  1.6)
-    bin=$(dirname "$(command -v containerd 2>/dev/null || echo /usr/bin/containerd)")
-    [ -x "$bin/containerd" ] || skip "containerd 1.6: not installed (apt-get install containerd)"
-    "$bin/containerd" --version | grep -q ' 1\.6\.' || skip "containerd 1.6: the system's is $("$bin/containerd" --version)"
-    ;;
-  1.7 | 2 | 2.2 | 2.3 | 2.4)
-    if ! bash "$src/scripts/fetch-containerd.sh" "$line" >/dev/null; then
-      skip "containerd $line: $(cat "$build/containerd/$line/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
-    fi
-    bin=$build/containerd/$line/root/usr/bin
-    ;;
-  *) echo "unknown containerd line $line"; exit 2 ;;
-esac
+# Which containerd: the line's row in the table (what each line's NRI enforces: docs/nri.md).
+gf_line_field "$line" source >/dev/null || { echo "unknown containerd line '$line' (the lines: $(gf_lines | tr '\n' ' '))"; exit 2; }
+bin=$(gf_line_bin "$line") || skip "$bin"
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd and mknod"
 command -v runc >/dev/null || skip "runc is not installed"
 for b in gpufence gpufence-runtime gpufence-device-plugin gpufence-test-cri gpufence-pause gpufence-probe gpufence-smi; do
@@ -162,26 +148,17 @@ if declare -F gf_cri_edit_config >/dev/null; then gf_cri_edit_config "$cfg" || e
 # (195:0, 195:1, 195:255 as on a GPU node), so what it lists for a privileged container
 # (WithHostDevices: every device under its /dev) includes both GPUs, as on a real node: a check
 # that a privileged pod has no node for the other GPU is then a real one (it fails through plain
-# runc, cri_seed_runc.sh). Everything else of /dev is the host's (bound or copied); the mounts end
-# with the namespace. The shims and runc, started by containerd, share it.
-gf_private_dev='
-set -e
-nd=$1; shift
-mkdir -p "$nd"
-mount -t tmpfs -o mode=755,nosuid tmpfs "$nd"
-for e in /dev/* /dev/.[!.]*; do
-  [ -e "$e" ] || [ -L "$e" ] || continue
-  n=${e#/dev/}
-  if [ -d "$e" ] && [ ! -L "$e" ]; then mkdir -p "$nd/$n"; mount --rbind "$e" "$nd/$n"
-  else cp -a "$e" "$nd/$n"; fi
-done
-for m in 0 1; do [ -e "$nd/nvidia$m" ] || mknod -m 666 "$nd/nvidia$m" c 195 $m; done
-[ -e "$nd/nvidiactl" ] || mknod -m 666 "$nd/nvidiactl" c 195 255
-mount --rbind "$nd" /dev
-exec "$@"'
+# runc, cri_seed_runc.sh). Everything else of /dev is the host's (bound or copied: private_dev.sh);
+# /var/lib and /run there are this run's scratch (a launched gpufence-nri logs to
+# /var/lib/gpufence before its config arrives; containerd 1.x keeps its shims' sockets in
+# /run/containerd/s whatever its state dir). The mounts end with the namespace. The shims and runc,
+# started by containerd, share it.
 # start_containerd: (again) with this config; its pid in cd_pid.
 start_containerd() {
-  PATH=$bin:$PATH unshare --mount --propagation private sh -c "$gf_private_dev" sh "$work/devfs" \
+  mkdir -p "$work/var-lib"
+  PATH=$bin:$PATH unshare --mount --propagation private sh -c '
+    sh "$1" "$2" && mount --bind "$3" /var/lib && mount -t tmpfs -o mode=755 gpufence-test-run /run &&
+      shift 3 && exec "$@"' sh "$src/scripts/lib/private_dev.sh" "$work/devfs" "$work/var-lib" \
     "$bin/containerd" --config "$cfg" >> "$work/containerd.log" 2>&1 &
   cd_pid=$!
   for _ in $(seq 150); do "${ctr[@]}" version >/dev/null 2>&1 && break; sleep 0.1; done

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "common/hostfs.hpp"
+#include "common/paths.hpp"
 #include "common/process.hpp"
 #include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
@@ -49,14 +50,17 @@ int run(int argc, char** argv) {
       "gpufence-nri: an NRI plugin for containerd (1.7 with NRI enabled, 2.x) that gives every "
       "container exactly the GPUs the kubelet allocated to it: the same decision as "
       "gpufence-runtime, applied as an NRI adjustment inside containerd's CreateContainer.\n"
-      "Configuration: /etc/gpufence/runtime.toml or $GPUFENCE_RUNTIME_CONFIG (deploy/"
+      "Configuration: " +
+      std::string(paths::kRuntimeConfig) +
+      " or $GPUFENCE_RUNTIME_CONFIG (deploy/"
       "runtime.toml). Started by containerd from its plugin_path (NN-name, fd 3 in "
       "$NRI_PLUGIN_SOCKET), it serves that one connection and starts a keeper that brings it "
       "back through --socket whenever it is gone; started on its own, it connects to --socket "
       "and reconnects whenever containerd restarts. Launched as NN-gpufence-fence (or with "
       "--fence) it is the fence: a validator (containerd 2.2+) that rejects every container "
       "gpufence-nri did not decide. Its status for `gpufence doctor` goes to [nri] status_file "
-      "(default /var/lib/gpufence/nri-status.json). docs/nri.md"};
+      "(default " +
+      std::string(paths::kNriStatus) + "). docs/nri.md"};
   gnri::ServeOptions serve;
   std::string socket_path;
   std::string hook_binary;

@@ -10,6 +10,7 @@
 
 #include "common/escape.hpp"
 #include "common/hostfs.hpp"
+#include "common/paths.hpp"
 #include "common/process.hpp"
 #include "common/strings.hpp"
 #include "gpu/nvml_inventory.hpp"
@@ -21,31 +22,36 @@ namespace {
 
 using namespace gpufence;
 
-constexpr const char* kUsage =
-    "usage: gpufence-runtime [runc global flags] <command> [flags] <container-id>\n"
-    "\n"
-    "An OCI runtime shim with runc's command line. On 'create' and 'run' it rewrites\n"
-    "<bundle>/config.json so the container gets exactly the GPUs the kubelet allocated to it\n"
-    "(the device plugin's CDI annotations and the kubelet's device specs; mount markers only\n"
-    "when one of those names the same GPU, or alone in a privileged spec; never the pod's own\n"
-    "NVIDIA_VISIBLE_DEVICES unless trusted_channels has \"envvar\"), even when privileged; then "
-    "it\n"
-    "execs the low-level runtime (runc) with the same arguments. 'restore' is edited the same\n"
-    "way. Every other command, and --help or --version, goes to runc untouched. A refusal is\n"
-    "written to stderr and, as runc would, to the --log file containerd reads it from.\n"
-    "\n"
-    "  gpufence-runtime hook driver-procfs --dir D --keep ENTRY...   (OCI createContainer hook)\n"
-    "  gpufence-runtime hook update-ldcache --folder DIR...          (OCI createContainer hook)\n"
-    "\n"
-    "Configuration: /etc/gpufence/runtime.toml, or the file named by $GPUFENCE_RUNTIME_CONFIG\n"
-    "(every key documented in deploy/runtime.toml). NVML: $GPUFENCE_NVML_LIBRARY overrides\n"
-    "libnvidia-ml.so.1 when [devices] nvml_library is unset.\n"
-    "\n"
-    "Example containerd handler (config version 2):\n"
-    "  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n"
-    "    runtime_type = \"io.containerd.runc.v2\"\n"
-    "    [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
-    "      BinaryName = \"/usr/local/bin/gpufence-runtime\"\n";
+std::string usage() {
+  return cat(
+      "usage: gpufence-runtime [runc global flags] <command> [flags] <container-id>\n"
+      "\n"
+      "An OCI runtime shim with runc's command line. On 'create' and 'run' it rewrites\n"
+      "<bundle>/config.json so the container gets exactly the GPUs the kubelet allocated to it\n"
+      "(the device plugin's CDI annotations and the kubelet's device specs; mount markers only\n"
+      "when one of those names the same GPU, or alone in a privileged spec; never the pod's own\n"
+      "NVIDIA_VISIBLE_DEVICES unless trusted_channels has \"envvar\"), even when privileged; then "
+      "it\n"
+      "execs the low-level runtime (runc) with the same arguments. 'restore' is edited the same\n"
+      "way. Every other command, and --help or --version, goes to runc untouched. A refusal is\n"
+      "written to stderr and, as runc would, to the --log file containerd reads it from.\n"
+      "\n"
+      "  gpufence-runtime hook driver-procfs --dir D --keep ENTRY...   (OCI createContainer hook)\n"
+      "  gpufence-runtime hook update-ldcache --folder DIR...          (OCI createContainer hook)\n"
+      "\n"
+      "Configuration: ",
+      paths::kRuntimeConfig,
+      ", or the file named by $GPUFENCE_RUNTIME_CONFIG\n"
+      "(every key documented in deploy/runtime.toml). NVML: $GPUFENCE_NVML_LIBRARY overrides\n"
+      "libnvidia-ml.so.1 when [devices] nvml_library is unset.\n"
+      "\n"
+      "Example containerd handler (config version 2):\n"
+      "  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n"
+      "    runtime_type = \"io.containerd.runc.v2\"\n"
+      "    [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n"
+      "      BinaryName = \"",
+      paths::kRuntimeBinary, "\"\n");
+}
 
 // A refused create: one line on stderr (direct use) and, when containerd passed --log, the same
 // message where containerd reads the runtime's error from (docs/containerd-runtime.md).
@@ -78,7 +84,7 @@ int refuse(const RuncInvocation& inv, const std::string& why) {
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "--gpufence-help") {
-    std::cout << kUsage;
+    std::cout << usage();
     return 0;
   }
   // Our own OCI hooks, added to specs by the create path below.

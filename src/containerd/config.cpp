@@ -462,15 +462,14 @@ void check_unknown_runc_option(const ConfigUnderCheck& in, std::vector<Finding>&
 void check_handler_plain_runc(const ConfigUnderCheck& in, std::vector<Finding>& out) {
   for (const auto& [h, where] : in.cri) {
     if (!in.is_gpu_handler(h.name) || h.binary_name) continue;
-    out.push_back({"containerd.handler-plain-runc", Severity::error,
-                   cat("runtime '", h.name,
-                       "' has no options.BinaryName: it runs plain runc, so nothing enforces GPU "
-                       "allocation"),
-                   cat(where, " has no BinaryName"),
-                   cat("set [", in.table_of(h.name),
-                       ".options] BinaryName = \"/usr/local/bin/gpufence-runtime\", or run: "
-                       "gpufence setup containerd --runtime-name ",
-                       h.name)});
+    out.push_back(
+        {"containerd.handler-plain-runc", Severity::error,
+         cat("runtime '", h.name,
+             "' has no options.BinaryName: it runs plain runc, so nothing enforces GPU "
+             "allocation"),
+         cat(where, " has no BinaryName"),
+         cat("set [", in.table_of(h.name), ".options] BinaryName = \"", kRuntimeBinaryPath,
+             "\", or run: gpufence setup containerd --runtime-name ", h.name)});
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/hostfs.hpp"
+#include "common/paths.hpp"
 #include "containerd/config.hpp"
 #include "distribution/distribution.hpp"
 #include "doctor/snapshot.hpp"
@@ -33,8 +34,8 @@ struct GatherOptions {
   std::vector<std::string> plugin_dirs = every_distribution(NodePath::device_plugin_dir);
   std::string resource_name = std::string(kGpuResourceName);
   // `gpufence install`'s record: which enforcement (handler, NRI, both) the node was given.
-  std::string install_state = "/etc/gpufence/install-state.json";
-  std::string nri_plugin_name = "gpufence-nri";
+  std::string install_state = std::string(paths::kInstallState);
+  std::string nri_plugin_name = std::string(paths::kNriPluginName);
   // The fence's name and index in containerd's NRI plugin_path (install's defaults).
   std::string nri_fence_name = "gpufence-fence";
   std::string nri_fence_index = "20";

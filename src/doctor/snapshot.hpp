@@ -12,6 +12,7 @@
 
 #include "cdi/spec_dirs.hpp"
 #include "common/finding.hpp"
+#include "common/paths.hpp"
 #include "gpu/gpu.hpp"
 #include "gpu/wire_contract.hpp"
 #include "nri/status.hpp"
@@ -103,7 +104,7 @@ struct NriView {
   // default_validator.tolerate_missing_plugins_annotation: a key NRI reads from the POD's
   // annotations (KEY, KEY/pod, KEY/container.NAME); "true" there waives required_plugins.
   std::string tolerate_annotation;
-  std::string plugin_name = "gpufence-nri";
+  std::string plugin_name = std::string(paths::kNriPluginName);
   // The fence (containerd >= 2.2): gpufence-nri linked again into plugin_path under this name,
   // rejecting what the decider did not decide. Its link: install's record, else
   // <plugin_path>/20-gpufence-fence; present = the link is there and leads to a file.

@@ -16,6 +16,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/paths.hpp"
 #include "deviceplugin/cdi_spec.hpp"
 #include "dra/model.hpp"
 #include "gpu/gpu.hpp"
@@ -29,7 +30,7 @@ struct DraOptions {
   // be the same in this process and on the host (the kubelet dials the endpoint we name).
   std::filesystem::path registry_dir = "/var/lib/kubelet/plugins_registry";
   // Where the checkpoint of prepared claims lives: a directory of gpufence's own, no pod's.
-  std::filesystem::path state_dir = "/var/lib/gpufence/dra";
+  std::filesystem::path state_dir = paths::kDraStateDir;
   // How often the slice is checked (and re-created after the kubelet deleted it).
   std::chrono::milliseconds slice_check = std::chrono::seconds(5);
   // The CDI spec for gpufence.io/gpu (the same as the device plugin's); dir "" = not written.

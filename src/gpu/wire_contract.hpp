@@ -10,11 +10,13 @@
 #include <string>
 #include <string_view>
 
+#include "common/paths.hpp"
+
 namespace gpufence {
 
 // Where gpufence-runtime is on the host: the stable link `gpufence install` makes, which a
 // containerd handler's BinaryName and the CDI specs' hooks name (runc runs it by this path).
-inline constexpr std::string_view kRuntimeBinaryPath = "/usr/local/bin/gpufence-runtime";
+inline constexpr std::string_view kRuntimeBinaryPath = paths::kRuntimeBinary;
 
 // The extended resource the device plugin advertises and pods request.
 inline constexpr std::string_view kGpuResourceName = "nvidia.com/gpu";

@@ -10,14 +10,15 @@
 
 #include "common/error.hpp"
 #include "common/hostfs.hpp"
+#include "common/paths.hpp"
 #include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
 struct BinaryInstallOptions {
-  std::string source;                                    // a path this process can read
-  std::string link = std::string(kRuntimeBinaryPath);    // host path: the stable name
-  std::string versions_dir = "/usr/local/lib/gpufence";  // host path: the versioned files
+  std::string source;                                           // a path this process can read
+  std::string link = std::string(kRuntimeBinaryPath);           // host path: the stable name
+  std::string versions_dir = std::string(paths::kVersionsDir);  // host path: the versioned files
 };
 
 enum class Changed { yes, no };

@@ -13,6 +13,7 @@
 
 #include "common/error.hpp"
 #include "common/hostfs.hpp"
+#include "common/paths.hpp"
 #include "containerd/config.hpp"
 #include "install/binary.hpp"
 #include "install/enforcement.hpp"
@@ -33,7 +34,7 @@ struct InstallOptions {
   std::string runtime_name = std::string(kDefaultHandlerName);
   std::optional<int> config_version;  // for a new config (setup's --config-version)
   BinaryInstallOptions binary;
-  std::string runtime_config = "/etc/gpufence/runtime.toml";
+  std::string runtime_config = std::string(paths::kRuntimeConfig);
   // The driver's NVML as a host path, written as [devices] nvml_library into the runtime.toml
   // install creates ("": the runtimes' own search, for a driver installed on the host). A driver
   // elsewhere (the GPU Operator's /run/nvidia/driver) is not on the host's library path, so
@@ -45,13 +46,13 @@ struct InstallOptions {
   // CDI kinds of another allocator whose devices are GPUs (NVIDIA's DRA driver:
   // "k8s.gpu.nvidia.com/claim"), written as [cdi] gpu_kinds into the runtime.toml install creates.
   std::vector<std::string> gpu_cdi_kinds;
-  std::string state_file = "/etc/gpufence/install-state.json";
+  std::string state_file = std::string(paths::kInstallState);
   CdiMode cdi = CdiMode::generate;
   std::string cdi_output = "/etc/cdi/nvidia.yaml";
   // Where the allocation is enforced (install/enforcement.hpp); automatic: nri where the running
   // containerd has NRI >= v0.10, else runtime.
   EnforcementRequest enforcement = EnforcementRequest::automatic;
-  std::string nri_plugin_name = "gpufence-nri";  // required_plugins entry (gpufence-nri --name)
+  std::string nri_plugin_name = std::string(paths::kNriPluginName);  // required_plugins entry
   // containerd >= 2.2: the same binary linked again as <plugin_path>/NN-name, which containerd
   // launches with NRI_PLUGIN_NAME=gpufence-fence: the validator that rejects every container the
   // decider did not decide. Required too, so containers fail while either is down.
@@ -67,7 +68,8 @@ struct InstallOptions {
   // nri and both: gpufence-nri copied as the shim is (link /usr/local/bin/gpufence-nri), and
   // linked into containerd's NRI plugin_path as NN-name, the form containerd's NRI requires of a
   // plugin it launches (nri@v0.12.0 pkg/adaptation/adaptation.go, startPlugins/parsePluginName).
-  BinaryInstallOptions nri_binary{"", "/usr/local/bin/gpufence-nri", "/usr/local/lib/gpufence"};
+  BinaryInstallOptions nri_binary{"", std::string(paths::kNriBinary),
+                                  std::string(paths::kVersionsDir)};
   std::string nri_plugin_path = "/opt/nri/plugins";  // host path: plugin_path's default
   std::string nri_plugin_index = "10";
   // How long containerd may take to answer CRI after a restart.

@@ -7,13 +7,15 @@
 #include <string>
 
 #include "common/log.hpp"
+#include "common/paths.hpp"
 #include "nri/service.hpp"
 
 namespace gpufence::nri {
 
 struct SessionOptions {
-  std::string name = "gpufence-nri";  // [a-zA-Z0-9_.+-] (nri@v0.12.0:pkg/api/plugin.go)
-  std::string index = "10";           // two digits: the order among plugins
+  std::string name =
+      std::string(paths::kNriPluginName);  // [a-zA-Z0-9_.+-] (nri@v0.12.0:pkg/api/plugin.go)
+  std::string index = "10";                // two digits: the order among plugins
 };
 
 // Runs until the runtime closes the connection (ok) or breaks the protocol or refuses the

@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/paths.hpp"
 #include "gpu/wire_contract.hpp"
 
 namespace gpufence {
 
-inline constexpr const char* kRuntimeConfigPath = "/etc/gpufence/runtime.toml";
+inline constexpr const char* kRuntimeConfigPath = paths::kRuntimeConfig.data();
 inline constexpr const char* kRuntimeConfigEnv = "GPUFENCE_RUNTIME_CONFIG";
 
 // Where an allocation comes from (docs/trust-model.md): one enum for the channel a decision used
@@ -33,12 +34,12 @@ inline std::vector<std::string> default_control_nodes() {
 }
 
 // Where gpufence-nri keeps its status and the doctor reads it (runtime.toml [nri] status_file).
-inline constexpr std::string_view kNriStatusFile = "/var/lib/gpufence/nri-status.json";
+inline constexpr std::string_view kNriStatusFile = paths::kNriStatus;
 
 struct RuntimeConfig {
   std::string low_level_runtime = "runc";  // a path, or a name looked up on PATH
   // "" logs to stderr. gpufence's own directory, which no common hostPath covers (runtime.toml).
-  std::string log_file = "/var/lib/gpufence/runtime.log";
+  std::string log_file = std::string(paths::kRuntimeLog);
   std::string log_level = "info";
   std::vector<Channel> trusted_channels = {Channel::cdi_annotations, Channel::mount_markers};
   AllDevicesPolicy all_devices_policy = AllDevicesPolicy::isolate;

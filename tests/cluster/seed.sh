@@ -23,20 +23,18 @@
 #   6. a GPU pod whose RuntimeClass names a handler containerd lacks: its sandbox is never
 #      created while it holds a GPU, and the doctor names it and why;
 #   7. helm uninstall: containerd's config is the user's again, byte for byte.
-# Usage: seed.sh LINE     (LINE: 2.3 or 1.7)
+# Usage: seed.sh LINE     (LINE: a row of scripts/lib/containerd-lines.tsv)
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 build=${GPUFENCE_BUILD_DIR:-$src/build}
-line=${1:?usage: seed.sh 2.3|1.7}
+line=${1:?usage: seed.sh LINE}
 restarts=${GF_KUBELET_RESTARTS:-20}
 # shellcheck source=scripts/lib/cluster.sh
 . "$src/scripts/lib/cluster.sh"
 helm=$("$src/deploy/helm/fetch-helm.sh" "$build/tools/helm") || skip "no helm (deploy/helm/fetch-helm.sh)"
-case $line in
-  2.3 | 2.4) enforcement=nri runtime_class="" ;;
-  1.7) enforcement=runtime runtime_class=nvidia ;;
-  *) echo "seed.sh runs on 2.3, 2.4 or 1.7"; exit 2 ;;
-esac
+# NRI where the line can make gpufence-nri required (install's auto), else the handler.
+if gf_line_has "$line" nri-required; then enforcement=nri runtime_class=""
+else enforcement=runtime runtime_class=nvidia; fi
 cluster_up || exit 1
 kubectl create namespace video >/dev/null
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16's attacks through containerd's CRI, as pods would make them (the test kubelet,
+# Attacks through containerd's CRI, as pods would make them (the test kubelet,
 # gpufence-test-cri, a private containerd of the line, the gpufence handler):
 #   log-planted  a pod with a writable hostPath over gpufence-runtime's log directory replaces
 #                the log with a link to a host file (then a FIFO); a second pod's env carries

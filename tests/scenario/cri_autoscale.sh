@@ -29,7 +29,7 @@ build=${GPUFENCE_BUILD_DIR:-$src/build}
 line=${1:?usage: cri_autoscale.sh 1.6|1.7|2|2.3 [handler|nri]}
 mode=${2:-handler}
 if [ "$mode" = nri ]; then
-  [ "$line" = 2.3 ] || { echo "SKIP: privileged replicas are narrowed through NRI from v0.10 (containerd 2.2) on"; exit 77; }
+  gf_line_has "$line" nri-required || { echo "SKIP: privileged replicas are narrowed through NRI from v0.10 (containerd 2.2) on"; exit 77; }
   [ -x "$build/bin/gpufence-nri" ] || { echo "SKIP: $build/bin/gpufence-nri is not built"; exit 77; }
   GF_CRI_NRI=1
 fi
@@ -150,9 +150,9 @@ tenant_pod() {
 scale_flow() {
   local name=$1 p1 p2 p3 tenant=()
   echo "== $name: gpufence autoscale against the cluster stand-in, runtime class $2 ${3:-}"
-  # On line 1.6, other teams' pods no node can take sit Pending from the start (issue 16,
-  # item 4): 64 GPUs, and a nodeSelector no node has. They must not freeze the scale-up.
-  if [ "$line" = 1.6 ] && [ "$name" = unpriv ]; then
+  # On the system's line, other teams' pods no node can take sit Pending from the start: 64
+  # GPUs, and a nodeSelector no node has. They must not freeze the scale-up.
+  if [ "$(gf_line_field "$line" source)" = system ] && [ "$name" = unpriv ]; then
     tenant=(--foreign-pod "$(tenant_pod huge 64)"
       --foreign-pod "$(tenant_pod nowhere 1 '"nodeSelector":{"zone":"nowhere"},')")
   fi

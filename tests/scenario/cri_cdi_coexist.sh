@@ -8,19 +8,16 @@
 # "unresolvable CDI devices". With the plugin's own kind (gpufence.io/gpu) both specs resolve:
 # both pods start, each through containerd's own CDI injection and gpufence-runtime, and each
 # reaches only its GPU.
-# Usage: cri_cdi_coexist.sh LINE       LINE = 1.7 | 2
+# Usage: cri_cdi_coexist.sh LINE       (a line whose CRI resolves CDI: scripts/lib/containerd-lines.tsv)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=${GPUFENCE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
 # shellcheck source=scripts/lib/harness.sh
 . "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:-$src/build}
-line=${1:?usage: cri_cdi_coexist.sh 1.7|2}
-case $line in
-  1.7) export GF_CRI_ENABLE_CDI=true ;;  # off by default on 1.7
-  2) ;;
-  *) echo "SKIP: containerd $line does not resolve CDI devices itself"; exit 77 ;;
-esac
+line=${1:?usage: cri_cdi_coexist.sh LINE}
+if gf_line_has "$line" cdi-opt-in; then export GF_CRI_ENABLE_CDI=true  # off by default there
+elif ! gf_line_has "$line" cdi; then skip "containerd $line does not resolve CDI devices itself"; fi
 # shellcheck source=scripts/lib/cri_node.sh disable=SC2034,SC2154
 . "$src/scripts/lib/cri_node.sh"
 # shellcheck source=scripts/lib/seed_pods.sh

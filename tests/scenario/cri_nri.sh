@@ -55,7 +55,7 @@ GF_CRI_WORK_PREFIX=gpufence-cri-nri
 GF_CRI_NRI=1
 [ -x "$build/bin/gpufence-nri" ] || { echo "SKIP: $build/bin/gpufence-nri is not built"; exit 77; }
 if [ "$case_name" = required ]; then
-  [ "$line" = 2.3 ] || { echo "SKIP: required_plugins needs NRI >= v0.10 (containerd 2.2+)"; exit 77; }
+  gf_line_has "$line" nri-required || skip "required_plugins needs NRI >= v0.10 (containerd 2.2+)"
   gf_cri_edit_config() {  # nri@v0.12.0:plugins/default-validator/default-validator.go
     sed -i -E "/default_validator\]/,/tolerate_missing/ {
       s/^( *)enable = false/\1enable = true/
@@ -64,7 +64,7 @@ if [ "$case_name" = required ]; then
   }
 fi
 if [ "$case_name" = fence ]; then
-  case $line in 2.2 | 2.3 | 2.4) ;; *) echo "SKIP: a validator needs NRI >= v0.10 (containerd 2.2+)"; exit 77 ;; esac
+  gf_line_has "$line" nri-required || skip "a validator needs NRI >= v0.10 (containerd 2.2+)"
   gf_cri_edit_config() {  # both launched; required_plugins both; a waiver a pod can set
     mkdir -p "$work/nri/plugins" "$work/nri/conf.d"
     ln -s "$build/bin/gpufence-nri" "$work/nri/plugins/10-gpufence-nri"
@@ -102,7 +102,7 @@ fi
 # shellcheck source=scripts/lib/seed_pods.sh
 . "$src/scripts/lib/seed_pods.sh"
 rules_apply=false
-case $line in 2.2 | 2.3 | 2.4) rules_apply=true ;; esac
+gf_line_has "$line" nri-required && rules_apply=true
 
 # gpufence-nri's own config: the node's, logging to its own file.
 # (debug: each adjustment is logged too, for a failing run to show what was sent)

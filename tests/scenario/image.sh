@@ -9,6 +9,13 @@ src=${GPUFENCE_SOURCE_DIR:?}
 . "$src/scripts/lib/harness.sh"
 build=${GPUFENCE_BUILD_DIR:?}
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd"
+if [ -z "${GF_IMAGE_PRIVATE_NS:-}" ]; then
+  # ctr run's shims keep runc's state under /run/containerd/runc: in a namespace of this test's,
+  # over a /run of its own, not the machine's.
+  unshare -m --propagation private true 2>/dev/null || skip "no private mount namespace here (unshare -m)"
+  GF_IMAGE_PRIVATE_NS=1 exec unshare -m --propagation private bash "$0" "$@"
+fi
+mount -t tmpfs -o mode=755 gpufence-test-run /run || skip "cannot mount a tmpfs over /run here"
 command -v containerd >/dev/null || skip "containerd is not installed (apt-get install containerd)"
 command -v ctr >/dev/null || skip "ctr is not installed"
 command -v runc >/dev/null || skip "runc is not installed"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# `gpufence install` / `uninstall` against a real containerd (Debian's 1.6) that install really
-# restarts: a private containerd whose config, socket and state live under a fake host root
+# `gpufence install` / `uninstall` against a real containerd (the system's, Debian's 1.6, or the
+# line given) that install really restarts: a private containerd whose config, socket and state live under a fake host root
 # ($work/host), restarted by a --restart-command that stops it and starts it again on its config.
 # The proof is the running containerd's own CRI status, not the file.
-# Usage: install.sh CASE
+# Usage: install.sh CASE [LINE]
 set -uo pipefail
 src=${GPUFENCE_SOURCE_DIR:?}
 # shellcheck source=scripts/lib/harness.sh
@@ -11,28 +11,13 @@ src=${GPUFENCE_SOURCE_DIR:?}
 build=${GPUFENCE_BUILD_DIR:?}
 [ "$(id -u)" = 0 ] || skip "needs root to run containerd"
 case_name=${1:?usage: install.sh CASE [LINE]}
-# LINE: the containerd line the private containerd runs: 1.6 (the system's, Debian 12), 2.1
-# (Debian sid, scripts/fetch-containerd.sh) or 2.3 (v2.3.7 built from the Go module proxy by
-# scripts/fetch-containerd.sh).
-line=${2:-1.6}
-[ "$case_name" = version3 ] && line=2.1
-[ "$case_name" = k0s ] && [ -z "${2:-}" ] && line=2.1
-case $line in
-  1.6) ;;
-  1.7)
-    bash "$src/scripts/fetch-containerd.sh" 1.7 >/dev/null ||
-      skip "containerd 1.7: $(cat "$build/containerd/1.7/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
-    export PATH=$build/containerd/1.7/root/usr/bin:$PATH ;;
-  2.1)
-    bash "$src/scripts/fetch-containerd.sh" 2 >/dev/null ||
-      skip "containerd 2: $(cat "$build/containerd/2/FETCH-FAILED" 2>/dev/null || echo 'fetch failed')"
-    export PATH=$build/containerd/2/root/usr/bin:$PATH ;;
-  2.3)
-    bash "$src/scripts/fetch-containerd.sh" 2.3 >/dev/null ||
-      skip "containerd 2.3: $(cat "$build/containerd/2.3/FETCH-FAILED" 2>/dev/null || echo 'unpack failed')"
-    export PATH=$build/containerd/2.3/root/usr/bin:$PATH ;;
-  *) echo "unknown containerd line $line (1.6, 1.7, 2.1, 2.3)"; exit 2 ;;
-esac
+# LINE: the containerd line the private containerd runs, a row of scripts/lib/containerd-lines.tsv
+# (default: the system's line); the table's tests column says which cases run on which lines.
+line=${2:-$(awk '!/^#/ && $2 == "system" {print $1; exit}' "$gf_lines_table")}
+gf_line_field "$line" source >/dev/null || { echo "unknown containerd line '$line' (the lines: $(gf_lines | tr '\n' ' '))"; exit 2; }
+bin=$(gf_line_bin "$line") || skip "$bin"
+export PATH=$bin:$PATH
+config_version=$(gf_line_field "$line" config)
 if [ -z "${GF_INSTALL_PRIVATE_NS:-}" ]; then
   # Every case, every line, runs in a private mount namespace: install adds drop-ins whose host
   # path the real containerd resolves in its own root (imports), so the fake host's
@@ -52,11 +37,9 @@ cleanup() {
   [ -f "$work/pid" ] && kill "$(cat "$work/pid")" 2>/dev/null
   sleep 0.2
   umount "$cfg" 2>/dev/null
-  umount /etc/containerd 2>/dev/null
-  umount /etc/k0s 2>/dev/null
-  umount /usr/local 2>/dev/null
-  umount /opt 2>/dev/null
-  umount /var/lib/gpufence 2>/dev/null
+  # Every mount of this run's is in its private namespace and ends with it; these let rm below
+  # see plain directories.
+  umount /etc/containerd /etc/k0s /usr/local /opt /etc /var/lib /run 2>/dev/null
   umount "$host/etc/containerd" 2>/dev/null
   umount -R "$work/root" 2>/dev/null
   rm -rf "$work"
@@ -103,19 +86,24 @@ restarts() { [ -f "$work/restarts" ] && wc -l < "$work/restarts" || echo 0; }
 if [ "$case_name" = version3 ]; then
   grep -q '^version = 3' "$cfg" || skip "containerd 2's default config is not version 3: $(grep '^version' "$cfg")"
 fi
-if [ "$line" != 1.6 ]; then
-  mkdir -p /etc/containerd 2>/dev/null
+# The host paths containerd itself resolves, on every line, are this namespace's fake host's:
+# imports (/etc/containerd/conf.d), the NRI plugin_path (/opt/nri/plugins) and the link install
+# makes there (/usr/local/bin/gpufence-nri), and containerd's own writes (/opt/containerd, the
+# runc root under /run/containerd). The machine's are never written.
+bind_host_paths() {
   mount --bind "$host/etc/containerd" /etc/containerd || skip "cannot bind-mount over /etc/containerd here"
-  # containerd launches gpufence-nri from its plugin_path (/opt/nri/plugins) through the link
-  # install makes there (/usr/local/bin/gpufence-nri, a host path): both resolve in containerd's
-  # own root, so the fake host's /usr/local and /opt are those of this namespace.
   mount --bind "$host/usr/local" /usr/local || skip "cannot bind-mount over /usr/local here"
   mount --bind "$host/opt" /opt || skip "cannot bind-mount over /opt here"
-  # The plugin containerd launches logs to /var/lib/gpufence/runtime.log (its environment is
-  # containerd's to set): a scratch directory of this run's, not the machine's, holds it.
-  mkdir -p /var/lib/gpufence "$work/plugin-state"
-  mount --bind "$work/plugin-state" /var/lib/gpufence || skip "cannot bind-mount over /var/lib/gpufence here"
-fi
+}
+# /etc (where /etc/containerd and /etc/k0s are made), /var/lib (the plugin containerd launches
+# logs to /var/lib/gpufence/runtime.log: its environment is containerd's to set) and /run are
+# this run's scratch, not the machine's.
+cp -a /etc "$work/etc" && mount --bind "$work/etc" /etc || skip "cannot bind a private /etc here"
+mkdir -p /etc/containerd /etc/k0s "$work/var-lib/gpufence"
+bind_host_paths
+mount --bind "$work/var-lib" /var/lib || skip "cannot bind-mount over /var/lib here"
+mount -t tmpfs -o mode=755 gpufence-test-run /run || skip "cannot mount a tmpfs over /run here"
+mkdir -p /run/containerd
 cp "$cfg" "$work/original.toml"
 start || skip "this machine cannot run containerd: $(tail -3 "$work/containerd.log" | tr '\n' ' ')"
 
@@ -307,11 +295,8 @@ case $case_name in  # gf:cases
     reset_host() {
       find "$host" -mindepth 1 -maxdepth 1 ! -name run -exec rm -rf {} + 2>/dev/null
       cp -a "$work/pristine/." "$host/"
-      if [ "$line" != 1.6 ]; then  # the bind mount still names the directory just removed
-        umount /etc/containerd && mount --bind "$host/etc/containerd" /etc/containerd
-        umount /usr/local && mount --bind "$host/usr/local" /usr/local
-        umount /opt && mount --bind "$host/opt" /opt
-      fi
+      # The bind mounts still name the directories just removed.
+      umount /etc/containerd /usr/local /opt && bind_host_paths
       start >/dev/null || echo "containerd did not start on the pristine config"
     }
     strace -o "$work/renames" -e trace=rename,renameat,renameat2 "${install[@]}" --ready-timeout $ready > "$work/count.out" 2>&1
@@ -359,14 +344,14 @@ case $case_name in  # gf:cases
     # and starts containerd on it. The user's template only calls base and adds a comment.
     kdir=$host/var/lib/rancher/k3s/agent/etc/containerd
     mkdir -p "$kdir" "$host/etc/systemd/system" && touch "$host/etc/systemd/system/k3s.service"
-    if [ "$line" = 1.6 ]; then tmpl=config.toml.tmpl; else tmpl=config-v3.toml.tmpl; fi
+    if [ "$config_version" = 2 ]; then tmpl=config.toml.tmpl; else tmpl=config-v3.toml.tmpl; fi
     printf '{{ template "base" . }}\n\n# the user'"'"'s own addition: keep it\n' > "$kdir/$tmpl"
     cp "$kdir/$tmpl" "$work/template.orig"
     cp "$cfg" "$work/base.toml"
     cat > "$work/k3s-restart.sh" <<SH
 #!/bin/sh
 t="$kdir/config.toml.tmpl"
-[ "$line" != 1.6 ] && [ -f "$kdir/config-v3.toml.tmpl" ] && t="$kdir/config-v3.toml.tmpl"
+[ "$config_version" != 2 ] && [ -f "$kdir/config-v3.toml.tmpl" ] && t="$kdir/config-v3.toml.tmpl"
 if [ -f "\$t" ]; then
   awk -v base="$work/base.toml" '/\{\{ template "base" \. \}\}/ { while ((getline l < base) > 0) print l; next } { gsub(/\{\{ \.SystemdCgroup \}\}/, "false"); print }' "\$t" > "$kdir/config.toml"
 else
@@ -431,7 +416,7 @@ SH
     # running containerd must serve the handler from it.
     k0s_cfg=$host/etc/k0s/containerd.toml
     ksock=$host/run/k0s/containerd.sock
-    mkdir -p "$host/etc/k0s/containerd.d" "$host/run/k0s" /etc/k0s 2>/dev/null
+    mkdir -p "$host/etc/k0s/containerd.d" "$host/run/k0s"
     mount --bind "$host/etc/k0s" /etc/k0s || skip "cannot bind-mount over /etc/k0s here"
     printf '%s\n' '# k0s_managed=true' \
       '# This is a placeholder configuration for k0s managed containerd.' \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seed's final checks 2 and 3 (issue 10) at the runc level, with the mock NVML behaving as
+# The seed's final checks 2 and 3 at the runc level, with the mock NVML behaving as
 # the driver's does inside a container (docs/mock-nvml.md):
 #   mock-visibility  the mock's driver visibility on the host: procfs entry + openable node
 #   listing          an nvidia-smi -L stand-in inside the container: one GPU through

@@ -392,7 +392,7 @@ TEST_F(PluginScenario, BadFlagsAreRejected) {
 namespace {
 
 // Without an event stream the monitor asks each GPU nvmlDeviceGetUUID twice a second: the path
-// a hung driver takes in the measurement of issue 12.
+// a hung driver takes (docs/deviceplugin.md).
 nlohmann::json polling_config() {
   auto cfg = test::mock_gpus(2);
   cfg["fail"] = {{"nvmlEventSetWait_v2", 999}};
@@ -576,7 +576,7 @@ TEST_F(PluginScenario, HealthzAnswersWhileAnotherClientSendsNothing) {
   ::close(idle);
 }
 
-// Issue 16, item 9: a flood of the metrics port (idle connections and byte-at-a-time clients, more
+// A flood of the metrics port (idle connections and byte-at-a-time clients, more
 // than the listener's client slots) does not reach liveness, which has a listener of its own. The
 // bound is generous (10 s, the old per-client deadline): this asserts an answer, not a latency.
 TEST_F(PluginScenario, HealthzOnItsOwnListenerAnswersWhileMetricsIsFlooded) {

@@ -931,7 +931,7 @@ TEST_F(AutoscaleController, TheBinaryLoopsOnTheWatchAndStopsOnSigterm) {
   EXPECT_NE(read_file(out).value_or("").find("replicas 1 -> 2 (scaled)"), std::string::npos);
 }
 
-// --- Demand a tenant cannot fake (issue 16, items 4 and 5) ---
+// --- Demand a tenant cannot fake ---
 
 namespace {
 
@@ -1101,7 +1101,7 @@ TEST(AutoscaleArithmetic, RequestsOfInt64MaxSaturate) {
   EXPECT_EQ(effective_request(spec, "nvidia.com/gpu"), std::numeric_limits<long>::max());
 
   auto d = deployment_view(deployment(1, 1), "nvidia.com/gpu").value();
-  // Issue 16 item 5: two Pending pods of INT64_MAX each turned 1 free GPU into 3.
+  // Two Pending pods of INT64_MAX each turned 1 free GPU into 3.
   json p1 = pod("big-1", "", 0, "Pending", json::object());
   p1["spec"]["containers"] = {big};
   json p2 = p1;

@@ -1,6 +1,6 @@
 // The HTTP listener of the device plugin and `install --watch` (common/http_server.hpp): routes a
 // listener was not given are 404, and a listener of its own keeps /healthz answering while another
-// is flooded (issue 16, item 9).
+// is flooded.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>

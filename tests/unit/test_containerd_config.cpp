@@ -708,7 +708,7 @@ TEST(ContainerdCheck, HandlersThatBypassBinaryName) {
 TEST(ContainerdCheck, PodAnnotationPatternsAsPathMatchSeesThem) {
   for (auto p : {"cdi.k8s.io/*", "*/*", "cdi.*/*", "cdi.k8s.io/nvidia.com_gpu", "c?i.k8s.io/x",
                  "[c]di.k8s.io/*",
-                 // Issue 16: forms Go's path.Match accepts that the old check missed.
+                 // Forms Go's path.Match accepts that an earlier check missed.
                  "cdi.k8s.io\\/*", "cdi.k8s.io[/]*", "cdi.k8s.io[^a]*", "[a-d]di.k8s.io/x",
                  "cdi.k8s.io[!-0]*", "\\c\\d\\i.k8s.io/*", "*.io[/]?", "*[/]*"})
     EXPECT_TRUE(pod_annotation_pattern_admits_cdi(p)) << p;
@@ -735,7 +735,7 @@ TEST(ContainerdCheck, PodAnnotationPatternsAsPathMatchSeesThem) {
   ASSERT_EQ(ids(f), std::vector<std::string>{"containerd.pod-annotations-cdi"});
   EXPECT_EQ(f[0].severity, Severity::error);
   EXPECT_NE(f[0].fix.find("remove \"cdi.k8s.io/*\""), std::string::npos);
-  // Every form issue 16 named is reported by check-containerd (and so by the doctor).
+  // Every such form is reported by check-containerd (and so by the doctor).
   for (std::string p : {"cdi.k8s.io\\/*", "cdi.k8s.io[/]*", "cdi.k8s.io[^a]*"}) {
     std::string text = cat(R"(version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -1074,7 +1074,7 @@ TEST(ContainerdConfig, NonAsciiWhereTomlExpectsWhitespaceIsAParseError) {
   }
 }
 
-// ---- issue 20 / issue 17 items 8-9: every containerd line ----
+// ---- every containerd line ----
 
 // containerd 2.3's own `config default` (v2.3.4): version 4, the CRI tables under their version
 // 3 names, judged by check-containerd like any other (04417a7: "unsupported config version 4").
@@ -1113,7 +1113,7 @@ TEST(ContainerdVersion4, DropInOfTheRootVersionAndNoRootChangeWhenAGlobImportsIt
   EXPECT_EQ(plan3.changes[1].path, "/etc/containerd/config.toml");
 }
 
-// Issue 17 item 8: no version line and no default_runtime_name, the runc runtime under the CRI
+// No version line and no default_runtime_name, the runc runtime under the CRI
 // plugin's full name with SystemdCgroup = true (NVIDIA toolkit test configs): containerd's
 // effective default is that runc, so the handler inherits the systemd driver.
 TEST(ContainerdRealConfigs, ImplicitDefaultRuntimeOfAVersionlessFileIsInherited) {
@@ -1137,7 +1137,7 @@ TEST(ContainerdRealConfigs, ImplicitDefaultRuntimeOfAVersionlessFileIsInherited)
   EXPECT_NE(text.find("SystemdCgroup = true", text.find("runtimes.nvidia")), std::string::npos);
 }
 
-// Issue 17 item 9: k3s on containerd 2.x.
+// k3s on containerd 2.x.
 TEST(ContainerdK3s, WhatTheNodeRunsDecidesTheTemplateAndItsVersion) {
   const std::string dir = "/var/lib/rancher/k3s/agent/etc/containerd";
   SetupOptions opt;
@@ -1181,7 +1181,7 @@ TEST(ContainerdK3s, WhatTheNodeRunsDecidesTheTemplateAndItsVersion) {
   }
 }
 
-// ---- issue 18: NRI's table (install --enforcement nri|both) ----
+// ---- NRI's table (install --enforcement nri|both) ----
 
 TEST(ContainerdNri, SettingsFollowEachLinesDefaultAndTheFile) {
   // 1.7 (version 2): off unless the file says disable = false; 2.x: on unless it says true.

@@ -1,7 +1,7 @@
 // The one table of where each Kubernetes distribution keeps containerd's and the kubelet's files:
 // its rows are what docs/install.md says (with the upstream sources), the Helm chart's
 // per-distribution paths are the table's, detection finds k0s, and the doctor's defaults come
-// from it (on rke2 the doctor judged containerd's built-in defaults before: issue 19 item 3).
+// from it (on rke2 the doctor judged containerd's built-in defaults before).
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 

@@ -374,7 +374,7 @@ TEST_F(DoctorChecks, DeadKubeletSocketIsSkippedNotFatal) {
   EXPECT_TRUE(named);
 }
 
-// Issue 16, item 8: without --probe the devices column is what the rules say, and says so.
+// Without --probe the devices column is what the rules say, and says so.
 TEST_F(DoctorChecks, WithoutTheProbeTheDevicesColumnSaysItIsUnverified) {
   m_node->add(good("a", 100, 0, uuid(0)));
   kubelet({{"default", "a", "main", {uuid(0)}}});
@@ -520,7 +520,7 @@ TEST_F(DoctorChecks, TheFixTextMatchesTheRuntimeThePodRanThrough) {
   EXPECT_NE(fix.find("if it does"), std::string::npos) << fix;
 }
 
-// Issue 16, item 10: routes around the devices cgroup, judged from what /proc shows.
+// Routes around the devices cgroup, judged from what /proc shows.
 TEST_F(DoctorChecks, HostPidPtraceAndWritableSysfsOfGpuPodsAreReported) {
   auto hostpid = good("hostpid", 100, 0, uuid(0));
   hostpid.host_pid = true;
@@ -574,7 +574,7 @@ TEST_F(DoctorChecks, HostPidPtraceAndWritableSysfsOfGpuPodsAreReported) {
   }
 }
 
-// ---- issue 18: the enforcement `gpufence install` recorded, and containerd's NRI ----
+// ---- the enforcement `gpufence install` recorded, and containerd's NRI ----
 
 namespace {
 

@@ -226,7 +226,7 @@ TEST_F(DoctorContainerd, PodAnnotationsThatAdmitCdiAreAnError) {
   EXPECT_FALSE(fired("containerd.pod-annotations-cdi"));
   config("", "pod_annotations = [\"cdi.k8s.io/*\"]\n");
   EXPECT_TRUE(fired("containerd.pod-annotations-cdi"));
-  // Forms only Go's path.Match sees (issue 16).
+  // Forms only Go's path.Match sees.
   for (const char* p : {"'cdi.k8s.io\\/*'", "\"cdi.k8s.io[/]*\"", "\"cdi.k8s.io[^a]*\""}) {
     config("", cat("pod_annotations = [", p, "]\n"));
     EXPECT_TRUE(fired("containerd.pod-annotations-cdi")) << p;

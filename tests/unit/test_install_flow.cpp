@@ -1135,7 +1135,7 @@ TEST(InstallBinary, RemoveLeavesALinkThatIsNotOurs) {
   EXPECT_TRUE(fs::is_symlink(host.resolve("/usr/local/bin/gpufence-runtime")));
 }
 
-// ---- issue 20: every containerd line, a journal before any change, kills anywhere ----
+// ---- every containerd line, a journal before any change, kills anywhere ----
 
 std::string fixture(const std::string& name) {
   return slurp(test::source_path("tests/fixtures/containerd/" + name));
@@ -1410,7 +1410,7 @@ TEST(InstallJournal, K3sOnContainerd2WithoutATemplateWritesTheV3One) {
 }  // namespace
 }  // namespace gpufence
 
-// ---- issue 18: --enforcement nri|runtime|both ----
+// ---- --enforcement nri|runtime|both ----
 
 namespace gpufence {
 namespace {
