@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "common/hostfs.hpp"
 #include "common/strings.hpp"
+#include "gpu/wire_contract.hpp"
 #include "launch/config_walk.hpp"
 #include "launch/launch.hpp"
 
@@ -17,7 +18,7 @@ namespace gpufence::cli {
 std::vector<Command> add_launch_command(CLI::App& app, Context& ctx) {
   struct Args {
     std::vector<std::string> configs, command;
-    std::string markers = "/var/run/nvidia-container-devices";
+    std::string markers = std::string(kMountMarkerRoot);
     bool allow_extra = false;
   };
   auto args = std::make_shared<Args>();

@@ -63,22 +63,12 @@ PY
 : > "$driver_lib/mock-events"
 
 echo "== 1. helm install (allocation dra, enforcement nri)"
-python3 "$src/scripts/image/assemble.py" oci "$build" "$work/gpufence.tar" > /dev/null &&
-  "$cbin/ctr" -n k8s.io images import "$work/gpufence.tar" >/dev/null || { echo "cannot import the gpufence image"; exit 1; }
 t0=$(date +%s.%N)
-"$helm" install gpufence "$src/deploy/helm/gpufence" --kubeconfig "$work/pki/admin.kubeconfig" \
-  --namespace gpufence --create-namespace --set distribution=containerd --set allocation=dra \
-  --set installer.enforcement=nri --set driver.root=$driver_root --set image.pullPolicy=Never \
-  --set-json "installer.extraArgs=[\"--host-pid=$$\",\"--restart-command=$work/restart-containerd.sh\"]" \
+chart_install --set allocation=dra --set installer.enforcement=nri \
   --set-json 'dra.extraArgs=["--health-recovery=4s"]' \
-  --set-json 'installer.gpuCdiKinds=["foreign.example.com/claim"]' \
-  --wait --timeout 240s > "$work/helm-install.log" 2>&1
+  --set-json 'installer.gpuCdiKinds=["foreign.example.com/claim"]'
 check "helm install succeeds" test $? = 0 || cat "$work/helm-install.log"
-for ds in gpufence-node-installer gpufence-dra; do
-  f0=$failures
-  check "$ds's pod is ready" rollout_ready "$ds"
-  [ "$failures" = "$f0" ] || { kubectl -n gpufence get pods -o wide; kubectl -n gpufence logs "daemonset/$ds" --tail 30; }
-done
+chart_ready gpufence-node-installer gpufence-dra
 check "gpufence-dra publishes the node's two GPUs in a ResourceSlice" wait_slice 2
 cluster_log "installed and the slice published in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
 check "each device names its GPU's uuid" test "$(slice_devices | sort)" = "$(printf 'gpu-0=%s\ngpu-1=%s' "${GPU[0]}" "${GPU[1]}")"
@@ -317,8 +307,7 @@ kubectl -n video delete deployment pool --wait=true >/dev/null
 kubectl label node "$cluster_node" gpufence.io/allocation- >/dev/null
 
 echo "== 8. helm uninstall"
-"$helm" uninstall gpufence --kubeconfig "$work/pki/admin.kubeconfig" --namespace gpufence --wait --timeout 120s > "$work/helm-uninstall.log" 2>&1
-check "helm uninstall succeeds" test $? = 0
+chart_uninstall
 check "the DeviceClass is gone" bash -c "! '$kbin/kubectl' --kubeconfig '$work/pki/admin.kubeconfig' get deviceclass gpu.gpufence.io >/dev/null 2>&1"
 
 [ "$failures" = 0 ] || {

@@ -1,5 +1,34 @@
 # Shared by the cluster tier's scripts (sourced after scripts/lib/cluster.sh and cluster_up): the
-# seed's Deployment and what each of its pods can open.
+# chart's install and uninstall, the seed's Deployment and what each of its pods can open.
+
+# chart_install HELM_ARG...: the gpufence image (scripts/image/assemble.py) imported into the
+# node's containerd, then `helm install` of the chart with this node's settings (containerd, the
+# driver's root, the image offline, containerd restarted through this test's restart command),
+# the caller's after them; helm's output in $work/helm-install.log. Needs $helm.
+chart_install() {
+  python3 "$src/scripts/image/assemble.py" oci "$build" "$work/gpufence.tar" > /dev/null &&
+    "$cbin/ctr" -n k8s.io images import "$work/gpufence.tar" >/dev/null || { echo "cannot import the gpufence image"; return 1; }
+  "$helm" install gpufence "$src/deploy/helm/gpufence" --kubeconfig "$work/pki/admin.kubeconfig" \
+    --namespace gpufence --create-namespace --set distribution=containerd \
+    --set driver.root="$driver_root" --set image.pullPolicy=Never \
+    --set-json "installer.extraArgs=[\"--host-pid=$$\",\"--restart-command=$work/restart-containerd.sh\"]" \
+    "$@" --wait --timeout 240s > "$work/helm-install.log" 2>&1
+}
+# chart_ready DAEMONSET...: a check each that its pod is ready (helm's --wait counts a DaemonSet
+# ready with maxUnavailable pods missing: on one node, with none); a failing one's pods and logs.
+chart_ready() {
+  local ds f0
+  for ds in "$@"; do
+    f0=$failures
+    check "$ds's pod is ready" rollout_ready "$ds"
+    [ "$failures" = "$f0" ] || { kubectl -n gpufence get pods -o wide; kubectl -n gpufence logs "daemonset/$ds" --tail 30; }
+  done
+}
+# chart_uninstall: `helm uninstall`, checked; its output in $work/helm-uninstall.log.
+chart_uninstall() {
+  "$helm" uninstall gpufence --kubeconfig "$work/pki/admin.kubeconfig" --namespace gpufence --wait --timeout 120s > "$work/helm-uninstall.log" 2>&1
+  check "helm uninstall succeeds" test $? = 0 || tail -5 "$work/helm-uninstall.log"
+}
 
 # seed_deployment NAME REPLICAS RUNTIME_CLASS [CLAIM]: the seed's Deployment (privileged, one GPU
 # a pod, the seed's own deepstream-app with gpu-id=0), with the driver's NVML as it sees it (the

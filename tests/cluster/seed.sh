@@ -106,22 +106,11 @@ kill "$seed_plugin"; wait "$seed_plugin" 2>/dev/null
 for _ in $(seq 300); do [ -z "$(kubectl -n video get pods -o name)" ] && break; sleep 0.1; done
 
 echo "== 1. helm install (enforcement $enforcement)"
-python3 "$src/scripts/image/assemble.py" oci "$build" "$work/gpufence.tar" > /dev/null &&
-  "$cbin/ctr" -n k8s.io images import "$work/gpufence.tar" >/dev/null || { echo "cannot import the gpufence image"; exit 1; }
 t0=$(date +%s.%N)
-"$helm" install gpufence "$src/deploy/helm/gpufence" --kubeconfig "$work/pki/admin.kubeconfig" \
-  --namespace gpufence --create-namespace --set distribution=containerd \
-  --set installer.enforcement=$enforcement --set driver.root=$driver_root \
-  --set image.pullPolicy=Never --set doctor.agent.enabled=true --set doctor.agent.interval=10 \
-  --set-json "installer.extraArgs=[\"--host-pid=$$\",\"--restart-command=$work/restart-containerd.sh\"]" \
-  --wait --timeout 240s > "$work/helm-install.log" 2>&1
+chart_install --set installer.enforcement=$enforcement \
+  --set doctor.agent.enabled=true --set doctor.agent.interval=10
 check "helm install succeeds" test $? = 0 || cat "$work/helm-install.log"
-# helm's --wait counts a DaemonSet ready with maxUnavailable pods missing: on one node, with none.
-for ds in gpufence-node-installer gpufence-device-plugin gpufence-doctor-agent; do
-  f0=$failures
-  check "$ds's pod is ready" rollout_ready "$ds"
-  [ "$failures" = "$f0" ] || { kubectl -n gpufence get pods -o wide; kubectl -n gpufence logs "daemonset/$ds" --tail 30; }
-done
+chart_ready gpufence-node-installer gpufence-device-plugin gpufence-doctor-agent
 check "the node shows nvidia.com/gpu: 2 from gpufence's device plugin" wait_allocatable 2
 cluster_log "installed and allocatable in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s; containerd restarted $(wc -l < "$work/containerd.restarts") time(s)"
 check "the installer restarted containerd through the restart command" test -s "$work/containerd.restarts"
@@ -271,8 +260,7 @@ kubectl -n video delete deployment stuck --wait=true >/dev/null
 kubectl delete runtimeclass gf-missing >/dev/null
 
 echo "== 7. helm uninstall"
-"$helm" uninstall gpufence --kubeconfig "$work/pki/admin.kubeconfig" --namespace gpufence --wait --timeout 120s > "$work/helm-uninstall.log" 2>&1
-check "helm uninstall succeeds" test $? = 0
+chart_uninstall
 # The node's own undo: what the chart's documented uninstall step runs (docs/install.md).
 "$build/bin/gpufence" uninstall --distribution containerd --host-exec direct \
   --restart-command "$work/restart-containerd.sh" > "$work/uninstall.log" 2>&1
