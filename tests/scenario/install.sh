@@ -74,7 +74,8 @@ setsid containerd --config "$cfg" >> "$work/containerd.log" 2>&1 < /dev/null &
 echo \$! > "$work/pid"
 SH
 chmod +x "$work/restart.sh"
-start() { sh "$work/restart.sh"; : > "$work/restarts"; for _ in $(seq 300); do ctr --address "$sock" version >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+answering() { for _ in $(seq 300); do ctr --address "$sock" version >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
+start() { sh "$work/restart.sh"; : > "$work/restarts"; answering; }
 restarts() { [ -f "$work/restarts" ] && wc -l < "$work/restarts" || echo 0; }
 # The user's config: containerd's defaults with a private root, state and socket, and settings
 # of their own that must survive byte for byte.
@@ -318,7 +319,9 @@ case $case_name in  # gf:cases
           ipid=$!
           for _ in $(seq 100); do [ -f "$work/restarting" ] && break; sleep 0.05; done
           kill -KILL "$ipid"; wait "$ipid" 2>/dev/null
-          rm -f "$work/slow"; sleep 2.2
+          # The killed install's restart goes on: wait until it has started containerd.
+          rm -f "$work/slow"
+          for _ in $(seq 100); do [ ! -f "$work/restarting" ] && [ -s "$work/pid" ] && break; sleep 0.05; done
         else
           strace -o /dev/null -e trace=none -e inject="${p%:*}:signal=KILL:when=${p#*:}" \
             "${install[@]}" --ready-timeout $ready > "$work/killed.out" 2>&1
@@ -362,7 +365,7 @@ exec sh "$work/restart.sh"
 SH
     # restart.sh starts containerd on $cfg: point it at what k3s rendered.
     sed -i "s|containerd --config \"$cfg\"|containerd --config \"$kdir/config.toml\"|; s|containerd --config $cfg |containerd --config $kdir/config.toml |" "$work/restart.sh"
-    chmod +x "$work/k3s-restart.sh"; sh "$work/k3s-restart.sh"; sleep 1
+    chmod +x "$work/k3s-restart.sh"; sh "$work/k3s-restart.sh"; answering
     before=$(snap)
     out=$("$gf" --host-root "$host" install --distribution k3s --host-exec direct --containerd-socket /run/containerd/containerd.sock \
       --restart-command "$work/k3s-restart.sh" --ready-timeout $ready 2>&1); rc=$?
@@ -378,7 +381,7 @@ SH
     check "uninstall succeeds" test "$rc" = 0
     check "the template is the user's again" cmp -s "$kdir/$tmpl" "$work/template.orig"
     # No user template: the one this line's k3s reads is created (and removed by uninstall).
-    rm -f "$kdir"/*.tmpl; sh "$work/k3s-restart.sh"; sleep 1
+    rm -f "$kdir"/*.tmpl; sh "$work/k3s-restart.sh"; answering
     out=$("$gf" --host-root "$host" install --distribution k3s --host-exec direct --containerd-socket /run/containerd/containerd.sock \
       --restart-command "$work/k3s-restart.sh" --ready-timeout $ready 2>&1); rc=$?
     echo "$out"
