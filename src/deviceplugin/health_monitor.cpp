@@ -106,6 +106,11 @@ void HealthMonitor::Impl::report_registration_failures() {
     log.warn("plugin.gpu_events_unregistered",
              {{"uuid", f.uuid}, {"error", f.error}, {"effect", "its XIDs go unseen"}});
   }
+  // From here on an XID of a registered GPU reaches the monitor (NVML delivers no event that
+  // came before the registration).
+  log.info("plugin.health_events_registered",
+           {{"gpus", std::to_string(gpus.size() - std::min(gpus.size(), failures->size()))},
+            {"unregistered", std::to_string(failures->size())}});
 }
 
 std::map<std::string, Status> HealthMonitor::Impl::ask_liveness(

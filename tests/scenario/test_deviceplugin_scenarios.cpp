@@ -77,6 +77,9 @@ class PluginScenario : public ::testing::Test {
     return true;
   }
   void inject(const std::string& line) { std::ofstream(m_events, std::ios::app) << line << "\n"; }
+  // The health monitor has registered for the GPUs' events: NVML (and the mock) deliver no XID
+  // that came before, so a test injects XIDs only after this.
+  bool watching_events() { return log_has("event=plugin.health_events_registered gpus=2", 15s); }
   bool all_healthy(size_t n) {
     return m_kubelet->wait_devices(
         [&](const auto& d) {
@@ -209,6 +212,7 @@ TEST_F(PluginScenario, CriticalXidMakesGpuUnhealthyAndAllocateRefusesIt) {
   m_kubelet->start();
   start_plugin();
   ASSERT_TRUE(all_healthy(2));
+  ASSERT_TRUE(watching_events());
   inject("{\"gpu\": 0, \"xid\": 13}");  // application-level: ignored
   inject("{\"gpu\": 1, \"xid\": 48}");  // double-bit ECC: critical
   // How fast is measured in bench/ (bench_plugin: XID to Unhealthy), not asserted here.
@@ -228,6 +232,7 @@ TEST_F(PluginScenario, UnhealthyGpuRecoversAfterQuietPeriodAndLostGpuWhenItAnswe
   m_kubelet->start();
   start_plugin({"--health-recovery", "1s"});
   ASSERT_TRUE(all_healthy(2));
+  ASSERT_TRUE(watching_events());
   inject("{\"gpu\": 0, \"xid\": 48}");
   ASSERT_TRUE(m_kubelet->wait_devices(
       [&](const auto& d) { return d.at(test::mock_uuid(0)) == "Unhealthy"; }, 5s));
@@ -255,6 +260,7 @@ TEST_F(PluginScenario, HealthPolicyXid79StaysApplicationXidsRecoverTheActionHold
   m_kubelet->start();
   start_plugin({"--health-recovery", "1s", "--ignore-xids", ""});
   ASSERT_TRUE(all_healthy(2));
+  ASSERT_TRUE(watching_events());
   inject("{\"gpu\": 0, \"xid\": 79}");
   inject("{\"gpu\": 1, \"xid\": 13}");
   ASSERT_TRUE(m_kubelet->wait_devices(
