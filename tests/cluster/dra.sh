@@ -105,15 +105,9 @@ prepared=$(dra_log | grep -c "event=dra.prepared ")
 check "gpufence-dra prepared the two claims ($prepared)" test "$prepared" = 2
 dra_pid=$(pgrep -f "^/usr/local/bin/gpufence-dra" | head -1)
 [ -n "$dra_pid" ] && cluster_log "gpufence-dra RSS $(awk '/^VmRSS/ {print $2, $3}' "/proc/$dra_pid/status") with two claims prepared"
-kubectl -n video scale deployment deepstream --replicas 3 >/dev/null
-pending=""
-for _ in $(seq 200); do
-  pending=$(kubectl -n video get events --field-selector reason=FailedScheduling -o jsonpath='{.items[*].message}' 2>/dev/null)
-  [ -n "$pending" ] && break; sleep 0.1
-done
+pending=$(scheduler_refusal deepstream)
 check "a third pod stays Pending, the scheduler saying why" test -n "$pending"
 echo "  [scheduler] ${pending:0:300}"
-kubectl -n video scale deployment deepstream --replicas 2 >/dev/null
 
 echo "== 3. kubelet and gpufence-dra restarts with the pods running"
 slice_uid() { kubectl get resourceslice "$cluster_node-gpufence.io" -o jsonpath='{.metadata.uid}' 2>/dev/null; }

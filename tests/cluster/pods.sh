@@ -106,6 +106,18 @@ look() {
     echo "app $(sed -n "s/.*running on \([^ ]*\).*/\1/p" /tmp/app.out)"
     echo "nvd ${NVIDIA_VISIBLE_DEVICES:-unset}"' 2>&1
 }
+# scheduler_refusal NAME: the Deployment scaled to 3 pods on a two-GPU node, the scheduler's
+# FailedScheduling message for the third printed (empty when none came in 20 s), then back to 2.
+scheduler_refusal() {
+  local pending=""
+  kubectl -n video scale deployment "$1" --replicas 3 >/dev/null
+  for _ in $(seq 200); do
+    pending=$(kubectl -n video get events --field-selector reason=FailedScheduling -o jsonpath='{.items[*].message}' 2>/dev/null)
+    [ -n "$pending" ] && break; sleep 0.1
+  done
+  kubectl -n video scale deployment "$1" --replicas 2 >/dev/null
+  printf '%s' "$pending"
+}
 rollout_ready() { kubectl -n gpufence rollout status daemonset "$1" --timeout 120s >/dev/null; }
 field() { awk -v k="$2" '$1 == k {print $2}' <<<"$1"; }
 gpu_index() { case $1 in "${GPU[0]}") echo 0 ;; "${GPU[1]}") echo 1 ;; *) echo "?" ;; esac; }

@@ -163,14 +163,8 @@ check "autoscale keeps 2 replicas: 3 wanted, but no third GPU is free" \
 check "it said nothing the real API server refused" bash -c "! grep -q 'HTTP 4' <<<'${auto_out//\'/}'"
 check "its decision is an Event the real API server accepted" \
   bash -c "'$kbin/kubectl' --kubeconfig '$work/pki/admin.kubeconfig' -n video get events.v1.events.k8s.io -o jsonpath='{.items[*].reportingController}' | grep -q gpufence"
-kubectl -n video scale deployment deepstream --replicas 3 >/dev/null
-pending=""
-for _ in $(seq 200); do
-  pending=$(kubectl -n video get events --field-selector reason=FailedScheduling -o jsonpath='{.items[*].message}' 2>/dev/null)
-  [ -n "$pending" ] && break; sleep 0.1
-done
+pending=$(scheduler_refusal deepstream)
 check "a third pod stays Pending with the scheduler's reason" grep -q "Insufficient nvidia.com/gpu" <<<"$pending"
-kubectl -n video scale deployment deepstream --replicas 2 >/dev/null
 
 echo "== 4. gpufence doctor on the node"
 doctor_out=$("$build/bin/gpufence" \
