@@ -143,6 +143,33 @@ scrape() { kubectl get --raw "/api/v1/namespaces/gpufence/pods/$1/proxy/metrics"
 check "the doctor agent's /metrics count its runs" bash -c "$(declare -f kubectl scrape); kbin='$kbin' work='$work'; scrape '$agent:9403' | grep -q '^gpufence_doctor_runs_total [1-9]'"
 [ "$failures" = 0 ] || kubectl -n gpufence logs "pod/$agent" --tail 20
 
+# The chart's ValidatingAdmissionPolicy on the real API server: no pod may carry the NRI waiver
+# annotation in any namespace; a pod without it is admitted. Of the three forms containerd's NRI
+# reads (KEY, KEY/pod, KEY/container.NAME), the API server's own validation refuses the last two
+# for a KEY with a prefix (an annotation key holds one '/'), so only KEY reaches the policy.
+# Server-side dry runs: admission runs, nothing is made.
+waiver=gpufence.io/tolerate-missing-nri
+dry_pod() {  # dry_pod NAMESPACE [ANNOTATION_KEY]: the API server's answer to creating a plain pod
+  local ann=""
+  [ -n "${2:-}" ] && ann="\"annotations\": {\"$2\": \"true\"},"
+  printf '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiver", %s "namespace": "%s"}, "spec": {"containers": [{"name": "app", "image": "registry.example/app:1"}]}}' "$ann" "$1" |
+    kubectl create --dry-run=server -f - 2>&1
+}
+# The binding reaches the API server's admission a moment after helm made it.
+for _ in $(seq 100); do grep -q gpufence-no-nri-waiver <<<"$(dry_pod video "$waiver")" && break; sleep 0.1; done
+for ns in video gpufence; do
+  out=$(dry_pod "$ns" "$waiver")
+  check "the API server refuses a pod in $ns annotated $waiver (the chart's policy)" \
+    bash -c 'grep -q "ValidatingAdmissionPolicy .gpufence-no-nri-waiver." <<<"$1" && grep -qF "annotation $2 would let this pod start" <<<"$1"' _ "$out" "$waiver"
+  [ "$failures" = 0 ] || echo "  $out"
+done
+for key in "$waiver/pod" "$waiver/container.app"; do
+  check "the API server refuses $key as no annotation key at all" \
+    grep -qF "metadata.annotations: Invalid value: \"$key\"" <<<"$(dry_pod video "$key")"
+done
+check "and admits the same pod without it" grep -q "pod/waiver created (server dry run)" <<<"$(dry_pod video)"
+check "or with an unrelated annotation of gpufence's" grep -q "created (server dry run)" <<<"$(dry_pod video gpufence.io/other)"
+
 echo "== 2. the seed's Deployment through gpufence${runtime_class:+ (runtimeClassName $runtime_class)}"
 t0=$(date +%s.%N)
 seed_deployment deepstream 2 "$runtime_class" | kubectl apply -f - >/dev/null
@@ -152,6 +179,23 @@ check_isolated deepstream 01
 plugin_pod=$(kubectl -n gpufence get pods -l app.kubernetes.io/name=gpufence-device-plugin -o jsonpath='{.items[0].metadata.name}')
 check "the device plugin's /metrics name the pod holding each GPU (the real PodResources)" \
   bash -c "$(declare -f kubectl scrape); kbin='$kbin' work='$work'; test \$(scrape '$plugin_pod:9400' | grep -c '^gpufence_gpu_info{.*namespace=\"video\",pod=\"deepstream-') = 2"
+# Both /metrics as Prometheus itself parses them: promtool's text-format parser and its lint.
+if promtool=$(GPUFENCE_BUILD_DIR=$build "$src/scripts/fetch-promtool.sh" 2>/dev/null); then
+  # Its lint may only object to dcgm-exporter's label names (UUID, modelName), which the GPU
+  # series carry so that dashboards keyed by them join (docs/monitoring.md).
+  dcgm_names="^gpufence_gpu_[a-z_]* label names should be written in 'snake_case' not 'camelCase'\$"
+  for target in "$plugin_pod:9400" "$agent:9403"; do
+    scrape "$target" > "$work/scrape.prom"
+    out=$("$promtool" check metrics --extended --lint=none < "$work/scrape.prom" 2>&1); rc=$?
+    check "promtool parses ${target%%:*}'s /metrics ($(grep -vc '^#' "$work/scrape.prom") samples)" test "$rc" = 0
+    [ "$rc" = 0 ] || sed 's/^/  /' <<<"$out" | head -5
+    lint=$("$promtool" check metrics < "$work/scrape.prom" 2>&1 | grep -v "$dcgm_names")
+    check "and lints them clean, dcgm-exporter's label names aside" test -z "$lint"
+    [ -z "$lint" ] || sed 's/^/  /' <<<"$lint" | head -5
+  done
+else
+  echo "  (not run: no promtool from scripts/fetch-promtool.sh; the metrics parse check needs it)"
+fi
 
 echo "== 3. gpufence autoscale on the real Deployment"
 kubectl -n video create configmap streams --from-literal=count=24 >/dev/null
