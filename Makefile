@@ -31,7 +31,7 @@ check: build
 test:
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory build fuzz-build
-	@# The containerd lines the scenario tests run (2.3, 2.4 built from the Go module proxy: a few
+	@# The containerd lines the scenario tests run (2.2-2.4 built from the Go module proxy: a few
 	@# minutes cold, nothing when cached), fetched once here and not inside one test's time limit;
 	@# a line that cannot be fetched is named and its tests skip, saying why.
 	@GPUFENCE_BUILD_DIR=$(abspath $(BUILD_DIR)) bash scripts/fetch-containerd.sh || true
