@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUFENCE_WERROR=ON
 
 FUZZ_SECONDS ?= 60
-# The most seconds ctest may take in `make test` (2 cores; measured 939 s: docs/testing.md).
+# The most seconds ctest may take in `make test` (2 cores; measured 940 s: docs/testing.md).
 TEST_BUDGET_SECONDS ?= 1200
 
 .PHONY: all deps configure build check test demo bench format clean fuzz-build fuzz
